@@ -1,0 +1,166 @@
+//! The exec evaluator: functions as local binaries (Porch's "executable"
+//! evaluator, configured by `config.yaml` and `--functions`).
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+use super::process::{self, ProcessError, ProcessLimits, ProcessSpec};
+use crate::domain::evaluation::{
+    EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure,
+};
+use crate::domain::exec_config::ExecTable;
+use crate::ports::FunctionEvaluator;
+
+/// The `PATH` functions see. Functions get no other variable from the runner
+/// unless it is named in [`ExecSettings::env`].
+pub const FUNCTION_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// How function processes are run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecSettings {
+    /// Cap on the function's stdout and, separately, its stderr, in bytes
+    /// (the runner's `--max-request-body-size`).
+    pub max_message_bytes: usize,
+    /// The environment given to every function: `PATH` ([`FUNCTION_PATH`]),
+    /// `HOME` and `TMPDIR` (the system temporary directory), plus whatever
+    /// `--exec-env` adds.
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory of functions (the system temporary directory).
+    pub work_dir: PathBuf,
+}
+
+impl ExecSettings {
+    /// The documented defaults for a given message limit, with `extra_env`
+    /// added (later entries override earlier ones).
+    pub fn new(max_message_bytes: usize, extra_env: &[(String, String)]) -> Self {
+        let tmp = std::env::temp_dir();
+        let mut env: Vec<(OsString, OsString)> = vec![
+            ("PATH".into(), FUNCTION_PATH.into()),
+            ("HOME".into(), tmp.clone().into_os_string()),
+            ("TMPDIR".into(), tmp.clone().into_os_string()),
+        ];
+        for (k, v) in extra_env {
+            env.retain(|(name, _)| name.as_os_str() != k.as_str());
+            env.push((k.into(), v.into()));
+        }
+        Self {
+            max_message_bytes,
+            env,
+            work_dir: tmp,
+        }
+    }
+}
+
+/// Runs functions as local binaries looked up by image in an [`ExecTable`].
+#[derive(Debug, Clone)]
+pub struct ExecEvaluator {
+    table: ExecTable,
+    settings: ExecSettings,
+}
+
+/// Why a configured binary cannot be run, or `None` when it can.
+fn binary_problem(path: &Path) -> Option<String> {
+    match std::fs::metadata(path) {
+        Err(e) => Some(format!("binary {} cannot be used: {e}", path.display())),
+        Ok(m) if !m.is_file() => Some(format!("binary {} is not a regular file", path.display())),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Some(format!(
+            "binary {} is not executable (chmod +x it)",
+            path.display()
+        )),
+        Ok(_) => None,
+    }
+}
+
+impl ExecEvaluator {
+    /// An evaluator serving the images of `table`.
+    pub fn new(table: ExecTable, settings: ExecSettings) -> Self {
+        Self { table, settings }
+    }
+
+    /// One message per configured binary that is missing or not executable;
+    /// logged as warnings at start-up.
+    pub fn check_binaries(&self) -> Vec<String> {
+        self.table
+            .binaries()
+            .into_iter()
+            .filter_map(binary_problem)
+            .collect()
+    }
+
+    /// Number of image strings this evaluator serves.
+    pub fn image_count(&self) -> usize {
+        self.table.len()
+    }
+}
+
+#[async_trait]
+impl FunctionEvaluator for ExecEvaluator {
+    /// Looks the image up; unknown images are [`EvalError::NotFound`], and so
+    /// are images whose binary is missing or not executable (with the path in
+    /// the message), so a pod evaluator behind this one can still serve them.
+    /// Exit 0 returns stdout and stderr verbatim; a non-zero exit is
+    /// [`EvalError::FunctionFailed`] with the structured results read from
+    /// stdout.
+    async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
+        let image = request.image.as_str();
+        let Some(path) = self.table.lookup(image) else {
+            return Err(EvalError::not_found(image));
+        };
+        if let Some(problem) = binary_problem(path) {
+            return Err(EvalError::NotFound {
+                image: image.to_string(),
+                detail: Some(format!("{problem}; check --functions and --config")),
+            });
+        }
+        tracing::info!(image, binary = %path.display(), "Evaluating in executable mode");
+        let spec = ProcessSpec {
+            program: path.to_path_buf(),
+            args: Vec::new(),
+            env: self.settings.env.clone(),
+            cwd: Some(self.settings.work_dir.clone()),
+        };
+        let limits = ProcessLimits {
+            max_output_bytes: self.settings.max_message_bytes,
+            timeout: request.timeout,
+        };
+        let out = match process::run(&spec, request.resource_list, limits).await {
+            Ok(out) => out,
+            Err(ProcessError::TimedOut(after)) => {
+                return Err(EvalError::Timeout {
+                    image: image.to_string(),
+                    after,
+                });
+            }
+            Err(ProcessError::OutputTooLarge { payload, limit }) => {
+                return Err(EvalError::TooLarge {
+                    payload,
+                    size: None,
+                    limit,
+                });
+            }
+            Err(e) => {
+                return Err(EvalError::Internal(format!(
+                    "Failed to execute function {image:?}: {e}"
+                )));
+            }
+        };
+        if out.exit != ExitReason::Code(0) {
+            let failure = FunctionFailure::new(image, out.exit, out.stdout, out.stderr);
+            tracing::info!(image, exit = %failure.exit, "function failed");
+            return Err(EvalError::FunctionFailed(Box::new(failure)));
+        }
+        tracing::info!(
+            image,
+            stdout_bytes = out.stdout.len(),
+            stderr = %String::from_utf8_lossy(&out.stderr),
+            "Evaluated"
+        );
+        Ok(EvaluationResponse {
+            resource_list: out.stdout,
+            log: out.stderr,
+        })
+    }
+}

@@ -1,0 +1,14 @@
+//! gRPC: Porch's `evaluator.FunctionEvaluator` service, our server and client.
+
+pub mod client;
+pub mod server;
+pub mod status;
+
+/// Code generated from `proto/evaluator.proto` (package `evaluator`).
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("evaluator");
+}
+
+pub use client::RemoteEvaluator;
+pub use server::{Listen, ServeOptions, Server};

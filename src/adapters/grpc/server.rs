@@ -1,0 +1,352 @@
+//! The function runner's gRPC server: `evaluator.FunctionEvaluator` plus
+//! `grpc.health.v1.Health`, over TCP or a Unix socket, with graceful shutdown.
+
+use std::future::Future;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+use super::pb;
+use super::pb::function_evaluator_server::FunctionEvaluatorServer;
+use super::status::to_status;
+use crate::domain::evaluation::{EvalError, EvaluationRequest, Payload};
+use crate::domain::resource_list::ResourceList;
+use crate::ports::FunctionEvaluator;
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A TCP address, e.g. `0.0.0.0:9445` or `127.0.0.1:0` (ephemeral port).
+    Tcp(SocketAddr),
+    /// A Unix domain socket path; a stale socket file is replaced.
+    Unix(PathBuf),
+}
+
+impl FromStr for Listen {
+    type Err = String;
+
+    /// Parses `unix:/path`, `unix:///path`, or `host:port`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            let path = path.strip_prefix("//").unwrap_or(path);
+            if path.is_empty() {
+                return Err("unix: needs a socket path, e.g. unix:/run/krm-fn-runner.sock".into());
+            }
+            return Ok(Listen::Unix(PathBuf::from(path)));
+        }
+        s.to_socket_addrs()
+            .map_err(|e| format!("{s:?} is not a listen address (host:port or unix:/path): {e}"))?
+            .next()
+            .map(Listen::Tcp)
+            .ok_or_else(|| format!("{s:?} resolves to no address"))
+    }
+}
+
+/// Server settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// Largest request and response message, in bytes (`--max-request-body-size`).
+    pub max_message_bytes: usize,
+    /// How long in-flight evaluations may run after a shutdown signal before
+    /// they are stopped.
+    pub shutdown_grace: Duration,
+}
+
+enum Incoming {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+/// A bound, not yet serving, function runner server.
+pub struct Server {
+    incoming: Incoming,
+    local: String,
+}
+
+/// Room for the non-ResourceList parts of a request (image string, framing):
+/// a request whose ResourceList is within the limit is never refused by the
+/// transport.
+const ENVELOPE_BYTES: usize = 64 * 1024;
+
+impl Server {
+    /// Binds the listener (so the address is known before serving).
+    ///
+    /// Errors: the address is in use, not permitted, or the socket path's
+    /// directory does not exist.
+    pub async fn bind(listen: &Listen) -> io::Result<Self> {
+        match listen {
+            Listen::Tcp(addr) => {
+                let l = TcpListener::bind(addr).await?;
+                let local = l.local_addr()?.to_string();
+                Ok(Self {
+                    incoming: Incoming::Tcp(l),
+                    local,
+                })
+            }
+            Listen::Unix(path) => {
+                if path.exists() {
+                    std::fs::remove_file(path)?;
+                }
+                let l = UnixListener::bind(path)?;
+                Ok(Self {
+                    incoming: Incoming::Unix(l, path.clone()),
+                    local: format!("unix:{}", path.display()),
+                })
+            }
+        }
+    }
+
+    /// The bound address: `ip:port`, or `unix:/path`.
+    pub fn local_addr(&self) -> &str {
+        &self.local
+    }
+
+    /// Serves `evaluator` until `shutdown` resolves, then stops accepting,
+    /// lets in-flight calls finish for up to `options.shutdown_grace`, and
+    /// stops (dropping, and so killing, whatever still runs).
+    ///
+    /// Errors: a transport failure of the listener.
+    pub async fn run(
+        self,
+        evaluator: Arc<dyn FunctionEvaluator>,
+        options: ServeOptions,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), tonic::transport::Error> {
+        let (health_reporter, health_service) = tonic_health::server::health_reporter();
+        let service = FunctionEvaluatorServer::new(EvaluatorService {
+            evaluator,
+            max_message_bytes: options.max_message_bytes,
+        })
+        .max_decoding_message_size(options.max_message_bytes + ENVELOPE_BYTES)
+        .max_encoding_message_size(options.max_message_bytes + ENVELOPE_BYTES);
+        health_reporter
+            .set_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+            .await;
+        let limit = options.max_message_bytes;
+        let router = tonic::transport::Server::builder()
+            .layer(tower::util::MapResponseLayer::new(move |r| {
+                size_error_to_resource_exhausted(r, limit)
+            }))
+            .add_service(health_service)
+            .add_service(service);
+
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone().cancelled_owned();
+        let local = self.local.clone();
+        let serving = async move {
+            match self.incoming {
+                Incoming::Tcp(l) => {
+                    let stream = TcpListenerStream::new(l).map(|s| {
+                        s.inspect(|s| {
+                            let _ = s.set_nodelay(true);
+                        })
+                    });
+                    router.serve_with_incoming_shutdown(stream, stopped).await
+                }
+                Incoming::Unix(l, path) => {
+                    let r = router
+                        .serve_with_incoming_shutdown(UnixListenerStream::new(l), stopped)
+                        .await;
+                    let _ = std::fs::remove_file(path);
+                    r
+                }
+            }
+        };
+        tokio::pin!(serving);
+        tracing::info!(address = %local, "krm-fn-runner listening on {local}");
+        tokio::select! {
+            r = &mut serving => r,
+            () = shutdown => {
+                tracing::info!(grace = ?options.shutdown_grace, "shutting down: no new calls; waiting for in-flight evaluations");
+                stop.cancel();
+                match tokio::time::timeout(options.shutdown_grace, &mut serving).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        tracing::warn!("grace period over: stopping the evaluations still running");
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// tonic refuses an oversize request inside its codec with `OUT_OF_RANGE`;
+/// Porch (grpc-go) answers `RESOURCE_EXHAUSTED`. This rewrites that
+/// trailers-only answer so clients see Porch's code and a message naming the flag.
+fn size_error_to_resource_exhausted(
+    mut response: http::Response<tonic::body::Body>,
+    limit: usize,
+) -> http::Response<tonic::body::Body> {
+    let headers = response.headers_mut();
+    let out_of_range = headers.get("grpc-status").is_some_and(|v| v == "11");
+    let too_large = headers
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|m| m.contains("message%20length%20too%20large") || m.contains("message length too large"));
+    if out_of_range && too_large {
+        let message = EvalError::TooLarge {
+            payload: Payload::Request,
+            size: None,
+            limit,
+        }
+        .to_string();
+        headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+        if let Ok(v) = http::HeaderValue::from_str(&message) {
+            headers.insert("grpc-message", v);
+        }
+    }
+    response
+}
+
+struct EvaluatorService {
+    evaluator: Arc<dyn FunctionEvaluator>,
+    max_message_bytes: usize,
+}
+
+static REQUEST_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Inputs larger than this are validated on the blocking pool.
+const INLINE_VALIDATION_BYTES: usize = 256 * 1024;
+
+impl EvaluatorService {
+    async fn handle(
+        &self,
+        image: String,
+        resource_list: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<pb::EvaluateFunctionResponse, EvalError> {
+        if resource_list.len() > self.max_message_bytes {
+            return Err(EvalError::TooLarge {
+                payload: Payload::Request,
+                size: Some(resource_list.len()),
+                limit: self.max_message_bytes,
+            });
+        }
+        if image.trim().is_empty() {
+            return Err(EvalError::InvalidInput(
+                "the image is empty: set EvaluateFunctionRequest.image to the function's image".into(),
+            ));
+        }
+        let validation = if resource_list.len() <= INLINE_VALIDATION_BYTES {
+            ResourceList::validate(&resource_list)
+        } else {
+            let rl = resource_list.clone();
+            tokio::task::spawn_blocking(move || ResourceList::validate(&rl))
+                .await
+                .map_err(|e| EvalError::Internal(format!("input validation task failed: {e}")))?
+        };
+        validation.map_err(|e| EvalError::InvalidInput(format!("resource_list: {e}")))?;
+        let request = EvaluationRequest {
+            image,
+            resource_list,
+            timeout: timeout.map(stop_before_deadline),
+        };
+        let response = self.evaluator.evaluate(request).await?;
+        let size = response.resource_list.len() + response.log.len();
+        if size > self.max_message_bytes {
+            return Err(EvalError::TooLarge {
+                payload: Payload::Output,
+                size: Some(size),
+                limit: self.max_message_bytes,
+            });
+        }
+        Ok(pb::EvaluateFunctionResponse {
+            resource_list: response.resource_list,
+            log: response.log,
+        })
+    }
+}
+
+/// The evaluation gets slightly less time than the caller's deadline, so the
+/// runner stops the function and answers `DEADLINE_EXCEEDED` with a message
+/// of its own before the transport gives up on the call.
+fn stop_before_deadline(t: Duration) -> Duration {
+    let margin = (t / 10).min(Duration::from_millis(50));
+    t.saturating_sub(margin)
+}
+
+/// Reads the standard `grpc-timeout` header (e.g. `100m`, `5S`).
+fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    let v = metadata.get("grpc-timeout")?.to_str().ok()?;
+    if v.len() < 2 {
+        return None;
+    }
+    let (digits, unit) = v.split_at(v.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[tonic::async_trait]
+impl pb::function_evaluator_server::FunctionEvaluator for EvaluatorService {
+    async fn evaluate_function(
+        &self,
+        request: Request<pb::EvaluateFunctionRequest>,
+    ) -> Result<Response<pb::EvaluateFunctionResponse>, Status> {
+        let timeout = grpc_timeout(request.metadata());
+        let pb::EvaluateFunctionRequest {
+            resource_list,
+            image,
+        } = request.into_inner();
+        let id = REQUEST_ID.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!("evaluate", request_id = id, image = %image);
+        async move {
+            let started = Instant::now();
+            let result = self.handle(image, resource_list, timeout).await;
+            let elapsed = started.elapsed();
+            match &result {
+                Ok(_) => tracing::info!(?elapsed, "evaluation succeeded"),
+                Err(e) => tracing::warn!(?elapsed, error = %e, "evaluation failed"),
+            }
+            result.map(Response::new).map_err(|e| to_status(&e))
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_listen_addresses() {
+        assert_eq!("unix:/tmp/s".parse(), Ok(Listen::Unix("/tmp/s".into())));
+        assert_eq!("unix:///tmp/s".parse(), Ok(Listen::Unix("/tmp/s".into())));
+        assert_eq!("127.0.0.1:9445".parse(), Ok(Listen::Tcp("127.0.0.1:9445".parse().unwrap())));
+        assert!("unix:".parse::<Listen>().is_err());
+        assert!("nonsense".parse::<Listen>().is_err());
+    }
+
+    #[test]
+    fn parses_grpc_timeout() {
+        let mut m = MetadataMap::new();
+        m.insert("grpc-timeout", "250m".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_millis(250)));
+        m.insert("grpc-timeout", "2S".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(2)));
+        m.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), None);
+        assert_eq!(stop_before_deadline(Duration::from_secs(2)), Duration::from_millis(1950));
+    }
+}

@@ -1,0 +1,123 @@
+//! The one place where evaluation errors become gRPC statuses (and back).
+//!
+//! | EvalError | gRPC code | Porch |
+//! |---|---|---|
+//! | NotFound | `NOT_FOUND` | same (`function "<image>" not found`) |
+//! | FunctionFailed | `INTERNAL` | same code; the message also carries the structured results, which Porch's exec evaluator drops |
+//! | Timeout | `DEADLINE_EXCEEDED` | same |
+//! | Cancelled | `CANCELLED` | same |
+//! | InvalidInput | `INVALID_ARGUMENT` | Porch passes bad input to the function and reports `INTERNAL` |
+//! | TooLarge | `RESOURCE_EXHAUSTED` | same code for requests; oversize output is `INTERNAL` there |
+//! | Unavailable | `UNAVAILABLE` | Porch crashes with no runtime enabled |
+//! | Internal | `INTERNAL` | same |
+
+use tonic::{Code, Status};
+
+use crate::domain::evaluation::{EvalError, FunctionFailure};
+use crate::domain::resource_list::format_results;
+
+/// Longest `grpc-message` sent, in bytes. The message travels in an HTTP/2
+/// trailer and clients cap metadata (grpc-core's soft limit is 8 KiB), so a
+/// function's stderr is cut to fit; results come first so they survive.
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 6 * 1024;
+
+/// Maps an evaluation error to the status the runner answers with.
+pub fn to_status(err: &EvalError) -> Status {
+    let code = match err {
+        EvalError::NotFound { .. } => Code::NotFound,
+        EvalError::FunctionFailed(_) | EvalError::Internal(_) => Code::Internal,
+        EvalError::Timeout { .. } => Code::DeadlineExceeded,
+        EvalError::Cancelled { .. } => Code::Cancelled,
+        EvalError::InvalidInput(_) => Code::InvalidArgument,
+        EvalError::TooLarge { .. } => Code::ResourceExhausted,
+        EvalError::Unavailable(_) => Code::Unavailable,
+    };
+    let message = match err {
+        EvalError::FunctionFailed(f) => failure_message(f),
+        other => truncate(other.to_string(), MAX_STATUS_MESSAGE_BYTES),
+    };
+    Status::new(code, message)
+}
+
+/// Porch's wording, `Failed to execute function "<image>": <exit> (<stderr>)`,
+/// with the structured results appended; stderr is shortened first when the
+/// whole would exceed [`MAX_STATUS_MESSAGE_BYTES`].
+fn failure_message(f: &FunctionFailure) -> String {
+    let results = if f.results.is_empty() {
+        String::new()
+    } else {
+        format!("\nstructured results:\n{}", format_results(&f.results))
+    };
+    let results = truncate(results, MAX_STATUS_MESSAGE_BYTES / 2);
+    let head = format!("Failed to execute function {:?}: {} (", f.image, f.exit);
+    let room = MAX_STATUS_MESSAGE_BYTES.saturating_sub(head.len() + results.len() + 1);
+    let stderr = truncate(String::from_utf8_lossy(&f.stderr).trim_end().to_string(), room);
+    format!("{head}{stderr}){results}")
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let note = format!(" … [{} bytes cut; see the runner's log]", s.len() - max);
+    let mut cut = max.saturating_sub(note.len());
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s.truncate(cut);
+    s.push_str(&note);
+    s
+}
+
+/// Maps a status received from a remote function runner back to an
+/// evaluation error for `image`.
+pub fn from_status(image: &str, status: &Status, timeout: Option<std::time::Duration>) -> EvalError {
+    let message = status.message().to_string();
+    match status.code() {
+        Code::NotFound => EvalError::NotFound {
+            image: image.to_string(),
+            detail: Some(format!("the function runner answered: {message}")),
+        },
+        Code::DeadlineExceeded => EvalError::Timeout {
+            image: image.to_string(),
+            after: timeout.unwrap_or_default(),
+        },
+        Code::Cancelled => EvalError::Cancelled {
+            image: image.to_string(),
+        },
+        Code::InvalidArgument => EvalError::InvalidInput(message),
+        Code::Unavailable => EvalError::Unavailable(format!("the function runner is unavailable: {message}")),
+        code => EvalError::Internal(format!("the function runner answered {code:?}: {message}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::evaluation::ExitReason;
+    use bytes::Bytes;
+
+    #[test]
+    fn failed_function_keeps_results_when_stderr_is_huge() {
+        let stdout = Bytes::from_static(
+            b"kind: ResourceList\nitems: []\nresults:\n- message: replicas must be > 0\n  severity: error\n",
+        );
+        let stderr = Bytes::from(vec![b'x'; 100_000]);
+        let f = FunctionFailure::new("img", ExitReason::Code(1), stdout, stderr);
+        let status = to_status(&EvalError::FunctionFailed(Box::new(f)));
+        assert_eq!(status.code(), Code::Internal);
+        assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
+        assert!(status.message().starts_with("Failed to execute function \"img\": exit status 1 (xxx"));
+        assert!(status.message().ends_with("[error]: replicas must be > 0"));
+        assert!(status.message().contains("bytes cut"));
+    }
+
+    #[test]
+    fn codes() {
+        assert_eq!(to_status(&EvalError::not_found("a")).code(), Code::NotFound);
+        assert_eq!(to_status(&EvalError::InvalidInput("x".into())).code(), Code::InvalidArgument);
+        assert_eq!(to_status(&EvalError::Unavailable("x".into())).code(), Code::Unavailable);
+        let back = from_status("a", &to_status(&EvalError::not_found("a")), None);
+        assert!(back.is_not_found());
+    }
+}

@@ -1,0 +1,4 @@
+//! Adapters: the only code that touches processes, sockets and files.
+
+pub mod exec;
+pub mod grpc;

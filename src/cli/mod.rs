@@ -1,0 +1,128 @@
+//! The `krm-fn-runner` command line: `serve` and `eval`.
+//!
+//! Flags keep Porch's names and defaults, and Go's flag syntax is accepted
+//! too (`-port 9445`, `--warm-up-pod-cache=false`), so deployment manifests
+//! written for Porch's function runner work unchanged.
+
+mod eval;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// The runner's command line.
+#[derive(Debug, Parser)]
+#[command(name = "krm-fn-runner", version, about = "Runs KRM functions for Porch and kpt render pipelines")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve Porch's FunctionEvaluator gRPC API (drop-in for Porch's function runner).
+    Serve(serve::ServeArgs),
+    /// Evaluate one function on a ResourceList read from stdin.
+    Eval(eval::EvalArgs),
+}
+
+/// Turns Go-style single-dash long flags (`-port=9445`) into clap's `--port=9445`.
+fn normalize_go_flags(args: Vec<String>) -> Vec<String> {
+    let mut longs = Vec::new();
+    let cmd = Cli::command();
+    for sub in cmd.get_subcommands() {
+        longs.extend(sub.get_arguments().filter_map(|a| a.get_long().map(str::to_string)));
+    }
+    args.into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let single = i > 0 && a.starts_with('-') && !a.starts_with("--") && a.len() > 2;
+            let name = a.trim_start_matches('-').split('=').next().unwrap_or_default();
+            if single && longs.iter().any(|l| l == name) {
+                format!("-{a}")
+            } else {
+                a
+            }
+        })
+        .collect()
+}
+
+/// Klog-style verbosity (Porch's `--log-level`, 0–5) as a tracing filter.
+pub(crate) fn init_logging(level: u8) {
+    let default = match level {
+        0 => "error",
+        1 => "warn",
+        2 => "info",
+        3 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Parses the process arguments and runs the chosen command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse_from(normalize_go_flags(std::env::args().collect()));
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("unexpected error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Eval(args) => eval::run(args).await,
+        }
+    });
+    // Dropping the runtime drops every task still running, which stops
+    // (kills) any function process left after a shutdown grace period.
+    drop(runtime);
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("unexpected error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_style_flags_are_accepted() {
+        let args = ["x", "serve", "-port=1", "-functions", "/f", "--config=c", "-v"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            normalize_go_flags(args),
+            ["x", "serve", "--port=1", "--functions", "/f", "--config=c", "-v"]
+        );
+    }
+
+    #[test]
+    fn porch_manifest_flags_parse() {
+        let argv = normalize_go_flags(
+            "krm-fn-runner serve --pod-namespace=porch-fn-system --max-request-body-size=6291456 \
+             --max-parallel-pods-per-function=2 --max-waitlist-length=1 --warm-up-pod-cache=true \
+             --functions=/home/nonroot/functions --config=/home/nonroot/config.yaml"
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+        );
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let Command::Serve(s) = cli.command else { panic!("not serve") };
+        assert_eq!(s.port, 9445);
+        assert_eq!(s.max_request_body_size, 6291456);
+        assert!(s.pod.warm_up_pod_cache);
+    }
+}

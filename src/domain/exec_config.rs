@@ -1,0 +1,165 @@
+//! The exec evaluator's configuration: Porch's `config.yaml`.
+//!
+//! Format (Porch Gen B, `--config`):
+//! ```yaml
+//! functions:
+//! - function: set-namespace          # binary file name inside --functions
+//!   images:
+//!   - ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5
+//!   - ghcr.io/kptdev/krm-functions-catalog/set-namespace:latest
+//! ```
+//! Lookup is by exact image string, as in Porch; in addition, an image that
+//! matches no entry exactly is tried once more after kpt's short-name
+//! resolution (default prefix, `:latest`), so `set-namespace:v0.4.5` finds
+//! the entry of its fully qualified form. When an image appears twice, the
+//! first entry wins and a warning says so (Porch: `Ignoring duplicate image`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::codec;
+use super::image::resolve_image;
+
+/// One `functions[]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ExecFunction {
+    /// Binary file name, relative to the functions directory (absolute paths are kept).
+    pub function: String,
+    /// Image strings served by this binary.
+    #[serde(default)]
+    pub images: Vec<String>,
+}
+
+/// The parsed `config.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct ExecConfig {
+    /// The function entries, in file order.
+    #[serde(default)]
+    pub functions: Vec<ExecFunction>,
+}
+
+/// Why a `config.yaml` could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("failed to parse configuration file {path:?}: {message}")]
+pub struct ExecConfigError {
+    /// The file, as named on the command line.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ExecConfig {
+    /// Parses the YAML text of a `config.yaml`; `path` is only used in errors.
+    ///
+    /// Errors: not YAML, wrong shape, or an entry with an empty `function`.
+    pub fn parse(text: &[u8], path: &str) -> Result<Self, ExecConfigError> {
+        let err = |message: String| ExecConfigError {
+            path: path.to_string(),
+            message,
+        };
+        let cfg: ExecConfig = if text.iter().all(u8::is_ascii_whitespace) {
+            ExecConfig::default()
+        } else {
+            codec::from_yaml_slice(text).map_err(|e| err(e.to_string()))?
+        };
+        if let Some(i) = cfg.functions.iter().position(|f| f.function.trim().is_empty()) {
+            return Err(err(format!("functions[{i}].function is empty: name the binary file inside --functions")));
+        }
+        Ok(cfg)
+    }
+
+    /// Builds the image → binary table with paths resolved against
+    /// `functions_dir`. Returns the table and one warning per ignored duplicate.
+    pub fn table(&self, functions_dir: &Path, default_prefix: &str) -> (ExecTable, Vec<String>) {
+        let mut exact = HashMap::new();
+        let mut warnings = Vec::new();
+        for f in &self.functions {
+            let path = functions_dir.join(&f.function);
+            for image in &f.images {
+                if exact.contains_key(image) {
+                    warnings.push(format!(
+                        "Ignoring duplicate image {image:?} (binary {:?}): the first entry wins",
+                        f.function
+                    ));
+                    continue;
+                }
+                exact.insert(image.clone(), path.clone());
+            }
+        }
+        (
+            ExecTable {
+                exact,
+                default_prefix: default_prefix.to_string(),
+            },
+            warnings,
+        )
+    }
+}
+
+/// The exec evaluator's lookup table: image string → binary path.
+#[derive(Debug, Clone, Default)]
+pub struct ExecTable {
+    exact: HashMap<String, PathBuf>,
+    default_prefix: String,
+}
+
+impl ExecTable {
+    /// The binary for `image`: exact match first, then the kpt-resolved form.
+    pub fn lookup(&self, image: &str) -> Option<&Path> {
+        self.exact
+            .get(image)
+            .or_else(|| self.exact.get(&resolve_image(image, &self.default_prefix)))
+            .map(PathBuf::as_path)
+    }
+
+    /// Every distinct binary path, sorted (for start-up checks).
+    pub fn binaries(&self) -> Vec<&Path> {
+        let mut v: Vec<&Path> = self.exact.values().map(PathBuf::as_path).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Number of image strings served.
+    pub fn len(&self) -> usize {
+        self.exact.len()
+    }
+
+    /// True when no image is configured.
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::image::DEFAULT_IMAGE_PREFIX;
+
+    const CFG: &str = "functions:\n- function: set-namespace\n  images:\n  - ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5\n  - ghcr.io/kptdev/krm-functions-catalog/set-namespace:latest\n- function: other\n  images:\n  - ghcr.io/kptdev/krm-functions-catalog/set-namespace:latest\n";
+
+    #[test]
+    fn exact_then_resolved_lookup() {
+        let cfg = ExecConfig::parse(CFG.as_bytes(), "config.yaml").unwrap();
+        let (table, warnings) = cfg.table(Path::new("/fns"), DEFAULT_IMAGE_PREFIX);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("Ignoring duplicate image"));
+        let want = Some(Path::new("/fns/set-namespace"));
+        assert_eq!(table.lookup("ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5"), want);
+        assert_eq!(table.lookup("set-namespace:v0.4.5"), want);
+        assert_eq!(table.lookup("set-namespace"), want);
+        assert_eq!(table.lookup("set-labels"), None);
+        assert_eq!(table.binaries(), vec![Path::new("/fns/set-namespace")]);
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let e = ExecConfig::parse(b"functions: {oops", "/etc/c.yaml").unwrap_err();
+        assert!(e.to_string().starts_with("failed to parse configuration file \"/etc/c.yaml\""));
+        let e = ExecConfig::parse(b"functions:\n- images: [a]\n  function: ''\n", "c").unwrap_err();
+        assert!(e.to_string().contains("functions[0].function is empty"));
+        assert_eq!(ExecConfig::parse(b"", "c").unwrap(), ExecConfig::default());
+    }
+}

@@ -1,0 +1,12 @@
+//! The pure core: ResourceLists, images, evaluation errors, the evaluator
+//! chain and configuration models.
+//!
+//! Nothing here performs I/O, reads a clock or depends on an async runtime;
+//! it depends only on the port traits in [`crate::ports`].
+
+pub mod chain;
+pub mod codec;
+pub mod evaluation;
+pub mod exec_config;
+pub mod image;
+pub mod resource_list;

@@ -1,0 +1,365 @@
+//! The KRM `ResourceList` and its structured results.
+//!
+//! Shapes follow the KRM Functions Specification (`config.kubernetes.io/v1`):
+//! `items` (KRM objects), optional `functionConfig`, optional `results`. Reading
+//! is as lenient as kyaml's reader: any `apiVersion`, `kind: ResourceList` or
+//! `List`, and `results` either as a list or as the legacy `{items: [...]}`
+//! wrapper. Items are kept as ordered JSON values so key order survives.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::codec::{self, CodecError};
+
+/// The `apiVersion` kyaml and kpt write on every ResourceList.
+pub const RESOURCE_LIST_API_VERSION: &str = "config.kubernetes.io/v1";
+/// The `kind` of a ResourceList.
+pub const RESOURCE_LIST_KIND: &str = "ResourceList";
+
+/// A parsed ResourceList.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceList {
+    /// `apiVersion`; not checked on read (kyaml does not check it either).
+    #[serde(default)]
+    pub api_version: String,
+    /// `kind`: `ResourceList` (or `List`, accepted on read).
+    pub kind: String,
+    /// The KRM objects, in order.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub items: Vec<Value>,
+    /// The functionConfig given to the function, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_config: Option<Value>,
+    /// Structured results written by the function.
+    #[serde(
+        default,
+        deserialize_with = "results_list_or_wrapper",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub results: Vec<ResultItem>,
+}
+
+/// Why bytes could not be read as a ResourceList.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResourceListError {
+    /// Nothing but whitespace or comments.
+    #[error("the ResourceList is empty: expected exactly one YAML object with kind ResourceList")]
+    Empty,
+    /// Not YAML, or not a single mapping.
+    #[error("the ResourceList is not valid YAML: {0}")]
+    Syntax(CodecError),
+    /// A YAML object whose kind is something else.
+    #[error("expected kind ResourceList, got kind {0:?}")]
+    WrongKind(String),
+}
+
+impl ResourceList {
+    /// An empty `config.kubernetes.io/v1` ResourceList.
+    pub fn new(items: Vec<Value>) -> Self {
+        Self {
+            api_version: RESOURCE_LIST_API_VERSION.into(),
+            kind: RESOURCE_LIST_KIND.into(),
+            items,
+            function_config: None,
+            results: Vec::new(),
+        }
+    }
+
+    /// Parses a whole ResourceList from YAML or JSON bytes.
+    ///
+    /// Errors: [`ResourceListError`] when the bytes are empty, not one YAML
+    /// mapping, or of another kind.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ResourceListError> {
+        check_not_empty(bytes)?;
+        let list: ResourceList = codec::from_yaml_slice(bytes).map_err(ResourceListError::Syntax)?;
+        check_kind(&list.kind)?;
+        Ok(list)
+    }
+
+    /// Checks that `bytes` are a single YAML object of kind `ResourceList`
+    /// without building the items (cheaper than [`ResourceList::parse`]).
+    ///
+    /// This is the runner's input validation: a request that fails it is
+    /// rejected before any function runs.
+    pub fn validate(bytes: &[u8]) -> Result<(), ResourceListError> {
+        #[derive(Deserialize)]
+        struct Header {
+            #[serde(default)]
+            kind: Option<String>,
+        }
+        check_not_empty(bytes)?;
+        let header: Header = codec::from_yaml_slice(bytes).map_err(ResourceListError::Syntax)?;
+        check_kind(header.kind.as_deref().unwrap_or(""))
+    }
+
+    /// Serializes as YAML.
+    ///
+    /// Errors: only for values YAML cannot represent.
+    pub fn to_yaml(&self) -> Result<String, CodecError> {
+        codec::to_yaml_string(self)
+    }
+
+    /// True when any result has severity `error`.
+    pub fn has_error_results(&self) -> bool {
+        self.results.iter().any(|r| r.severity == Severity::Error)
+    }
+}
+
+fn check_not_empty(bytes: &[u8]) -> Result<(), ResourceListError> {
+    let meaningful = String::from_utf8_lossy(bytes)
+        .lines()
+        .map(str::trim)
+        .any(|l| !l.is_empty() && !l.starts_with('#') && l != "---" && l != "...");
+    if meaningful {
+        Ok(())
+    } else {
+        Err(ResourceListError::Empty)
+    }
+}
+
+fn check_kind(kind: &str) -> Result<(), ResourceListError> {
+    if kind == RESOURCE_LIST_KIND || kind == "List" {
+        Ok(())
+    } else {
+        Err(ResourceListError::WrongKind(kind.to_string()))
+    }
+}
+
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+fn results_list_or_wrapper<'de, D>(d: D) -> Result<Vec<ResultItem>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Results {
+        List(Vec<ResultItem>),
+        Wrapper {
+            #[serde(default)]
+            items: Vec<ResultItem>,
+        },
+    }
+    Ok(match Option::<Results>::deserialize(d)? {
+        None => Vec::new(),
+        Some(Results::List(v)) | Some(Results::Wrapper { items: v }) => v,
+    })
+}
+
+/// Severity of a result (KRM spec: `error`, `warning`, `info`).
+///
+/// A missing severity reads as `info`, as kpt prints it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The function found a problem that fails the invocation.
+    Error,
+    /// A problem that does not fail the invocation.
+    Warning,
+    /// Informational.
+    #[default]
+    Info,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        })
+    }
+}
+
+/// One structured result (KRM spec `Result`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultItem {
+    /// Human-readable message (required by the spec; empty when absent).
+    #[serde(default)]
+    pub message: String,
+    /// Severity; absent reads as `info`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub severity: Severity,
+    /// The object the result is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_ref: Option<ResourceRef>,
+    /// The field the result is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<FieldRef>,
+    /// The file the result is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileRef>,
+    /// Free-form tags.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Identifies a KRM object (`resourceRef`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRef {
+    /// `apiVersion` of the object.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// `kind` of the object.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// `metadata.name`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// `metadata.namespace`, empty for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+}
+
+/// A field of an object (`field`): dotted `path` plus optional values.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldRef {
+    /// Dotted path such as `spec.template.spec.containers[3].image`.
+    #[serde(default)]
+    pub path: String,
+    /// The current value, any YAML value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_value: Option<Value>,
+    /// The proposed value, any YAML value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposed_value: Option<Value>,
+}
+
+/// A file position (`file`): slash-separated relative `path` and document `index`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRef {
+    /// Relative, slash-separated path.
+    #[serde(default)]
+    pub path: String,
+    /// 0-based index of the document in a multi-document file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<i64>,
+}
+
+impl fmt::Display for ResultItem {
+    /// Renders a result as Porch's wrapper server does:
+    /// `[<severity>] <apiVersion/kind/namespace/name> <field path>: <message>`,
+    /// with empty parts omitted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}]", self.severity)?;
+        if let Some(r) = &self.resource_ref {
+            let id: Vec<&str> = [&r.api_version, &r.kind, &r.namespace, &r.name]
+                .into_iter()
+                .map(String::as_str)
+                .filter(|s| !s.is_empty())
+                .collect();
+            if !id.is_empty() {
+                write!(f, " {}", id.join("/"))?;
+            }
+        }
+        if let Some(field) = self.field.as_ref().filter(|x| !x.path.is_empty()) {
+            write!(f, " {}", field.path)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Renders results the way Porch's wrapper server reports them in an error,
+/// one per paragraph (joined by a blank line).
+pub fn format_results(results: &[ResultItem]) -> String {
+    results
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RL: &str = r#"
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: cm
+functionConfig:
+  apiVersion: v1
+  kind: ConfigMap
+  data: {namespace: ns}
+results:
+- message: bad replicas
+  severity: error
+  resourceRef: {apiVersion: apps/v1, kind: Deployment, name: web, namespace: prod}
+  field: {path: spec.replicas, currentValue: 0}
+  file: {path: deploy.yaml, index: 1}
+- message: fyi
+"#;
+
+    #[test]
+    fn parses_items_config_and_results() {
+        let rl = ResourceList::parse(RL.as_bytes()).unwrap();
+        assert_eq!(rl.items.len(), 1);
+        assert_eq!(rl.function_config.as_ref().unwrap()["data"]["namespace"], "ns");
+        assert_eq!(rl.results.len(), 2);
+        assert_eq!(rl.results[0].severity, Severity::Error);
+        assert_eq!(rl.results[1].severity, Severity::Info);
+        assert_eq!(rl.results[0].file.as_ref().unwrap().index, Some(1));
+        assert!(rl.has_error_results());
+    }
+
+    #[test]
+    fn renders_results_like_porch() {
+        let rl = ResourceList::parse(RL.as_bytes()).unwrap();
+        assert_eq!(
+            format_results(&rl.results),
+            "[error] apps/v1/Deployment/prod/web spec.replicas: bad replicas\n\n[info]: fyi"
+        );
+    }
+
+    #[test]
+    fn legacy_results_wrapper_is_lifted() {
+        let rl = ResourceList::parse(
+            b"kind: ResourceList\nitems: []\nresults:\n  items:\n  - message: m\n    severity: warning\n",
+        )
+        .unwrap();
+        assert_eq!(rl.results[0].severity, Severity::Warning);
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        assert_eq!(ResourceList::validate(b""), Err(ResourceListError::Empty));
+        assert_eq!(ResourceList::validate(b"# only\n---\n"), Err(ResourceListError::Empty));
+        assert_eq!(
+            ResourceList::validate(b"kind: Deployment\n"),
+            Err(ResourceListError::WrongKind("Deployment".into()))
+        );
+        assert!(matches!(
+            ResourceList::validate(b"this is: [not yaml"),
+            Err(ResourceListError::Syntax(_))
+        ));
+        assert!(matches!(
+            ResourceList::validate(b"just a string"),
+            Err(ResourceListError::Syntax(_))
+        ));
+        assert!(ResourceList::validate(b"{\"kind\":\"ResourceList\",\"items\":[]}").is_ok());
+        assert!(ResourceList::validate(b"kind: List\nitems: []\n").is_ok());
+    }
+
+    #[test]
+    fn null_items_read_as_empty() {
+        let rl = ResourceList::parse(b"kind: ResourceList\nitems:\n").unwrap();
+        assert!(rl.items.is_empty());
+    }
+}
