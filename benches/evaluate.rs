@@ -1,1 +1,184 @@
-fn main(){}
+//! EvaluateFunction through a running `krm-fn-runner serve` versus a bare
+//! spawn of the same catalog binary with the same input, at 1 and 16
+//! concurrent callers, in one run. Prints the server/bare ratio of medians.
+//!
+//! Needs the catalog functions (`scripts/install-catalog-functions.sh`).
+//! Run: `cargo bench --bench evaluate`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
+use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
+use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
+use tonic::transport::Channel;
+
+const INPUT: &str = "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata:\n    name: web\n  spec:\n    replicas: 3\n    template:\n      spec:\n        containers:\n        - name: nginx\n          image: nginx:1.14\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    k: v\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: bench\n";
+
+fn catalog() -> PathBuf {
+    std::env::var_os("KRM_FN_CATALOG").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("KRM_FN_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/krm-fn-runner"));
+        cache.join("catalog")
+    })
+}
+
+fn image() -> String {
+    let modules = std::fs::read_to_string(catalog().join("modules.txt"))
+        .expect("catalog not installed: run scripts/install-catalog-functions.sh");
+    let version = modules
+        .lines()
+        .find_map(|l| l.strip_prefix("set-namespace "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("set-namespace in modules.txt")
+        .to_string();
+    format!("ghcr.io/kptdev/krm-functions-catalog/set-namespace:{version}")
+}
+
+/// One bare run of the binary: spawn, write stdin, read stdout and stderr.
+async fn bare(binary: &PathBuf) {
+    let mut child = tokio::process::Command::new(binary)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let write = async move {
+        tokio::io::AsyncWriteExt::write_all(&mut stdin, INPUT.as_bytes()).await.unwrap();
+    };
+    let (_, out) = tokio::join!(write, child.wait_with_output());
+    assert!(out.unwrap().status.success());
+}
+
+async fn through_server(client: &mut FunctionEvaluatorClient<Channel>, image: &str) {
+    let r = client
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: INPUT.as_bytes().to_vec().into(),
+            image: image.to_string(),
+        })
+        .await
+        .unwrap();
+    assert!(!r.into_inner().resource_list.is_empty());
+}
+
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_server() -> (Server, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--disable-runtimes=pod", "--log-level=0"])
+        .arg(format!("--config={}", catalog().join("config.yaml").display()))
+        .arg(format!("--functions={}", catalog().join("bin").display()))
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines.next().expect("server exited").unwrap();
+        if let Some(i) = line.find("listening on ") {
+            break line[i + 13..].split_whitespace().next().unwrap().to_string();
+        }
+    };
+    // Keep draining the log so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (Server(child), addr)
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let binary = catalog().join("bin/set-namespace");
+    let image = image();
+    let (_server, addr) = start_server();
+    let client = rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        FunctionEvaluatorClient::new(channel)
+    });
+    for concurrency in [1usize, 16] {
+        let mut group = c.benchmark_group(format!("evaluate/c{concurrency}"));
+        group.sample_size(30).measurement_time(Duration::from_secs(8));
+        group.bench_function("bare-spawn", |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let binary = binary.clone();
+                async move {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let mut set = tokio::task::JoinSet::new();
+                        for _ in 0..concurrency {
+                            let binary = binary.clone();
+                            set.spawn(async move { bare(&binary).await });
+                        }
+                        set.join_all().await;
+                    }
+                    start.elapsed()
+                }
+            })
+        });
+        group.bench_function("server", |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let client = client.clone();
+                let image = image.clone();
+                async move {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let mut set = tokio::task::JoinSet::new();
+                        for _ in 0..concurrency {
+                            let mut client = client.clone();
+                            let image = image.clone();
+                            set.spawn(async move { through_server(&mut client, &image).await });
+                        }
+                        set.join_all().await;
+                    }
+                    start.elapsed()
+                }
+            })
+        });
+        group.finish();
+    }
+}
+
+/// Reads criterion's median estimate (nanoseconds) for `group/name`.
+fn median_ns(group: &str, name: &str) -> Option<f64> {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let path = dir.join("criterion").join(group.replace('/', "_")).join(name).join("new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["median"]["point_estimate"].as_f64()
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    let mut report = std::io::stdout();
+    for c in [1, 16] {
+        let group = format!("evaluate/c{c}");
+        if let (Some(bare), Some(server)) = (median_ns(&group, "bare-spawn"), median_ns(&group, "server")) {
+            let _ = writeln!(
+                report,
+                "{group}: bare spawn {:.2} ms, through server {:.2} ms, ratio {:.3}x (p50, per batch of {c})",
+                bare / 1e6,
+                server / 1e6,
+                server / bare
+            );
+        }
+    }
+}

@@ -87,7 +87,11 @@ pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError
             Err(source) => return Err(StartupError::ReadConfig { path, source }),
         };
         let config = ExecConfig::parse(&text, &path.display().to_string())?;
-        let (table, dupes) = config.table(&settings.functions, &settings.default_image_prefix);
+        // Functions run in the temporary directory, so relative paths are
+        // resolved against the runner's working directory now.
+        let functions =
+            std::path::absolute(&settings.functions).unwrap_or_else(|_| settings.functions.clone());
+        let (table, dupes) = config.table(&functions, &settings.default_image_prefix);
         warnings.extend(dupes);
         let exec = ExecEvaluator::new(
             table,

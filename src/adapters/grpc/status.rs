@@ -74,6 +74,9 @@ fn truncate(mut s: String, max: usize) -> String {
 pub fn from_status(image: &str, status: &Status, timeout: Option<std::time::Duration>) -> EvalError {
     let message = status.message().to_string();
     match status.code() {
+        Code::NotFound if message == EvalError::not_found(image).to_string() => {
+            EvalError::not_found(image)
+        }
         Code::NotFound => EvalError::NotFound {
             image: image.to_string(),
             detail: Some(format!("the function runner answered: {message}")),
@@ -85,7 +88,12 @@ pub fn from_status(image: &str, status: &Status, timeout: Option<std::time::Dura
         Code::Cancelled => EvalError::Cancelled {
             image: image.to_string(),
         },
-        Code::InvalidArgument => EvalError::InvalidInput(message),
+        Code::InvalidArgument => EvalError::InvalidInput(
+            message
+                .strip_prefix("invalid request: ")
+                .unwrap_or(&message)
+                .to_string(),
+        ),
         Code::Unavailable => EvalError::Unavailable(format!("the function runner is unavailable: {message}")),
         code => EvalError::Internal(format!("the function runner answered {code:?}: {message}")),
     }

@@ -1,0 +1,161 @@
+//! Shared integration-test harness: starts the real `krm-fn-runner serve`
+//! process on loopback and finds the catalog functions installed by
+//! `scripts/install-catalog-functions.sh`.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
+use tonic::transport::{Channel, Endpoint};
+
+/// The catalog installation: `bin/`, `config.yaml`, `modules.txt`.
+pub fn catalog_dir() -> PathBuf {
+    let dir = std::env::var_os("KRM_FN_CATALOG").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("KRM_FN_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/krm-fn-runner"));
+        cache.join("catalog")
+    });
+    assert!(
+        dir.join("config.yaml").is_file(),
+        "catalog functions are not installed at {}: run scripts/install-catalog-functions.sh \
+         (or set KRM_FN_CATALOG to its destination)",
+        dir.display()
+    );
+    dir
+}
+
+/// The pinned catalog version of `function`, from `DEST/versions.txt` or `modules.txt`.
+pub fn catalog_version(function: &str) -> String {
+    let modules = std::fs::read_to_string(catalog_dir().join("modules.txt")).unwrap();
+    modules
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.split_whitespace();
+            (parts.next() == Some(function)).then(|| parts.next().unwrap().to_string())
+        })
+        .unwrap_or_else(|| panic!("{function} is not in the catalog installation"))
+}
+
+/// The fully qualified catalog image of `function` at its pinned version.
+pub fn catalog_image(function: &str) -> String {
+    format!("ghcr.io/kptdev/krm-functions-catalog/{function}:{}", catalog_version(function))
+}
+
+/// A running `krm-fn-runner serve` process, killed on drop.
+pub struct Runner {
+    child: Child,
+    /// `ip:port` or `unix:/path`.
+    pub address: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Runner {
+    /// Starts `serve` with `args` (plus `--listen 127.0.0.1:0` unless a
+    /// `--listen` is given) and waits until it listens.
+    pub fn start(args: &[&str]) -> Runner {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
+        cmd.arg("serve");
+        if !args.iter().any(|a| a.starts_with("--listen")) {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start krm-fn-runner serve");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("listening on ") {
+                    let addr = line[i + "listening on ".len()..].split_whitespace().next().unwrap_or("");
+                    let _ = tx.send(addr.to_string());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let address = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("runner did not start: {:?}", log.lock().unwrap()));
+        Runner { child, address, log }
+    }
+
+    /// A channel to the runner.
+    pub async fn channel(&self) -> Channel {
+        let uri = if self.address.starts_with("unix:") {
+            self.address.clone()
+        } else {
+            format!("http://{}", self.address)
+        };
+        Endpoint::from_shared(uri).unwrap().connect().await.expect("connect to runner")
+    }
+
+    /// A FunctionEvaluator client with generous message limits.
+    pub async fn client(&self) -> FunctionEvaluatorClient<Channel> {
+        FunctionEvaluatorClient::new(self.channel().await)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20)
+    }
+
+    /// The process id of the runner.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything the runner logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Sends SIGTERM and waits up to `within` for the exit status.
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes an executable script `name` into `dir`.
+pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// True while process `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("");
+            state != "Z" && state != "X"
+        }
+    }
+}
+
+/// A small valid ResourceList holding one ConfigMap named `name`.
+pub fn config_map_rl(name: &str) -> Vec<u8> {
+    format!(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: {name}\n  data:\n    k: v\n"
+    )
+    .into_bytes()
+}
