@@ -18,12 +18,16 @@ use tonic::transport::Channel;
 const INPUT: &str = "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata:\n    name: web\n  spec:\n    replicas: 3\n    template:\n      spec:\n        containers:\n        - name: nginx\n          image: nginx:1.14\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    k: v\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: bench\n";
 
 fn catalog() -> PathBuf {
-    std::env::var_os("KRM_FN_CATALOG").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("KRM_FN_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/krm-fn-runner"));
-        cache.join("catalog")
-    })
+    std::env::var_os("KRM_FN_CATALOG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("KRM_FN_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/krm-fn-runner")
+                });
+            cache.join("catalog")
+        })
 }
 
 fn image() -> String {
@@ -48,7 +52,9 @@ async fn bare(binary: &PathBuf) {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let write = async move {
-        tokio::io::AsyncWriteExt::write_all(&mut stdin, INPUT.as_bytes()).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut stdin, INPUT.as_bytes())
+            .await
+            .unwrap();
     };
     let (_, out) = tokio::join!(write, child.wait_with_output());
     assert!(out.unwrap().status.success());
@@ -76,8 +82,17 @@ impl Drop for Server {
 
 fn start_server() -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--disable-runtimes=pod", "--log-level=0"])
-        .arg(format!("--config={}", catalog().join("config.yaml").display()))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--disable-runtimes=pod",
+            "--log-level=0",
+        ])
+        .arg(format!(
+            "--config={}",
+            catalog().join("config.yaml").display()
+        ))
         .arg(format!("--functions={}", catalog().join("bin").display()))
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
@@ -88,7 +103,11 @@ fn start_server() -> (Server, String) {
     let addr = loop {
         let line = lines.next().expect("server exited").unwrap();
         if let Some(i) = line.find("listening on ") {
-            break line[i + 13..].split_whitespace().next().unwrap().to_string();
+            break line[i + 13..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string();
         }
     };
     // Keep draining the log so the server never blocks on a full pipe.
@@ -111,7 +130,9 @@ fn bench(c: &mut Criterion) {
     });
     for concurrency in [1usize, 16] {
         let mut group = c.benchmark_group(format!("evaluate/c{concurrency}"));
-        group.sample_size(30).measurement_time(Duration::from_secs(8));
+        group
+            .sample_size(30)
+            .measurement_time(Duration::from_secs(8));
         group.bench_function("bare-spawn", |b| {
             b.to_async(&rt).iter_custom(|iters| {
                 let binary = binary.clone();
@@ -157,7 +178,11 @@ fn median_ns(group: &str, name: &str) -> Option<f64> {
     let dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let path = dir.join("criterion").join(group.replace('/', "_")).join(name).join("new/estimates.json");
+    let path = dir
+        .join("criterion")
+        .join(group.replace('/', "_"))
+        .join(name)
+        .join("new/estimates.json");
     let text = std::fs::read_to_string(path).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     v["median"]["point_estimate"].as_f64()
@@ -171,7 +196,9 @@ fn main() {
     let mut report = std::io::stdout();
     for c in [1, 16] {
         let group = format!("evaluate/c{c}");
-        if let (Some(bare), Some(server)) = (median_ns(&group, "bare-spawn"), median_ns(&group, "server")) {
+        if let (Some(bare), Some(server)) =
+            (median_ns(&group, "bare-spawn"), median_ns(&group, "server"))
+        {
             let _ = writeln!(
                 report,
                 "{group}: bare spawn {:.2} ms, through server {:.2} ms, ratio {:.3}x (p50, per batch of {c})",

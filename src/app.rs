@@ -43,7 +43,9 @@ pub struct Runtime {
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     /// `--config` could not be read.
-    #[error("failed to initialize executable evaluator: failed to read configuration file {path:?}: {source}")]
+    #[error(
+        "failed to initialize executable evaluator: failed to read configuration file {path:?}: {source}"
+    )]
     ReadConfig {
         /// The file.
         path: PathBuf,
@@ -109,7 +111,9 @@ pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError
         );
     }
     if chain.names().is_empty() {
-        warnings.push("no runtime is enabled in krm-fn-runner: every call will fail with UNAVAILABLE".into());
+        warnings.push(
+            "no runtime is enabled in krm-fn-runner: every call will fail with UNAVAILABLE".into(),
+        );
     }
     Ok(Runtime { chain, warnings })
 }

@@ -18,7 +18,11 @@ fn python() -> String {
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-python-client.sh"))
         .output()
         .expect("run scripts/setup-python-client.sh");
-    assert!(out.status.success(), "setup-python-client.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "setup-python-client.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
@@ -35,7 +39,12 @@ fn call(runner: &Runner) -> serde_json::Value {
         .arg(root.join("tests/python/evaluator_client.py"))
         .arg("--proto")
         .arg(root.join("proto"))
-        .args(["--address", &runner.address, "--image", &catalog_image("set-namespace")])
+        .args([
+            "--address",
+            &runner.address,
+            "--image",
+            &catalog_image("set-namespace"),
+        ])
         .arg("--input")
         .arg(&input)
         .output()
@@ -51,9 +60,18 @@ fn call(runner: &Runner) -> serde_json::Value {
 
 fn check(seen: serde_json::Value) {
     assert_eq!(seen["health"], "SERVING");
-    assert!(seen["output"].as_str().unwrap().contains("namespace: from-python"), "{seen}");
+    assert!(
+        seen["output"]
+            .as_str()
+            .unwrap()
+            .contains("namespace: from-python"),
+        "{seen}"
+    );
     assert_eq!(seen["missing"]["code"], "NOT_FOUND");
-    assert_eq!(seen["missing"]["details"], "function \"example.com/none:v0\" not found");
+    assert_eq!(
+        seen["missing"]["details"],
+        "function \"example.com/none:v0\" not found"
+    );
 }
 
 fn config() -> String {

@@ -38,9 +38,16 @@ fn write_config(dir: &Path) -> String {
     let bin = catalog_dir().join("bin");
     let mut out = String::from("functions:\n");
     // Re-root the catalog entries on absolute paths.
-    for line in catalog.lines().skip_while(|l| !l.starts_with("functions:")).skip(1) {
+    for line in catalog
+        .lines()
+        .skip_while(|l| !l.starts_with("functions:"))
+        .skip(1)
+    {
         if let Some(name) = line.trim_start().strip_prefix("- function: ") {
-            out.push_str(&format!("- function: {}\n", bin.join(name.trim()).display()));
+            out.push_str(&format!(
+                "- function: {}\n",
+                bin.join(name.trim()).display()
+            ));
         } else {
             out.push_str(line);
             out.push('\n');
@@ -67,7 +74,13 @@ fn bed(extra: &[&str]) -> Bed {
     write_scripts(dir.path());
     let config = write_config(dir.path());
     let pid_file = format!("PID_FILE={}", dir.path().join("pids").display());
-    let mut args = vec!["--config", &config, "--disable-runtimes=pod", "--exec-env", &pid_file];
+    let mut args = vec![
+        "--config",
+        &config,
+        "--disable-runtimes=pod",
+        "--exec-env",
+        &pid_file,
+    ];
     args.extend_from_slice(extra);
     let runner = Runner::start(&args);
     Bed { dir, runner }
@@ -152,8 +165,14 @@ async fn failing_function_reports_stderr_and_structured_results() {
         .unwrap_err();
     assert_eq!(err.code(), Code::Internal);
     let m = err.message();
-    assert!(m.starts_with("Failed to execute function \"example.com/test/fail:v1\": exit status 1"), "{m}");
-    assert!(m.contains("failed to evaluate function: error: function failure"), "{m}");
+    assert!(
+        m.starts_with("Failed to execute function \"example.com/test/fail:v1\": exit status 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("failed to evaluate function: error: function failure"),
+        "{m}"
+    );
     assert!(m.contains("[error]: replicas must be positive"), "{m}");
 }
 
@@ -163,11 +182,20 @@ async fn deadline_stops_the_function_and_its_children() {
     let mut call = tonic::Request::new(request("example.com/test/sleepy:v1", config_map_rl("a")));
     call.set_timeout(Duration::from_millis(800));
     let started = Instant::now();
-    let err = bed.runner.client().await.evaluate_function(call).await.unwrap_err();
+    let err = bed
+        .runner
+        .client()
+        .await
+        .evaluate_function(call)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
     let pids = std::fs::read_to_string(bed.dir.path().join("pids")).unwrap();
-    let pids: Vec<u32> = pids.split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let pids: Vec<u32> = pids
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
     assert_eq!(pids.len(), 2, "function and grandchild pids");
     let deadline = Instant::now() + Duration::from_secs(5);
     while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
@@ -191,7 +219,11 @@ async fn oversize_request_is_resource_exhausted_naming_the_flag() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
-    assert!(err.message().contains("--max-request-body-size"), "{}", err.message());
+    assert!(
+        err.message().contains("--max-request-body-size"),
+        "{}",
+        err.message()
+    );
     // Far over the limit: refused by the transport, still RESOURCE_EXHAUSTED.
     let mut rl = config_map_rl("a");
     rl.extend(std::iter::repeat_n(b'#', 2 << 20));
@@ -200,7 +232,11 @@ async fn oversize_request_is_resource_exhausted_naming_the_flag() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
-    assert!(err.message().contains("--max-request-body-size"), "{}", err.message());
+    assert!(
+        err.message().contains("--max-request-body-size"),
+        "{}",
+        err.message()
+    );
     assert_serving(&bed.runner).await;
 }
 
@@ -212,14 +248,23 @@ async fn malformed_input_is_invalid_argument() {
     for (bytes, needle) in [
         (b"\xff\xfe\x00garbage".to_vec(), "not valid YAML"),
         (b"items: [unclosed".to_vec(), "not valid YAML"),
-        (b"apiVersion: apps/v1\nkind: Deployment\n".to_vec(), "expected kind ResourceList"),
+        (
+            b"apiVersion: apps/v1\nkind: Deployment\n".to_vec(),
+            "expected kind ResourceList",
+        ),
         (Vec::new(), "empty"),
     ] {
-        let err = client.evaluate_function(request(&image, bytes)).await.unwrap_err();
+        let err = client
+            .evaluate_function(request(&image, bytes))
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
         assert!(err.message().contains(needle), "{}", err.message());
     }
-    let err = client.evaluate_function(request("", config_map_rl("a"))).await.unwrap_err();
+    let err = client
+        .evaluate_function(request("", config_map_rl("a")))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert_serving(&bed.runner).await;
 }
@@ -241,11 +286,16 @@ async fn flooding_function_is_stopped_with_a_clear_error() {
 
 /// One request per function, with a check of its effect. These are the five
 /// catalog functions the Go module proxy serves (see the install script).
-fn catalog_case(i: usize) -> (String, Vec<u8>, Box<dyn Fn(&ResourceList) + Send>) {
+/// Checks a function's output.
+type Check = Box<dyn Fn(&ResourceList) + Send>;
+
+fn catalog_case(i: usize) -> (String, Vec<u8>, Check) {
     let item = format!(
         "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm-{i}\n  data:\n    k: v{i}\n    image: nginx:1.1 # kpt-set: ${{tag}}\n"
     );
-    let cm = |data: &str| format!("  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n{data}");
+    let cm = |data: &str| {
+        format!("  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n{data}")
+    };
     match i % 5 {
         0 => (
             catalog_image("set-namespace"),
@@ -261,7 +311,9 @@ fn catalog_case(i: usize) -> (String, Vec<u8>, Box<dyn Fn(&ResourceList) + Send>
             catalog_image("apply-replacements"),
             with_config(
                 &item,
-                &format!("  apiVersion: fn.kpt.dev/v1alpha1\n  kind: ApplyReplacements\n  metadata:\n    name: fn\n  replacements:\n  - source:\n      kind: ConfigMap\n      name: cm-{i}\n      fieldPath: data.k\n    targets:\n    - select:\n        kind: ConfigMap\n      fieldPaths:\n      - data.copied\n      options:\n        create: true\n"),
+                &format!(
+                    "  apiVersion: fn.kpt.dev/v1alpha1\n  kind: ApplyReplacements\n  metadata:\n    name: fn\n  replacements:\n  - source:\n      kind: ConfigMap\n      name: cm-{i}\n      fieldPath: data.k\n    targets:\n    - select:\n        kind: ConfigMap\n      fieldPaths:\n      - data.copied\n      options:\n        create: true\n"
+                ),
             ),
             Box::new(move |rl| assert_eq!(rl.items[0]["data"]["copied"], format!("v{i}"))),
         ),
@@ -269,16 +321,28 @@ fn catalog_case(i: usize) -> (String, Vec<u8>, Box<dyn Fn(&ResourceList) + Send>
             catalog_image("list-setters"),
             with_config(&item, &cm("    tag: unused\n")),
             Box::new(move |rl| {
-                assert!(rl.results.iter().any(|r| r.message.contains("Name: tag, Value: nginx:1.1")), "{rl:?}")
+                assert!(
+                    rl.results
+                        .iter()
+                        .any(|r| r.message.contains("Name: tag, Value: nginx:1.1")),
+                    "{rl:?}"
+                )
             }),
         ),
         _ => (
             catalog_image("starlark"),
             with_config(
                 &item,
-                &format!("  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: fn\n  source: |\n    for r in ctx.resource_list[\"items\"]:\n      r[\"metadata\"][\"annotations\"] = {{\"seen\": \"{i}\"}}\n"),
+                &format!(
+                    "  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: fn\n  source: |\n    for r in ctx.resource_list[\"items\"]:\n      r[\"metadata\"][\"annotations\"] = {{\"seen\": \"{i}\"}}\n"
+                ),
             ),
-            Box::new(move |rl| assert_eq!(rl.items[0]["metadata"]["annotations"]["seen"], format!("{i}"))),
+            Box::new(move |rl| {
+                assert_eq!(
+                    rl.items[0]["metadata"]["annotations"]["seen"],
+                    format!("{i}")
+                )
+            }),
         ),
     }
 }
@@ -315,7 +379,13 @@ async fn serves_on_a_unix_socket() {
     let bed = bed(&[&sock]);
     assert!(bed.runner.address.starts_with("unix:"));
     let (image, rl, check) = catalog_case(0);
-    let out = bed.runner.client().await.evaluate_function(request(&image, rl)).await.unwrap();
+    let out = bed
+        .runner
+        .client()
+        .await
+        .evaluate_function(request(&image, rl))
+        .await
+        .unwrap();
     check(&ResourceList::parse(&out.into_inner().resource_list).unwrap());
 }
 
@@ -325,12 +395,19 @@ async fn sigterm_lets_in_flight_calls_finish() {
     let mut client = bed.runner.client().await;
     let call = tokio::spawn(async move {
         client
-            .evaluate_function(request("example.com/test/slow-ok:v1", config_map_rl("kept")))
+            .evaluate_function(request(
+                "example.com/test/slow-ok:v1",
+                config_map_rl("kept"),
+            ))
             .await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let status = tokio::task::block_in_place(|| bed.runner.terminate(Duration::from_secs(10)));
-    let out = call.await.unwrap().expect("in-flight call finished").into_inner();
+    let out = call
+        .await
+        .unwrap()
+        .expect("in-flight call finished")
+        .into_inner();
     assert!(String::from_utf8_lossy(&out.resource_list).contains("name: kept"));
     assert!(status.expect("runner exited").success());
 }
@@ -352,7 +429,10 @@ async fn sigterm_stops_what_outlives_the_grace_period() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let started = Instant::now();
     let status = tokio::task::block_in_place(|| bed.runner.terminate(Duration::from_secs(10)));
-    assert!(status.is_some(), "runner did not exit after the grace period");
+    assert!(
+        status.is_some(),
+        "runner did not exit after the grace period"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(call.await.unwrap().is_err());
     let pids = std::fs::read_to_string(pid_file).unwrap();

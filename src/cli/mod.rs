@@ -13,7 +13,11 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 /// The runner's command line.
 #[derive(Debug, Parser)]
-#[command(name = "krm-fn-runner", version, about = "Runs KRM functions for Porch and kpt render pipelines")]
+#[command(
+    name = "krm-fn-runner",
+    version,
+    about = "Runs KRM functions for Porch and kpt render pipelines"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,7 +26,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve Porch's FunctionEvaluator gRPC API (drop-in for Porch's function runner).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Evaluate one function on a ResourceList read from stdin.
     Eval(eval::EvalArgs),
 }
@@ -32,13 +36,20 @@ fn normalize_go_flags(args: Vec<String>) -> Vec<String> {
     let mut longs = Vec::new();
     let cmd = Cli::command();
     for sub in cmd.get_subcommands() {
-        longs.extend(sub.get_arguments().filter_map(|a| a.get_long().map(str::to_string)));
+        longs.extend(
+            sub.get_arguments()
+                .filter_map(|a| a.get_long().map(str::to_string)),
+        );
     }
     args.into_iter()
         .enumerate()
         .map(|(i, a)| {
             let single = i > 0 && a.starts_with('-') && !a.starts_with("--") && a.len() > 2;
-            let name = a.trim_start_matches('-').split('=').next().unwrap_or_default();
+            let name = a
+                .trim_start_matches('-')
+                .split('=')
+                .next()
+                .unwrap_or_default();
             if single && longs.iter().any(|l| l == name) {
                 format!("-{a}")
             } else {
@@ -70,7 +81,10 @@ pub(crate) fn init_logging(level: u8) {
 /// Parses the process arguments and runs the chosen command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse_from(normalize_go_flags(std::env::args().collect()));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("unexpected error: cannot start the async runtime: {e}");
@@ -79,7 +93,7 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(*args).await,
             Command::Eval(args) => eval::run(args).await,
         }
     });
@@ -101,12 +115,28 @@ mod tests {
 
     #[test]
     fn go_style_flags_are_accepted() {
-        let args = ["x", "serve", "-port=1", "-functions", "/f", "--config=c", "-v"]
-            .map(String::from)
-            .to_vec();
+        let args = [
+            "x",
+            "serve",
+            "-port=1",
+            "-functions",
+            "/f",
+            "--config=c",
+            "-v",
+        ]
+        .map(String::from)
+        .to_vec();
         assert_eq!(
             normalize_go_flags(args),
-            ["x", "serve", "--port=1", "--functions", "/f", "--config=c", "-v"]
+            [
+                "x",
+                "serve",
+                "--port=1",
+                "--functions",
+                "/f",
+                "--config=c",
+                "-v"
+            ]
         );
     }
 
@@ -121,7 +151,9 @@ mod tests {
                 .collect(),
         );
         let cli = Cli::try_parse_from(argv).unwrap();
-        let Command::Serve(s) = cli.command else { panic!("not serve") };
+        let Command::Serve(s) = cli.command else {
+            panic!("not serve")
+        };
         assert_eq!(s.port, 9445);
         assert_eq!(s.max_request_body_size, 6291456);
         assert!(s.pod.warm_up_pod_cache);

@@ -154,6 +154,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {listen:?}"))?;
     tracing::info!(runtimes = ?runtime.chain.names(), "starting");
+    // Always printed, whatever the log level: scripts and tests wait for it.
+    eprintln!("krm-fn-runner listening on {}", server.local_addr());
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,
         shutdown_grace: args.shutdown_grace_period,

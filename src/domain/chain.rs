@@ -85,9 +85,15 @@ mod tests {
     #[tokio::test]
     async fn falls_through_only_on_not_found() {
         let mut first = MockFunctionEvaluator::new();
-        first.expect_evaluate().times(1).returning(|r| Err(EvalError::not_found(&r.image)));
+        first
+            .expect_evaluate()
+            .times(1)
+            .returning(|r| Err(EvalError::not_found(&r.image)));
         let mut second = MockFunctionEvaluator::new();
-        second.expect_evaluate().times(1).returning(|_| ok(b"second"));
+        second
+            .expect_evaluate()
+            .times(1)
+            .returning(|_| ok(b"second"));
         let mut third = MockFunctionEvaluator::new();
         third.expect_evaluate().never();
         let chain = EvaluatorChain::new()
@@ -117,7 +123,8 @@ mod tests {
     #[tokio::test]
     async fn all_not_found_is_not_found() {
         let mut only = MockFunctionEvaluator::new();
-        only.expect_evaluate().returning(|r| Err(EvalError::not_found(&r.image)));
+        only.expect_evaluate()
+            .returning(|r| Err(EvalError::not_found(&r.image)));
         let chain = EvaluatorChain::new().with("exec", Arc::new(only));
         assert_eq!(
             chain.evaluate(req()).await.unwrap_err().to_string(),

@@ -56,6 +56,16 @@ pub fn from_yaml_str<T: DeserializeOwned>(text: &str) -> Result<T, CodecError> {
     from_yaml_slice(text.as_bytes())
 }
 
+/// Parses every document of a multi-document YAML stream (`---`-separated)
+/// into `T`; empty documents are skipped.
+///
+/// Errors: as [`from_yaml_slice`], for the first document that fails.
+pub fn from_yaml_documents<T: DeserializeOwned>(bytes: &[u8]) -> Result<Vec<T>, CodecError> {
+    let docs: Vec<Option<T>> = serde_saphyr::from_slice_multiple_with_options(bytes, options())
+        .map_err(CodecError::new)?;
+    Ok(docs.into_iter().flatten().collect())
+}
+
 /// Serializes `value` as a YAML document (block style, ambiguous strings quoted).
 ///
 /// Errors: the value cannot be represented in YAML (e.g. a non-string map key).
@@ -81,6 +91,13 @@ mod tests {
         let v: Value = from_yaml_str("z: 1\na: 2\nm: 3\n").unwrap();
         let out = to_yaml_string(&v).unwrap();
         assert_eq!(out, "z: 1\na: 2\nm: 3\n");
+    }
+
+    #[test]
+    fn multi_document_streams() {
+        let docs: Vec<Value> = from_yaml_documents(b"a: 1\n---\n---\nb: 2\n").unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[1]["b"], 2);
     }
 
     #[test]

@@ -123,7 +123,11 @@ impl fmt::Display for FunctionFailure {
             stderr.trim_end()
         )?;
         if !self.results.is_empty() {
-            write!(f, "\nstructured results:\n{}", format_results(&self.results))?;
+            write!(
+                f,
+                "\nstructured results:\n{}",
+                format_results(&self.results)
+            )?;
         }
         Ok(())
     }
@@ -242,7 +246,10 @@ mod tests {
 
     #[test]
     fn not_found_text_matches_porch() {
-        assert_eq!(EvalError::not_found("x").to_string(), "function \"x\" not found");
+        assert_eq!(
+            EvalError::not_found("x").to_string(),
+            "function \"x\" not found"
+        );
         assert!(EvalError::not_found("x").is_not_found());
     }
 

@@ -64,8 +64,14 @@ impl ExecConfig {
         } else {
             codec::from_yaml_slice(text).map_err(|e| err(e.to_string()))?
         };
-        if let Some(i) = cfg.functions.iter().position(|f| f.function.trim().is_empty()) {
-            return Err(err(format!("functions[{i}].function is empty: name the binary file inside --functions")));
+        if let Some(i) = cfg
+            .functions
+            .iter()
+            .position(|f| f.function.trim().is_empty())
+        {
+            return Err(err(format!(
+                "functions[{i}].function is empty: name the binary file inside --functions"
+            )));
         }
         Ok(cfg)
     }
@@ -147,7 +153,10 @@ mod tests {
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains("Ignoring duplicate image"));
         let want = Some(Path::new("/fns/set-namespace"));
-        assert_eq!(table.lookup("ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5"), want);
+        assert_eq!(
+            table.lookup("ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5"),
+            want
+        );
         assert_eq!(table.lookup("set-namespace:v0.4.5"), want);
         assert_eq!(table.lookup("set-namespace"), want);
         assert_eq!(table.lookup("set-labels"), None);
@@ -157,7 +166,10 @@ mod tests {
     #[test]
     fn bad_files_are_named() {
         let e = ExecConfig::parse(b"functions: {oops", "/etc/c.yaml").unwrap_err();
-        assert!(e.to_string().starts_with("failed to parse configuration file \"/etc/c.yaml\""));
+        assert!(
+            e.to_string()
+                .starts_with("failed to parse configuration file \"/etc/c.yaml\"")
+        );
         let e = ExecConfig::parse(b"functions:\n- images: [a]\n  function: ''\n", "c").unwrap_err();
         assert!(e.to_string().contains("functions[0].function is empty"));
         assert_eq!(ExecConfig::parse(b"", "c").unwrap(), ExecConfig::default());

@@ -92,8 +92,11 @@ impl ImageRef {
         if let Some(t) = tag {
             let valid = !t.is_empty()
                 && t.len() <= 128
-                && t.chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
-                && t.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+                && t.chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
             if !valid {
                 return Err(err(&format!("invalid tag {t:?}")));
             }
@@ -113,7 +116,10 @@ impl ImageRef {
                     && seg
                         .chars()
                         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
-                    && seg.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+                    && seg
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_alphanumeric())
             });
         if !repo_ok {
             return Err(err(
@@ -144,7 +150,10 @@ impl ImageRef {
 
     /// The function name: the last path segment of the repository.
     pub fn name(&self) -> &str {
-        self.repository.rsplit('/').next().unwrap_or(&self.repository)
+        self.repository
+            .rsplit('/')
+            .next()
+            .unwrap_or(&self.repository)
     }
 
     /// The identifier of the reference: the digest when pinned, else the tag.
@@ -180,8 +189,14 @@ fn validate_digest(d: &str) -> Result<(), String> {
         "sha512" => 128,
         _ => return Err(format!("unsupported digest algorithm {algo:?}")),
     };
-    if hex.len() != len || !hex.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()) {
-        return Err(format!("invalid {algo} digest: expected {len} lower-case hex digits"));
+    if hex.len() != len
+        || !hex
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    {
+        return Err(format!(
+            "invalid {algo} digest: expected {len} lower-case hex digits"
+        ));
     }
     Ok(())
 }
@@ -202,8 +217,14 @@ mod tests {
             resolve_image("set-namespace:v0.4.5", "example.com/fns"),
             "example.com/fns/set-namespace:v0.4.5"
         );
-        assert_eq!(resolve_image("gcr.io/kpt-fn/x", DEFAULT_IMAGE_PREFIX), "gcr.io/kpt-fn/x:latest");
-        assert_eq!(resolve_image("localhost:5000/x", DEFAULT_IMAGE_PREFIX), "localhost:5000/x:latest");
+        assert_eq!(
+            resolve_image("gcr.io/kpt-fn/x", DEFAULT_IMAGE_PREFIX),
+            "gcr.io/kpt-fn/x:latest"
+        );
+        assert_eq!(
+            resolve_image("localhost:5000/x", DEFAULT_IMAGE_PREFIX),
+            "localhost:5000/x:latest"
+        );
         let pinned = format!("ghcr.io/a/b@{DIGEST}");
         assert_eq!(resolve_image(&pinned, DEFAULT_IMAGE_PREFIX), pinned);
     }
@@ -211,7 +232,10 @@ mod tests {
     #[test]
     fn docker_normalisation() {
         let r = ImageRef::parse("alpine").unwrap();
-        assert_eq!((r.registry.as_str(), r.repository.as_str()), ("docker.io", "library/alpine"));
+        assert_eq!(
+            (r.registry.as_str(), r.repository.as_str()),
+            ("docker.io", "library/alpine")
+        );
         assert_eq!(r.registry_host(), "index.docker.io");
         assert_eq!(r.tag.as_deref(), Some("latest"));
         assert_eq!(r.to_string(), "docker.io/library/alpine:latest");
@@ -224,7 +248,10 @@ mod tests {
 
     #[test]
     fn tag_versus_digest() {
-        let r = ImageRef::parse(&format!("ghcr.io/kptdev/krm-functions-catalog/set-namespace@{DIGEST}")).unwrap();
+        let r = ImageRef::parse(&format!(
+            "ghcr.io/kptdev/krm-functions-catalog/set-namespace@{DIGEST}"
+        ))
+        .unwrap();
         assert_eq!(r.tag, None);
         assert_eq!(r.digest.as_deref(), Some(DIGEST));
         assert_eq!(r.identifier(), DIGEST);
@@ -235,7 +262,15 @@ mod tests {
 
     #[test]
     fn invalid_references_are_named() {
-        for bad in ["", "UPPER/case", "a b", "x:", "x@sha256:abc", "x@md5:00", "ghcr.io//x"] {
+        for bad in [
+            "",
+            "UPPER/case",
+            "a b",
+            "x:",
+            "x@sha256:abc",
+            "x@md5:00",
+            "ghcr.io//x",
+        ] {
             let e = ImageRef::parse(bad).unwrap_err();
             assert_eq!(e.image, bad);
         }

@@ -75,7 +75,8 @@ impl ResourceList {
     /// mapping, or of another kind.
     pub fn parse(bytes: &[u8]) -> Result<Self, ResourceListError> {
         check_not_empty(bytes)?;
-        let list: ResourceList = codec::from_yaml_slice(bytes).map_err(ResourceListError::Syntax)?;
+        let list: ResourceList =
+            codec::from_yaml_slice(bytes).map_err(ResourceListError::Syntax)?;
         check_kind(&list.kind)?;
         Ok(list)
     }
@@ -311,7 +312,10 @@ results:
     fn parses_items_config_and_results() {
         let rl = ResourceList::parse(RL.as_bytes()).unwrap();
         assert_eq!(rl.items.len(), 1);
-        assert_eq!(rl.function_config.as_ref().unwrap()["data"]["namespace"], "ns");
+        assert_eq!(
+            rl.function_config.as_ref().unwrap()["data"]["namespace"],
+            "ns"
+        );
         assert_eq!(rl.results.len(), 2);
         assert_eq!(rl.results[0].severity, Severity::Error);
         assert_eq!(rl.results[1].severity, Severity::Info);
@@ -340,7 +344,10 @@ results:
     #[test]
     fn validation_names_the_problem() {
         assert_eq!(ResourceList::validate(b""), Err(ResourceListError::Empty));
-        assert_eq!(ResourceList::validate(b"# only\n---\n"), Err(ResourceListError::Empty));
+        assert_eq!(
+            ResourceList::validate(b"# only\n---\n"),
+            Err(ResourceListError::Empty)
+        );
         assert_eq!(
             ResourceList::validate(b"kind: Deployment\n"),
             Err(ResourceListError::WrongKind("Deployment".into()))

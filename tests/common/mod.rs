@@ -14,12 +14,16 @@ use tonic::transport::{Channel, Endpoint};
 
 /// The catalog installation: `bin/`, `config.yaml`, `modules.txt`.
 pub fn catalog_dir() -> PathBuf {
-    let dir = std::env::var_os("KRM_FN_CATALOG").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("KRM_FN_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/krm-fn-runner"));
-        cache.join("catalog")
-    });
+    let dir = std::env::var_os("KRM_FN_CATALOG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("KRM_FN_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/krm-fn-runner")
+                });
+            cache.join("catalog")
+        });
     assert!(
         dir.join("config.yaml").is_file(),
         "catalog functions are not installed at {}: run scripts/install-catalog-functions.sh \
@@ -43,7 +47,10 @@ pub fn catalog_version(function: &str) -> String {
 
 /// The fully qualified catalog image of `function` at its pinned version.
 pub fn catalog_image(function: &str) -> String {
-    format!("ghcr.io/kptdev/krm-functions-catalog/{function}:{}", catalog_version(function))
+    format!(
+        "ghcr.io/kptdev/krm-functions-catalog/{function}:{}",
+        catalog_version(function)
+    )
 }
 
 /// A running `krm-fn-runner serve` process, killed on drop.
@@ -72,7 +79,10 @@ impl Runner {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(i) = line.find("listening on ") {
-                    let addr = line[i + "listening on ".len()..].split_whitespace().next().unwrap_or("");
+                    let addr = line[i + "listening on ".len()..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("");
                     let _ = tx.send(addr.to_string());
                 }
                 sink.lock().unwrap().push(line);
@@ -81,7 +91,11 @@ impl Runner {
         let address = rx
             .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("runner did not start: {:?}", log.lock().unwrap()));
-        Runner { child, address, log }
+        Runner {
+            child,
+            address,
+            log,
+        }
     }
 
     /// A channel to the runner.
@@ -91,7 +105,11 @@ impl Runner {
         } else {
             format!("http://{}", self.address)
         };
-        Endpoint::from_shared(uri).unwrap().connect().await.expect("connect to runner")
+        Endpoint::from_shared(uri)
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect to runner")
     }
 
     /// A FunctionEvaluator client with generous message limits.
@@ -113,7 +131,9 @@ impl Runner {
 
     /// Sends SIGTERM and waits up to `within` for the exit status.
     pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let deadline = std::time::Instant::now() + within;
         while std::time::Instant::now() < deadline {
             if let Ok(Some(s)) = self.child.try_wait() {
@@ -146,7 +166,13 @@ pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => false,
         Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("");
+            let state = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
             state != "Z" && state != "X"
         }
     }

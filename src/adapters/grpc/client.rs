@@ -30,7 +30,9 @@ impl RemoteEvaluator {
             format!("http://{address}")
         };
         let endpoint = Endpoint::from_shared(uri)
-            .map_err(|e| EvalError::InvalidInput(format!("invalid function runner address {address:?}: {e}")))?
+            .map_err(|e| {
+                EvalError::InvalidInput(format!("invalid function runner address {address:?}: {e}"))
+            })?
             .tcp_nodelay(true);
         let channel = endpoint.connect_lazy();
         let client = FunctionEvaluatorClient::new(channel)

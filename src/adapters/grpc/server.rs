@@ -165,7 +165,7 @@ impl Server {
             }
         };
         tokio::pin!(serving);
-        tracing::info!(address = %local, "krm-fn-runner listening on {local}");
+        tracing::info!(address = %local, "serving");
         tokio::select! {
             r = &mut serving => r,
             () = shutdown => {
@@ -195,7 +195,9 @@ fn size_error_to_resource_exhausted(
     let too_large = headers
         .get("grpc-message")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|m| m.contains("message%20length%20too%20large") || m.contains("message length too large"));
+        .is_some_and(|m| {
+            m.contains("message%20length%20too%20large") || m.contains("message length too large")
+        });
     if out_of_range && too_large {
         let message = EvalError::TooLarge {
             payload: Payload::Request,
@@ -237,7 +239,8 @@ impl EvaluatorService {
         }
         if image.trim().is_empty() {
             return Err(EvalError::InvalidInput(
-                "the image is empty: set EvaluateFunctionRequest.image to the function's image".into(),
+                "the image is empty: set EvaluateFunctionRequest.image to the function's image"
+                    .into(),
             ));
         }
         let validation = if resource_list.len() <= INLINE_VALIDATION_BYTES {
@@ -333,7 +336,10 @@ mod tests {
     fn parses_listen_addresses() {
         assert_eq!("unix:/tmp/s".parse(), Ok(Listen::Unix("/tmp/s".into())));
         assert_eq!("unix:///tmp/s".parse(), Ok(Listen::Unix("/tmp/s".into())));
-        assert_eq!("127.0.0.1:9445".parse(), Ok(Listen::Tcp("127.0.0.1:9445".parse().unwrap())));
+        assert_eq!(
+            "127.0.0.1:9445".parse(),
+            Ok(Listen::Tcp("127.0.0.1:9445".parse().unwrap()))
+        );
         assert!("unix:".parse::<Listen>().is_err());
         assert!("nonsense".parse::<Listen>().is_err());
     }
@@ -347,6 +353,9 @@ mod tests {
         assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(2)));
         m.insert("grpc-timeout", "x".parse().unwrap());
         assert_eq!(grpc_timeout(&m), None);
-        assert_eq!(stop_before_deadline(Duration::from_secs(2)), Duration::from_millis(1950));
+        assert_eq!(
+            stop_before_deadline(Duration::from_secs(2)),
+            Duration::from_millis(1950)
+        );
     }
 }

@@ -51,7 +51,10 @@ fn failure_message(f: &FunctionFailure) -> String {
     let results = truncate(results, MAX_STATUS_MESSAGE_BYTES / 2);
     let head = format!("Failed to execute function {:?}: {} (", f.image, f.exit);
     let room = MAX_STATUS_MESSAGE_BYTES.saturating_sub(head.len() + results.len() + 1);
-    let stderr = truncate(String::from_utf8_lossy(&f.stderr).trim_end().to_string(), room);
+    let stderr = truncate(
+        String::from_utf8_lossy(&f.stderr).trim_end().to_string(),
+        room,
+    );
     format!("{head}{stderr}){results}")
 }
 
@@ -71,7 +74,11 @@ fn truncate(mut s: String, max: usize) -> String {
 
 /// Maps a status received from a remote function runner back to an
 /// evaluation error for `image`.
-pub fn from_status(image: &str, status: &Status, timeout: Option<std::time::Duration>) -> EvalError {
+pub fn from_status(
+    image: &str,
+    status: &Status,
+    timeout: Option<std::time::Duration>,
+) -> EvalError {
     let message = status.message().to_string();
     match status.code() {
         Code::NotFound if message == EvalError::not_found(image).to_string() => {
@@ -94,7 +101,9 @@ pub fn from_status(image: &str, status: &Status, timeout: Option<std::time::Dura
                 .unwrap_or(&message)
                 .to_string(),
         ),
-        Code::Unavailable => EvalError::Unavailable(format!("the function runner is unavailable: {message}")),
+        Code::Unavailable => {
+            EvalError::Unavailable(format!("the function runner is unavailable: {message}"))
+        }
         code => EvalError::Internal(format!("the function runner answered {code:?}: {message}")),
     }
 }
@@ -115,7 +124,11 @@ mod tests {
         let status = to_status(&EvalError::FunctionFailed(Box::new(f)));
         assert_eq!(status.code(), Code::Internal);
         assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
-        assert!(status.message().starts_with("Failed to execute function \"img\": exit status 1 (xxx"));
+        assert!(
+            status
+                .message()
+                .starts_with("Failed to execute function \"img\": exit status 1 (xxx")
+        );
         assert!(status.message().ends_with("[error]: replicas must be > 0"));
         assert!(status.message().contains("bytes cut"));
     }
@@ -123,8 +136,14 @@ mod tests {
     #[test]
     fn codes() {
         assert_eq!(to_status(&EvalError::not_found("a")).code(), Code::NotFound);
-        assert_eq!(to_status(&EvalError::InvalidInput("x".into())).code(), Code::InvalidArgument);
-        assert_eq!(to_status(&EvalError::Unavailable("x".into())).code(), Code::Unavailable);
+        assert_eq!(
+            to_status(&EvalError::InvalidInput("x".into())).code(),
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            to_status(&EvalError::Unavailable("x".into())).code(),
+            Code::Unavailable
+        );
         let back = from_status("a", &to_status(&EvalError::not_found("a")), None);
         assert!(back.is_not_found());
     }
