@@ -6,6 +6,7 @@
 
 mod eval;
 mod serve;
+pub mod wrapper;
 
 use std::process::ExitCode;
 
@@ -31,20 +32,26 @@ enum Command {
     Eval(eval::EvalArgs),
 }
 
-/// Turns Go-style single-dash long flags (`-port=9445`) into clap's `--port=9445`.
-fn normalize_go_flags(args: Vec<String>) -> Vec<String> {
-    let mut longs = Vec::new();
-    let cmd = Cli::command();
+/// Turns Go-style single-dash long flags (`-port=9445`) into clap's
+/// `--port=9445`, for the long flags `cmd` (and its subcommands) define.
+/// Arguments after a bare `--` are left alone.
+fn normalize_go_flags(cmd: clap::Command, args: Vec<String>) -> Vec<String> {
+    let mut longs: Vec<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
     for sub in cmd.get_subcommands() {
         longs.extend(
             sub.get_arguments()
                 .filter_map(|a| a.get_long().map(str::to_string)),
         );
     }
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
     args.into_iter()
         .enumerate()
         .map(|(i, a)| {
-            let single = i > 0 && a.starts_with('-') && !a.starts_with("--") && a.len() > 2;
+            let single =
+                i > 0 && i < end && a.starts_with('-') && !a.starts_with("--") && a.len() > 2;
             let name = a
                 .trim_start_matches('-')
                 .split('=')
@@ -80,7 +87,21 @@ pub(crate) fn init_logging(level: u8) {
 
 /// Parses the process arguments and runs the chosen command.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse_from(normalize_go_flags(std::env::args().collect()));
+    let cli = Cli::parse_from(normalize_go_flags(
+        Cli::command(),
+        std::env::args().collect(),
+    ));
+    run_async(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(*args).await,
+            Command::Eval(args) => eval::run(args).await,
+        }
+    })
+}
+
+/// Runs `main` on a multi-threaded tokio runtime and turns its result into
+/// an exit code (`unexpected error: …` on stderr, as Porch prints it).
+fn run_async(main: impl std::future::Future<Output = anyhow::Result<ExitCode>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -91,12 +112,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => serve::run(*args).await,
-            Command::Eval(args) => eval::run(args).await,
-        }
-    });
+    let result = runtime.block_on(main);
     // Dropping the runtime drops every task still running, which stops
     // (kills) any function process left after a shutdown grace period.
     drop(runtime);
@@ -127,7 +143,7 @@ mod tests {
         .map(String::from)
         .to_vec();
         assert_eq!(
-            normalize_go_flags(args),
+            normalize_go_flags(Cli::command(), args),
             [
                 "x",
                 "serve",
@@ -143,6 +159,7 @@ mod tests {
     #[test]
     fn porch_manifest_flags_parse() {
         let argv = normalize_go_flags(
+            Cli::command(),
             "krm-fn-runner serve --pod-namespace=porch-fn-system --max-request-body-size=6291456 \
              --max-parallel-pods-per-function=2 --max-waitlist-length=1 --warm-up-pod-cache=true \
              --functions=/home/nonroot/functions --config=/home/nonroot/config.yaml"

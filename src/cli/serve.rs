@@ -111,7 +111,8 @@ pub(crate) fn parse_exec_env(entries: &[String]) -> anyhow::Result<Vec<(String, 
         .collect()
 }
 
-async fn shutdown_signal() {
+/// Resolves on the first SIGTERM or SIGINT.
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,

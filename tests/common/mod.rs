@@ -67,6 +67,16 @@ impl Runner {
     pub fn start(args: &[&str]) -> Runner {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
         cmd.arg("serve");
+        Self::spawn(cmd, args)
+    }
+
+    /// Starts `wrapper-server` with `args` (plus `--listen 127.0.0.1:0`
+    /// unless given; put the entrypoint after `--` in `args`).
+    pub fn start_wrapper(args: &[&str]) -> Runner {
+        Self::spawn(Command::new(env!("CARGO_BIN_EXE_wrapper-server")), args)
+    }
+
+    fn spawn(mut cmd: Command, args: &[&str]) -> Runner {
         if !args.iter().any(|a| a.starts_with("--listen")) {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }

@@ -96,6 +96,23 @@ impl ExecEvaluator {
     }
 }
 
+/// Maps a failure to run a function process (not the function's own exit)
+/// to an evaluation error; shared by the exec and wrapper evaluators.
+pub(crate) fn process_error(image: &str, err: ProcessError) -> EvalError {
+    match err {
+        ProcessError::TimedOut(after) => EvalError::Timeout {
+            image: image.to_string(),
+            after,
+        },
+        ProcessError::OutputTooLarge { payload, limit } => EvalError::TooLarge {
+            payload,
+            size: None,
+            limit,
+        },
+        e => EvalError::Internal(format!("Failed to execute function {image:?}: {e}")),
+    }
+}
+
 #[async_trait]
 impl FunctionEvaluator for ExecEvaluator {
     /// Looks the image up; unknown images are [`EvalError::NotFound`], and so
@@ -126,27 +143,9 @@ impl FunctionEvaluator for ExecEvaluator {
             max_output_bytes: self.settings.max_message_bytes,
             timeout: request.timeout,
         };
-        let out = match process::run(&spec, request.resource_list, limits).await {
-            Ok(out) => out,
-            Err(ProcessError::TimedOut(after)) => {
-                return Err(EvalError::Timeout {
-                    image: image.to_string(),
-                    after,
-                });
-            }
-            Err(ProcessError::OutputTooLarge { payload, limit }) => {
-                return Err(EvalError::TooLarge {
-                    payload,
-                    size: None,
-                    limit,
-                });
-            }
-            Err(e) => {
-                return Err(EvalError::Internal(format!(
-                    "Failed to execute function {image:?}: {e}"
-                )));
-            }
-        };
+        let out = process::run(&spec, request.resource_list, limits)
+            .await
+            .map_err(|e| process_error(image, e))?;
         if out.exit != ExitReason::Code(0) {
             let failure = FunctionFailure::new(image, out.exit, out.stdout, out.stderr);
             tracing::info!(image, exit = %failure.exit, "function failed");

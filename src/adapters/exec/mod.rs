@@ -2,5 +2,7 @@
 
 pub mod evaluator;
 pub mod process;
+pub mod wrapper;
 
 pub use evaluator::{ExecEvaluator, ExecSettings};
+pub use wrapper::WrapperEvaluator;

@@ -1,0 +1,109 @@
+//! The wrapper server's evaluator: runs one fixed entrypoint (the function
+//! image's own command) for every call, inside a function pod.
+//!
+//! Outcome rules are Porch's wrapper server's (spec: wrapper server,
+//! EvaluateFunction), except where Porch has a defect:
+//! - non-zero exit: stdout is read as a ResourceList for its structured
+//!   results; unparseable → `INTERNAL` "failed to parse the output of
+//!   function …"; parseable → a function failure carrying stderr and results;
+//! - the entrypoint cannot be started → `INTERNAL` "Failed to execute function …";
+//! - exit 0: stdout must parse as a ResourceList (else the parse error);
+//!   error-severity results on exit 0 are logged and the output is returned.
+//!
+//! An empty entrypoint is refused when the evaluator is built (Porch crashes
+//! on the first call instead).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+
+use super::evaluator::ExecSettings;
+use super::process::{self, ProcessLimits, ProcessSpec};
+use crate::domain::evaluation::{
+    EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure,
+};
+use crate::domain::resource_list::ResourceList;
+use crate::ports::FunctionEvaluator;
+
+/// Why a wrapper evaluator cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no function entrypoint given: pass the function's command after `--`, \
+     e.g. `wrapper-server --port 9446 -- /usr/local/bin/function`"
+)]
+pub struct EmptyEntrypoint;
+
+/// Runs `entrypoint` for every request, whatever image it names.
+#[derive(Debug, Clone)]
+pub struct WrapperEvaluator {
+    program: PathBuf,
+    args: Vec<OsString>,
+    settings: ExecSettings,
+}
+
+impl WrapperEvaluator {
+    /// An evaluator for the argv `entrypoint` (program first).
+    ///
+    /// Errors: [`EmptyEntrypoint`] when `entrypoint` is empty.
+    pub fn new(entrypoint: Vec<OsString>, settings: ExecSettings) -> Result<Self, EmptyEntrypoint> {
+        let mut argv = entrypoint.into_iter();
+        let program = argv
+            .next()
+            .filter(|p| !p.is_empty())
+            .ok_or(EmptyEntrypoint)?;
+        Ok(Self {
+            program: PathBuf::from(program),
+            args: argv.collect(),
+            settings,
+        })
+    }
+}
+
+fn parse_failure(image: &str, stderr: &[u8], err: impl std::fmt::Display) -> EvalError {
+    EvalError::Internal(format!(
+        "failed to parse the output of function {image:?} with stderr '{}': {err}",
+        String::from_utf8_lossy(stderr).trim_end()
+    ))
+}
+
+#[async_trait]
+impl FunctionEvaluator for WrapperEvaluator {
+    async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
+        let image = request.image.as_str();
+        let spec = ProcessSpec {
+            program: self.program.clone(),
+            args: self.args.clone(),
+            env: self.settings.env.clone(),
+            cwd: Some(self.settings.work_dir.clone()),
+        };
+        let limits = ProcessLimits {
+            max_output_bytes: self.settings.max_message_bytes,
+            timeout: request.timeout,
+        };
+        let out = process::run(&spec, request.resource_list, limits)
+            .await
+            .map_err(|e| super::evaluator::process_error(image, e))?;
+        if out.exit != ExitReason::Code(0) {
+            if let Err(e) = ResourceList::parse(&out.stdout) {
+                return Err(parse_failure(image, &out.stderr, e));
+            }
+            let failure = FunctionFailure::new(image, out.exit, out.stdout, out.stderr);
+            return Err(EvalError::FunctionFailed(Box::new(failure)));
+        }
+        let output =
+            ResourceList::parse(&out.stdout).map_err(|e| parse_failure(image, &out.stderr, e))?;
+        if output.has_error_results() {
+            tracing::warn!(
+                image,
+                results = %crate::domain::resource_list::format_results(&output.results),
+                stderr = %String::from_utf8_lossy(&out.stderr),
+                "function exited 0 but reported error results"
+            );
+        }
+        Ok(EvaluationResponse {
+            resource_list: out.stdout,
+            log: out.stderr,
+        })
+    }
+}

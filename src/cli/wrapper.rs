@@ -1,0 +1,94 @@
+//! `wrapper-server`: the server that runs inside every function pod.
+//!
+//! Porch's name and command line, so existing pod templates work:
+//! `wrapper-server [template args…] --port 9446 --max-request-body-size N -- <entrypoint…>`.
+//! Everything after `--` is the function's entrypoint; positional arguments
+//! before it are ignored.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{CommandFactory, Parser};
+
+use super::serve::{DEFAULT_MAX_MESSAGE_BYTES, shutdown_signal};
+use crate::adapters::exec::{ExecSettings, WrapperEvaluator};
+use crate::adapters::grpc::{Listen, ServeOptions, Server};
+
+/// The wrapper server's command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "wrapper-server",
+    version,
+    about = "Serves one KRM function over gRPC inside a function pod"
+)]
+pub struct WrapperArgs {
+    /// TCP port to listen on (all interfaces).
+    #[arg(long, default_value_t = 9446)]
+    pub port: u16,
+    /// Listen here instead of --port: `host:port` or `unix:/path/to.sock`.
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Largest request and response, in bytes (the runner passes its own limit).
+    #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    pub max_request_body_size: usize,
+    /// Verbosity 0–5 (klog style; 2 = info). RUST_LOG overrides it.
+    #[arg(long, default_value_t = 2)]
+    pub verbosity: u8,
+    /// How long in-flight evaluations may finish after SIGTERM/SIGINT.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "25s")]
+    pub shutdown_grace_period: Duration,
+    /// Pass an environment variable to the function: NAME or NAME=VALUE. Repeatable.
+    #[arg(long = "exec-env", value_name = "NAME[=VALUE]")]
+    pub exec_env: Vec<String>,
+    /// Arguments a pod template puts before the flags; ignored.
+    #[arg(hide = true)]
+    pub ignored: Vec<String>,
+    /// The function's entrypoint (after `--`).
+    #[arg(last = true)]
+    pub entrypoint: Vec<OsString>,
+}
+
+/// Function processes inherit the container's environment in Porch; here
+/// they get the scrubbed one plus `--exec-env`, and the container's `PATH`.
+fn settings(args: &WrapperArgs) -> anyhow::Result<ExecSettings> {
+    let mut env = super::serve::parse_exec_env(&args.exec_env)?;
+    if let Ok(path) = std::env::var("PATH") {
+        env.insert(0, ("PATH".into(), path));
+    }
+    Ok(ExecSettings::new(args.max_request_body_size, &env))
+}
+
+/// Runs the wrapper server until SIGTERM/SIGINT.
+pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
+    super::init_logging(args.verbosity);
+    let evaluator = WrapperEvaluator::new(args.entrypoint.clone(), settings(&args)?)?;
+    let listen: Listen = match &args.listen {
+        Some(l) => l.parse().map_err(anyhow::Error::msg)?,
+        None => Listen::Tcp(([0, 0, 0, 0], args.port).into()),
+    };
+    let server = Server::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen:?}"))?;
+    eprintln!("wrapper-server listening on {}", server.local_addr());
+    let options = ServeOptions {
+        max_message_bytes: args.max_request_body_size,
+        shutdown_grace: args.shutdown_grace_period,
+    };
+    server
+        .run(Arc::new(evaluator), options, shutdown_signal())
+        .await
+        .context("gRPC server failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Entry point of the `wrapper-server` binary.
+pub fn main() -> ExitCode {
+    let args = WrapperArgs::parse_from(super::normalize_go_flags(
+        WrapperArgs::command(),
+        std::env::args().collect(),
+    ));
+    super::run_async(run(args))
+}

@@ -1,0 +1,148 @@
+//! The wrapper server (runs inside function pods) over a real socket: Porch's
+//! seven wrapper behaviours with small scripts, plus a real catalog function.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Runner, catalog_dir, catalog_image, script};
+use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
+use krm_fn_runner::domain::resource_list::ResourceList;
+use tonic::Code;
+
+/// Global text substitution over stdin; usage on stdout and exit 1 unless given two args.
+const REPLACE: &str = "#!/bin/sh\nif [ $# -ne 2 ]; then echo 'usage: replace SEARCH REPLACE'; exit 1; fi\nsed \"s/$1/$2/g\"\n";
+/// Echoes its input and fails.
+const ECHO_FAIL: &str = "#!/bin/sh\ncat\necho 'function failure' >&2\nexit 1\n";
+
+fn rl(item: &str) -> String {
+    format!("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{item}")
+}
+
+const DEPLOYMENT: &str = "- apiVersion: apps/v1\n  kind: Deployment\n  metadata:\n    name: web\n    namespace: old-ns\n  spec:\n    replicas: 2\n";
+const CONFIG_MAP: &str = "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: settings\n    namespace: old-ns\n  data:\n    peer: db.old-ns.svc\n";
+const CRON_JOB: &str = "- apiVersion: batch/v1\n  kind: CronJob\n  metadata:\n    name: nightly\n    namespace: old-ns\n  spec:\n    schedule: '0 2 * * *'\n";
+
+async fn call(runner: &Runner, input: &[u8]) -> Result<Vec<u8>, tonic::Status> {
+    runner
+        .client()
+        .await
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: input.to_vec().into(),
+            image: "example.com/fn:v1".into(),
+        })
+        .await
+        .map(|r| r.into_inner().resource_list.to_vec())
+}
+
+fn replace_wrapper(dir: &Path) -> Runner {
+    let replace = script(dir, "replace", REPLACE);
+    // Porch's command line: template args, the flags, then the entrypoint.
+    Runner::start_wrapper(&[
+        "template-arg",
+        "--port",
+        "9446",
+        "--max-request-body-size",
+        "6291456",
+        "--",
+        replace.to_str().unwrap(),
+        "old-ns",
+        "new-ns",
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn successful_evaluations_replace_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = replace_wrapper(dir.path());
+    for item in [DEPLOYMENT, CONFIG_MAP, CRON_JOB] {
+        let out = call(&runner, rl(item).as_bytes()).await.unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            rl(&item.replace("old-ns", "new-ns"))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn entrypoint_without_its_arguments_is_a_parse_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let replace = script(dir.path(), "replace", REPLACE);
+    let runner = Runner::start_wrapper(&["--", replace.to_str().unwrap()]);
+    let err = call(&runner, rl(DEPLOYMENT).as_bytes()).await.unwrap_err();
+    assert_eq!(err.code(), Code::Internal);
+    assert!(
+        err.message()
+            .starts_with("failed to parse the output of function \"example.com/fn:v1\""),
+        "{}",
+        err.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn empty_and_invalid_input_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = replace_wrapper(dir.path());
+    for input in [&b""[..], b"this is not a resource list"] {
+        let err = call(&runner, input).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failure_with_structured_results_reaches_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let echo = script(dir.path(), "echo-fail", ECHO_FAIL);
+    let runner = Runner::start_wrapper(&["--", echo.to_str().unwrap()]);
+    let input = format!(
+        "{}results:\n- message: replicas too low\n  severity: error\n  resourceRef: {{apiVersion: apps/v1, kind: Deployment, name: web, namespace: old-ns}}\n",
+        rl(DEPLOYMENT)
+    );
+    let err = call(&runner, input.as_bytes()).await.unwrap_err();
+    assert_eq!(err.code(), Code::Internal);
+    assert!(
+        err.message().contains("exit status 1 (function failure)"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        err.message()
+            .contains("[error] apps/v1/Deployment/old-ns/web: replicas too low"),
+        "{}",
+        err.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_a_real_catalog_function() {
+    let binary = catalog_dir().join("bin/set-namespace");
+    let runner = Runner::start_wrapper(&["--", binary.to_str().unwrap()]);
+    let input = format!(
+        "{}functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: from-wrapper\n",
+        rl("- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: a\n")
+    );
+    let out = runner
+        .client()
+        .await
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: input.into_bytes().into(),
+            image: catalog_image("set-namespace"),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let out = ResourceList::parse(&out.resource_list).unwrap();
+    assert_eq!(out.items[0]["metadata"]["namespace"], "from-wrapper");
+}
+
+#[test]
+fn refuses_to_start_without_an_entrypoint() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wrapper-server"))
+        .args(["--port", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no function entrypoint given"), "{stderr}");
+}
