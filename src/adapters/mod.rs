@@ -2,3 +2,4 @@
 
 pub mod exec;
 pub mod grpc;
+pub mod sim;

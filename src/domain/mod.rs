@@ -9,4 +9,6 @@ pub mod codec;
 pub mod evaluation;
 pub mod exec_config;
 pub mod image;
+pub mod pod_cache;
 pub mod resource_list;
+pub mod simulation;

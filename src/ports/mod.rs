@@ -4,7 +4,11 @@
 //! traits.
 
 mod evaluator;
+mod pod_platform;
 
 pub use evaluator::FunctionEvaluator;
 #[cfg(test)]
 pub use evaluator::MockFunctionEvaluator;
+#[cfg(test)]
+pub use pod_platform::MockPodPlatform;
+pub use pod_platform::{ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform};

@@ -32,7 +32,7 @@ use crate::domain::evaluation::{ExitReason, Payload};
 pub struct ProcessSpec {
     /// The executable (absolute path, or a name looked up in the spec's `PATH`).
     pub program: PathBuf,
-    /// Arguments after argv[0].
+    /// Arguments after `argv[0]`.
     pub args: Vec<OsString>,
     /// The complete environment of the process.
     pub env: Vec<(OsString, OsString)>,

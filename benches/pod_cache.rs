@@ -1,0 +1,145 @@
+//! Decisions per second of the pod-cache state machine (issue 4: target
+//! ≥ 500,000/s on one core, cost independent of the pods of other images).
+//!
+//! - `hit/<images>`: a request served by a ready pod, then its call
+//!   finished — two decisions — spread over 10 or 2,000 images with two
+//!   pods each; equal figures for both sizes show the O(1) claim.
+//! - `cold`: request → create pod → pod ready → call finished → pod gone, a
+//!   cold start with its eviction — four decisions.
+//!
+//! Run: `cargo bench --bench pod_cache`. Criterion reports elements/s, where
+//! an element is one decision (one `handle` plus draining its commands).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use krm_fn_runner::domain::pod_cache::{
+    Command, FunctionSettings, Input, PodCache, PodCachePolicy, RequestId, SlotId, UnixTime,
+};
+
+fn policy() -> PodCachePolicy {
+    let settings = FunctionSettings {
+        ttl: Duration::from_secs(1800),
+        max_waitlist: 1,
+        max_parallel_pods: 2,
+        max_load_per_pod: 64,
+        resources: None,
+    };
+    PodCachePolicy::new(settings, "bench").expect("valid token")
+}
+
+/// Drains the commands; returns the slot and pod name of a creation, if any.
+fn drain(cache: &mut PodCache) -> Option<(SlotId, String)> {
+    let mut created = None;
+    while let Some(cmd) = cache.poll_command() {
+        if let Command::CreatePod(c) = &cmd {
+            created = Some((c.slot, c.pod_name.clone()));
+        }
+        black_box(cmd);
+    }
+    created
+}
+
+/// A cache with two ready pods for each of `n` images.
+fn warm_cache(n: usize) -> (PodCache, Vec<String>, UnixTime) {
+    let mut cache = PodCache::new(policy(), "v1");
+    let images: Vec<String> = (0..n)
+        .map(|i| format!("ghcr.io/kptdev/krm-functions-catalog/fn-{i}:v1.0.{i}"))
+        .collect();
+    let now = UnixTime::from_secs(1_700_000_000);
+    let mut id = 0;
+    for image in &images {
+        for _ in 0..2 {
+            id += 1;
+            let request = RequestId(id);
+            cache.handle(
+                now,
+                Input::Request {
+                    request,
+                    image: image.clone(),
+                },
+            );
+            if let Some((slot, _)) = drain(&mut cache) {
+                let endpoint = format!("{}.ns.svc.cluster.local:9446", slot.0);
+                cache.handle(now, Input::PodReady { slot, endpoint });
+                drain(&mut cache);
+            }
+        }
+        for r in id - 1..=id {
+            cache.handle(
+                now,
+                Input::CallFinished {
+                    request: RequestId(r),
+                },
+            );
+            drain(&mut cache);
+        }
+    }
+    (cache, images, now)
+}
+
+fn hits(c: &mut Criterion) {
+    let mut group = c.benchmark_group("hit");
+    group.throughput(Throughput::Elements(2));
+    for n in [10usize, 2_000] {
+        let (mut cache, images, start) = warm_cache(n);
+        let mut i = 0u64;
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| {
+                i += 1;
+                let now = start + Duration::from_micros(i);
+                let request = RequestId(1_000_000 + i);
+                let image = images[(i as usize * 7919) % images.len()].clone();
+                cache.handle(now, Input::Request { request, image });
+                drain(&mut cache);
+                cache.handle(now, Input::CallFinished { request });
+                drain(&mut cache);
+            })
+        });
+    }
+    group.finish();
+}
+
+fn cold(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cold");
+    group.throughput(Throughput::Elements(4));
+    let (mut cache, _, start) = warm_cache(200);
+    let mut i = 0u64;
+    group.bench_function("start-serve-evict", |b| {
+        b.iter(|| {
+            i += 1;
+            let now = start + Duration::from_micros(i);
+            let request = RequestId(1_000_000 + i);
+            let image = format!("example.com/cold/fn-{}:v1", i % 1000);
+            cache.handle(now, Input::Request { request, image });
+            let (slot, pod_name) = drain(&mut cache).expect("a cold start creates a pod");
+            cache.handle(
+                now,
+                Input::PodReady {
+                    slot,
+                    endpoint: "ep:9446".into(),
+                },
+            );
+            drain(&mut cache);
+            cache.handle(now, Input::CallFinished { request });
+            drain(&mut cache);
+            cache.handle(
+                now,
+                Input::PodGone {
+                    pod_name,
+                    failed: false,
+                },
+            );
+            drain(&mut cache);
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    targets = hits, cold
+}
+criterion_main!(benches);

@@ -1,0 +1,430 @@
+//! Per-function pod-cache settings, the global defaults, and Porch's
+//! `pod-cache-config.yaml` list format (Gen B, `--pod-cache-config`).
+//!
+//! ```yaml
+//! - name: ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5
+//!   timeToLive: 30m                 # Go duration string
+//!   maxWaitlistLength: 2
+//!   maxParallelPodsPerFunction: 2
+//!   resources: {requests: {cpu: 100m}}   # core/v1 ResourceRequirements
+//!   maxLoadPerPod: 32               # extension: bound on queueing (spec §10 item 33)
+//! ```
+//! Entries are keyed by the exact image string (Porch Gen B). As in Porch, an
+//! unparsable or zero `timeToLive` and zero integers fall back to the global
+//! defaults; unlike Porch, negative integers also fall back (with a warning)
+//! instead of being used as is. The same list is the warm-up list.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use serde::Deserialize;
+
+use crate::domain::codec;
+
+/// The pod-cache parameters of one function image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionSettings {
+    /// How long a pod may stay idle before it is reclaimed (Porch `--pod-ttl`,
+    /// `timeToLive`; default 30 min). It is persisted as the pod's
+    /// reclaim-after annotation.
+    pub ttl: Duration,
+    /// Load (requests assigned and not finished, queued or running) a pod may
+    /// carry before another pod is started (Porch `--max-waitlist-length`,
+    /// `maxWaitlistLength`; default 2, 0 is read as 1).
+    pub max_waitlist: u32,
+    /// Maximum number of pods for the image (Porch
+    /// `--max-parallel-pods-per-function`, `maxParallelPodsPerFunction`;
+    /// default 1, 0 is read as 1).
+    pub max_parallel_pods: u32,
+    /// Load beyond which a pod takes no more requests once the image has all
+    /// the pods it may have; further requests are rejected with
+    /// [`PodCacheError::Exhausted`](super::PodCacheError::Exhausted)
+    /// (RESOURCE_EXHAUSTED). Porch queues without bound (spec §10 item 33).
+    /// Default 64; never less than `max_waitlist`.
+    pub max_load_per_pod: u32,
+    /// Resource requests/limits for the `function` container, if configured.
+    pub resources: Option<ResourceRequirements>,
+}
+
+impl Default for FunctionSettings {
+    /// Porch's flag defaults: TTL 30 min, max waitlist 2, one pod per
+    /// function; at most 64 requests per pod; no resources.
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(30 * 60),
+            max_waitlist: 2,
+            max_parallel_pods: 1,
+            max_load_per_pod: 64,
+            resources: None,
+        }
+    }
+}
+
+impl FunctionSettings {
+    /// Clamps the values to what the state machine needs: TTL at least one
+    /// second, every limit at least 1, and `max_load_per_pod >= max_waitlist`.
+    pub fn normalised(mut self) -> Self {
+        self.ttl = self.ttl.max(Duration::from_secs(1));
+        self.max_waitlist = self.max_waitlist.max(1);
+        self.max_parallel_pods = self.max_parallel_pods.max(1);
+        self.max_load_per_pod = self.max_load_per_pod.max(self.max_waitlist);
+        self
+    }
+}
+
+/// One entry of the pod-cache config list, after validation: `None` means
+/// "use the global default".
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodCacheConfigEntry {
+    /// The full image string the entry applies to (exact match).
+    pub name: String,
+    /// `timeToLive`.
+    pub ttl: Option<Duration>,
+    /// `maxWaitlistLength`.
+    pub max_waitlist: Option<u32>,
+    /// `maxParallelPodsPerFunction`.
+    pub max_parallel_pods: Option<u32>,
+    /// `maxLoadPerPod` (extension).
+    pub max_load_per_pod: Option<u32>,
+    /// `resources`.
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// The parsed pod-cache config file: entries in file order plus warnings
+/// about values that were ignored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodCacheConfig {
+    /// The entries; when a name appears twice the later entry wins (as Porch's
+    /// map assignment does) and a warning says so.
+    pub entries: Vec<PodCacheConfigEntry>,
+    /// One line per ignored value, for the log.
+    pub warnings: Vec<String>,
+}
+
+/// Why a pod-cache configuration or policy cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// The config file is not the expected YAML list.
+    #[error("failed to parse pod cache config {path:?}: {message}")]
+    Parse {
+        /// The file, as named on the command line.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The replica token cannot be part of a pod name.
+    #[error(
+        "invalid replica token {token:?}: use 1 to 8 lower-case letters or digits, unique among the runner replicas"
+    )]
+    InvalidReplicaToken {
+        /// The token given.
+        token: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawEntry {
+    name: String,
+    #[serde(default)]
+    time_to_live: Option<String>,
+    #[serde(default)]
+    max_waitlist_length: Option<i64>,
+    #[serde(default)]
+    max_parallel_pods_per_function: Option<i64>,
+    #[serde(default)]
+    max_load_per_pod: Option<i64>,
+    #[serde(default)]
+    resources: Option<ResourceRequirements>,
+}
+
+impl PodCacheConfig {
+    /// Parses the YAML text of a pod-cache config list; `path` is used in errors.
+    ///
+    /// Errors: not YAML, not a list of entries, or an entry without `name`.
+    /// An empty file or `[]` is an empty config. Bad values inside an entry
+    /// are warnings, not errors (Porch falls back to the globals for them).
+    pub fn parse(text: &[u8], path: &str) -> Result<Self, PolicyError> {
+        let err = |message: String| PolicyError::Parse {
+            path: path.to_string(),
+            message,
+        };
+        let raw: Vec<RawEntry> = if text.iter().all(u8::is_ascii_whitespace) {
+            Vec::new()
+        } else {
+            codec::from_yaml_slice::<Option<Vec<RawEntry>>>(text)
+                .map_err(|e| err(e.to_string()))?
+                .unwrap_or_default()
+        };
+        let mut cfg = PodCacheConfig::default();
+        for (i, r) in raw.into_iter().enumerate() {
+            if r.name.trim().is_empty() {
+                return Err(err(format!(
+                    "entry {i} has an empty name: set it to the full image string"
+                )));
+            }
+            let mut warn = |w: String| cfg.warnings.push(format!("{}: {w}", r.name));
+            let ttl = match r.time_to_live.as_deref() {
+                None => None,
+                Some(s) => match parse_go_duration(s) {
+                    Some(d) if !d.is_zero() => Some(d),
+                    Some(_) => None,
+                    None => {
+                        warn(format!(
+                            "timeToLive {s:?} is not a duration such as 30m or 1h30m; using the default"
+                        ));
+                        None
+                    }
+                },
+            };
+            let mut int = |field: &str, v: Option<i64>| match v {
+                None | Some(0) => None,
+                Some(n) if n < 0 => {
+                    warn(format!("{field} {n} is negative; using the default"));
+                    None
+                }
+                Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+            };
+            let entry = PodCacheConfigEntry {
+                ttl,
+                max_waitlist: int("maxWaitlistLength", r.max_waitlist_length),
+                max_parallel_pods: int(
+                    "maxParallelPodsPerFunction",
+                    r.max_parallel_pods_per_function,
+                ),
+                max_load_per_pod: int("maxLoadPerPod", r.max_load_per_pod),
+                resources: r.resources,
+                name: r.name,
+            };
+            if let Some(prev) = cfg.entries.iter().position(|e| e.name == entry.name) {
+                cfg.warnings.push(format!(
+                    "{}: listed twice; the later entry wins",
+                    entry.name
+                ));
+                cfg.entries.remove(prev);
+            }
+            cfg.entries.push(entry);
+        }
+        Ok(cfg)
+    }
+
+    /// The warm-up list: every entry's image, in file order (Porch Gen B
+    /// warms every listed function).
+    pub fn warm_up_images(&self) -> Vec<String> {
+        self.entries.iter().map(|e| e.name.clone()).collect()
+    }
+}
+
+/// Parses a Go `time.ParseDuration` string: an optional sign and a sequence
+/// of decimal numbers with units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`
+/// (`30m`, `1h30m`, `1.5h`, `300ms`; `0` alone). Negative values are `None`.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.strip_prefix('+').unwrap_or(s);
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return None;
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let nanos_per_unit = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += number * nanos_per_unit;
+    }
+    (total.is_finite() && total < u64::MAX as f64)
+        .then(|| Duration::from_nanos(total.round() as u64))
+}
+
+/// The pod cache's policy: global defaults, per-function entries and the
+/// knobs Porch hard-codes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodCachePolicy {
+    /// Settings for images without an entry (Porch's global flags).
+    pub defaults: FunctionSettings,
+    /// Per-image entries keyed by the exact image string.
+    pub functions: HashMap<String, PodCacheConfigEntry>,
+    /// How long a pending slot waits for its pod before the creation counts
+    /// as failed (Porch: `podReadyTimeout`, fixed 60 s — spec §10 item 28).
+    pub pod_ready_timeout: Duration,
+    /// Short token naming this runner replica inside pod names, so that two
+    /// replicas never pick the same pod name (1–8 of `[a-z0-9]`).
+    pub replica_token: String,
+}
+
+impl PodCachePolicy {
+    /// A policy with `defaults` for every image, a 60 s pod-ready timeout and
+    /// the given replica token.
+    ///
+    /// Errors: [`PolicyError::InvalidReplicaToken`] unless the token is 1–8
+    /// lower-case ASCII letters or digits.
+    pub fn new(defaults: FunctionSettings, replica_token: &str) -> Result<Self, PolicyError> {
+        let ok = (1..=8).contains(&replica_token.len())
+            && replica_token
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        if !ok {
+            return Err(PolicyError::InvalidReplicaToken {
+                token: replica_token.to_string(),
+            });
+        }
+        Ok(Self {
+            defaults: defaults.normalised(),
+            functions: HashMap::new(),
+            pod_ready_timeout: Duration::from_secs(60),
+            replica_token: replica_token.to_string(),
+        })
+    }
+
+    /// Adds (or replaces) the per-function entries of `config`.
+    pub fn with_config(mut self, config: &PodCacheConfig) -> Self {
+        for e in &config.entries {
+            self.functions.insert(e.name.clone(), e.clone());
+        }
+        self
+    }
+
+    /// The settings for `image`: its entry's values where set, the globals
+    /// elsewhere, normalised (Porch `getParamsForImage`, Gen B lookup by the
+    /// exact image string).
+    pub fn settings_for(&self, image: &str) -> FunctionSettings {
+        let d = &self.defaults;
+        match self.functions.get(image) {
+            None => d.clone(),
+            Some(e) => FunctionSettings {
+                ttl: e.ttl.unwrap_or(d.ttl),
+                max_waitlist: e.max_waitlist.unwrap_or(d.max_waitlist),
+                max_parallel_pods: e.max_parallel_pods.unwrap_or(d.max_parallel_pods),
+                max_load_per_pod: e.max_load_per_pod.unwrap_or(d.max_load_per_pod),
+                resources: e.resources.clone().or_else(|| d.resources.clone()),
+            }
+            .normalised(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> PodCachePolicy {
+        PodCachePolicy::new(FunctionSettings::default(), "r1").unwrap()
+    }
+
+    #[test]
+    fn go_durations() {
+        let d = |s| parse_go_duration(s);
+        assert_eq!(d("30m"), Some(Duration::from_secs(1800)));
+        assert_eq!(d("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(d("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(d("300ms"), Some(Duration::from_millis(300)));
+        assert_eq!(d("0"), Some(Duration::ZERO));
+        for bad in ["", "10", "abc", "-5m", "5 m", "5d"] {
+            assert_eq!(d(bad), None, "{bad:?}");
+        }
+    }
+
+    // Porch TestLoadPodCacheConfig: list keyed by name; `[]` is empty; invalid YAML is an error.
+    #[test]
+    fn parses_the_list_format() {
+        let text = b"- name: ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5\n  timeToLive: 10m\n  maxWaitlistLength: 3\n  maxParallelPodsPerFunction: 4\n  resources:\n    requests:\n      cpu: 100m\n      memory: 64Mi\n    limits:\n      cpu: 1\n- name: b:v1\n";
+        let cfg = PodCacheConfig::parse(text, "f.yaml").unwrap();
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        assert_eq!(cfg.entries.len(), 2);
+        let e = &cfg.entries[0];
+        assert_eq!(e.ttl, Some(Duration::from_secs(600)));
+        assert_eq!((e.max_waitlist, e.max_parallel_pods), (Some(3), Some(4)));
+        let res = e.resources.as_ref().unwrap();
+        assert_eq!(res.requests.as_ref().unwrap()["memory"].0, "64Mi");
+        assert_eq!(res.limits.as_ref().unwrap()["cpu"].0, "1");
+        assert_eq!(
+            cfg.warm_up_images(),
+            vec![e.name.clone(), "b:v1".to_string()]
+        );
+        assert!(
+            PodCacheConfig::parse(b"[]", "f")
+                .unwrap()
+                .entries
+                .is_empty()
+        );
+        assert!(PodCacheConfig::parse(b"", "f").unwrap().entries.is_empty());
+        let err = PodCacheConfig::parse(b"- name: [x\n", "f.yaml").unwrap_err();
+        assert!(err.to_string().contains("f.yaml"), "{err}");
+        assert!(PodCacheConfig::parse(b"name: x\n", "f").is_err());
+    }
+
+    // Porch TestGetParamsForImage: full override; zero ints and zero or unparsable TTL fall back; unknown image uses the globals.
+    #[test]
+    fn settings_fall_back_to_the_globals() {
+        let text = b"- name: full\n  timeToLive: 1m\n  maxWaitlistLength: 5\n  maxParallelPodsPerFunction: 3\n- name: zeros\n  timeToLive: 0s\n  maxWaitlistLength: 0\n  maxParallelPodsPerFunction: 0\n- name: bad\n  timeToLive: soon\n  maxWaitlistLength: -2\n";
+        let cfg = PodCacheConfig::parse(text, "f").unwrap();
+        assert_eq!(cfg.warnings.len(), 2, "{:?}", cfg.warnings);
+        let p = policy().with_config(&cfg);
+        let full = p.settings_for("full");
+        assert_eq!(
+            (full.ttl, full.max_waitlist, full.max_parallel_pods),
+            (Duration::from_secs(60), 5, 3)
+        );
+        let d = FunctionSettings::default();
+        assert_eq!(p.settings_for("zeros"), d);
+        assert_eq!(p.settings_for("bad"), d);
+        assert_eq!(p.settings_for("unknown"), d);
+    }
+
+    #[test]
+    fn later_duplicates_win() {
+        let cfg = PodCacheConfig::parse(
+            b"- name: a\n  maxWaitlistLength: 1\n- name: a\n  maxWaitlistLength: 7\n",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(cfg.entries.len(), 1);
+        assert_eq!(cfg.entries[0].max_waitlist, Some(7));
+        assert_eq!(cfg.warnings.len(), 1);
+    }
+
+    #[test]
+    fn replica_tokens_are_checked() {
+        for bad in ["", "UPPER", "toolongtoken", "a-b"] {
+            assert!(
+                PodCachePolicy::new(FunctionSettings::default(), bad).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn normalising_keeps_limits_usable() {
+        let s = FunctionSettings {
+            ttl: Duration::ZERO,
+            max_waitlist: 0,
+            max_parallel_pods: 0,
+            max_load_per_pod: 0,
+            resources: None,
+        }
+        .normalised();
+        assert_eq!(
+            (s.max_waitlist, s.max_parallel_pods, s.max_load_per_pod),
+            (1, 1, 1)
+        );
+        assert_eq!(s.ttl, Duration::from_secs(1));
+    }
+}

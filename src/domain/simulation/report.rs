@@ -1,0 +1,152 @@
+//! What a simulated policy did: the numbers an operator compares.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// The report of one policy on one trace.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PolicyReport {
+    /// The policy's name (its file name).
+    pub policy: String,
+    /// Requests in the trace.
+    pub requests: u64,
+    /// Requests that waited for a pod to be created.
+    pub cold_starts: u64,
+    /// Requests refused (queue limit, creation failure, timeout).
+    pub rejected: u64,
+    /// Wait for a pod (arrival to assignment), 50th percentile, seconds.
+    pub wait_p50_s: f64,
+    /// 95th percentile wait, seconds.
+    pub wait_p95_s: f64,
+    /// 99th percentile wait, seconds.
+    pub wait_p99_s: f64,
+    /// Pods created.
+    pub pods_created: u64,
+    /// Pods deleted.
+    pub pods_deleted: u64,
+    /// Most pods alive at once.
+    pub peak_pods: usize,
+    /// Sum of pod lifetimes, seconds (the cost).
+    pub pod_seconds: f64,
+    /// Pods and queue depth over time, for plots.
+    #[serde(skip)]
+    pub timeline: Vec<Sample>,
+}
+
+/// One point of the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Sample {
+    /// Seconds from the start of the trace.
+    pub at_s: f64,
+    /// Pods alive.
+    pub pods: usize,
+    /// Requests waiting for a pod.
+    pub queued: usize,
+}
+
+/// Nearest-rank percentile (`p` in 0–100) of `sorted` (ascending); 0 when empty.
+pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64()
+}
+
+/// Renders reports as an aligned text table, one row per policy.
+pub fn table(reports: &[PolicyReport]) -> String {
+    let header = [
+        "policy",
+        "requests",
+        "cold",
+        "rejected",
+        "wait p50",
+        "wait p95",
+        "wait p99",
+        "created",
+        "deleted",
+        "peak pods",
+        "pod-hours",
+    ];
+    let rows: Vec<Vec<String>> = reports
+        .iter()
+        .map(|r| {
+            vec![
+                r.policy.clone(),
+                r.requests.to_string(),
+                r.cold_starts.to_string(),
+                r.rejected.to_string(),
+                format!("{:.3}s", r.wait_p50_s),
+                format!("{:.3}s", r.wait_p95_s),
+                format!("{:.3}s", r.wait_p99_s),
+                r.pods_created.to_string(),
+                r.pods_deleted.to_string(),
+                r.peak_pods.to_string(),
+                format!("{:.1}", r.pod_seconds / 3600.0),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 0 {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    let mut out = line(header.iter().map(|s| s.to_string()).collect());
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_secs).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 100.0), 100.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn table_has_a_row_per_policy() {
+        let r = PolicyReport {
+            policy: "a.yaml".into(),
+            requests: 10,
+            ..Default::default()
+        };
+        let t = table(&[
+            r.clone(),
+            PolicyReport {
+                policy: "b".into(),
+                ..r
+            },
+        ]);
+        assert_eq!(t.lines().count(), 3);
+        assert!(t.starts_with("policy"));
+    }
+}

@@ -1,0 +1,168 @@
+//! The `PodPlatform` port: the Kubernetes work the pod evaluator's driver
+//! needs, and nothing more.
+//!
+//! The driver (a later issue) carries out the pod cache's commands
+//! ([`crate::domain::pod_cache::Command`]) through this trait: create the pod
+//! and its service, watch it become ready, patch its reclaim-after
+//! annotation, list and delete pods for GC, read the template ConfigMap and
+//! keep the registry pull secret in place. One implementation talks to a
+//! real API server (kube-rs); [`crate::adapters::sim::SimPlatform`] simulates
+//! one on virtual time for tests and the policy simulator.
+//!
+//! A platform instance is bound to the pod namespace (`--pod-namespace`);
+//! only the template ConfigMap may live elsewhere (the runner's namespace).
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use tokio_stream::Stream;
+
+/// Why a platform call failed, in the classes the driver decides on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlatformError {
+    /// The object does not exist (HTTP 404). For deletes this is success.
+    #[error("{kind} {name:?} not found")]
+    NotFound {
+        /// Object kind, e.g. `Pod`.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+    },
+    /// An object of that name exists (HTTP 409 AlreadyExists). Unlike Porch
+    /// (spec §10 item 29) this is not success: the existing object may be
+    /// terminating or from an old template.
+    #[error("{kind} {name:?} already exists")]
+    AlreadyExists {
+        /// Object kind.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+    },
+    /// A precondition or resourceVersion did not match (HTTP 409 Conflict);
+    /// re-read and retry.
+    #[error("conflict on {kind} {name:?}: {message}")]
+    Conflict {
+        /// Object kind.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The runner's service account may not do this (HTTP 403); retrying will
+    /// not help — fix the RBAC rules.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// The object was rejected as invalid (HTTP 422), e.g. a bad name.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// A failure that may pass (timeouts, 5xx, 429, connection errors); retry
+    /// with backoff.
+    #[error("transient platform error: {0}")]
+    Transient(String),
+}
+
+impl PlatformError {
+    /// True for [`PlatformError::NotFound`].
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, PlatformError::NotFound { .. })
+    }
+
+    /// True for errors worth retrying ([`PlatformError::Transient`] and
+    /// [`PlatformError::Conflict`]).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            PlatformError::Transient(_) | PlatformError::Conflict { .. }
+        )
+    }
+}
+
+/// A ConfigMap's data with the `resourceVersion` that becomes the template
+/// version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigMapData {
+    /// The `data` map.
+    pub data: BTreeMap<String, String>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: String,
+}
+
+/// A change to a pod, as a watch reports it (kube-runtime's
+/// `watcher::Event` reduced to what the driver needs).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodEvent {
+    /// The pod was created or changed; this is its new state.
+    Applied(Pod),
+    /// The pod is gone; this is its last known state.
+    Deleted(Pod),
+}
+
+/// A stream of pod events; it ends when the platform stops watching.
+pub type PodEventStream = Pin<Box<dyn Stream<Item = PodEvent> + Send>>;
+
+/// Pod, service, ConfigMap and Secret operations in the pod namespace.
+///
+/// Every method is cancel-safe in the sense that dropping the future leaves
+/// the platform in a state a later list can observe; none retries on its own.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait PodPlatform: Send + Sync {
+    /// Creates `pod` under its `metadata.name` (never `generateName`).
+    ///
+    /// Errors: [`PlatformError::AlreadyExists`] if the name is taken,
+    /// [`PlatformError::Invalid`], [`PlatformError::Forbidden`], transient errors.
+    async fn create_pod(&self, pod: Pod) -> Result<Pod, PlatformError>;
+
+    /// Reads the pod `name`. Errors: [`PlatformError::NotFound`] and the usual.
+    async fn get_pod(&self, name: &str) -> Result<Pod, PlatformError>;
+
+    /// Lists pods matching `label_selector` (Kubernetes syntax: `k=v,k2`, or
+    /// empty for all).
+    async fn list_pods(&self, label_selector: &str) -> Result<Vec<Pod>, PlatformError>;
+
+    /// Deletes the pod `name` (background propagation).
+    /// Errors: [`PlatformError::NotFound`] when already gone.
+    async fn delete_pod(&self, name: &str) -> Result<(), PlatformError>;
+
+    /// Creates `service` under its `metadata.name`.
+    /// Errors: [`PlatformError::AlreadyExists`] and the usual.
+    async fn create_service(&self, service: Service) -> Result<Service, PlatformError>;
+
+    /// Reads the service `name`. Errors: [`PlatformError::NotFound`] and the usual.
+    async fn get_service(&self, name: &str) -> Result<Service, PlatformError>;
+
+    /// Deletes the service `name`. Errors: [`PlatformError::NotFound`] when already gone.
+    async fn delete_service(&self, name: &str) -> Result<(), PlatformError>;
+
+    /// Merge-patches the pod's annotations with `annotations` (others kept).
+    /// Errors: [`PlatformError::NotFound`] and the usual.
+    async fn patch_pod_annotations(
+        &self,
+        name: &str,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<(), PlatformError>;
+
+    /// Reads ConfigMap `name` in `namespace` (the template ConfigMap lives in
+    /// the runner's namespace, not the pod namespace).
+    async fn read_config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ConfigMapData, PlatformError>;
+
+    /// Makes the `kubernetes.io/dockerconfigjson` Secret `name` hold
+    /// `docker_config_json`: created if missing, updated if different, left
+    /// alone if equal (Porch `inspectOrCreateSecret`).
+    async fn ensure_pull_secret(
+        &self,
+        name: &str,
+        docker_config_json: &[u8],
+    ) -> Result<(), PlatformError>;
+
+    /// Watches pods matching `label_selector`: first an [`PodEvent::Applied`]
+    /// for every existing pod, then every change.
+    async fn watch_pods(&self, label_selector: &str) -> Result<PodEventStream, PlatformError>;
+}
