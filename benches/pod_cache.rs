@@ -7,6 +7,10 @@
 //! - `cold`: request → create pod → pod ready → call finished → pod gone, a
 //!   cold start with its eviction — four decisions.
 //!
+//! - `simulate/day-1m-200fn`: the policy simulator replaying a generated
+//!   24-hour trace of 1,000,000 requests over 200 functions (target: under
+//!   5 s), with Porch's default policy.
+//!
 //! Run: `cargo bench --bench pod_cache`. Criterion reports elements/s, where
 //! an element is one decision (one `handle` plus draining its commands).
 
@@ -137,9 +141,38 @@ fn cold(c: &mut Criterion) {
     group.finish();
 }
 
+fn simulate_day(c: &mut Criterion) {
+    use krm_fn_runner::adapters::sim::{ReplayOptions, replay};
+    use krm_fn_runner::domain::simulation::{SimPolicy, TraceSpec, generate};
+    let trace = generate(&TraceSpec {
+        requests: 1_000_000,
+        functions: 200,
+        ..TraceSpec::default()
+    })
+    .expect("valid spec");
+    let policy = SimPolicy::parse(
+        b"podTTL: 30m\nmaxWaitlistLength: 2\nmaxParallelPodsPerFunction: 1\n",
+        "porch-defaults.yaml",
+    )
+    .expect("valid policy");
+    let mut group = c.benchmark_group("simulate");
+    group
+        .sample_size(10)
+        .throughput(Throughput::Elements(trace.len() as u64));
+    group.bench_function("day-1m-200fn", |b| {
+        b.iter(|| black_box(replay(&trace, &policy, &ReplayOptions::default()).expect("replays")))
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
     targets = hits, cold
 }
-criterion_main!(benches);
+criterion_group! {
+    name = simulation;
+    config = Criterion::default().measurement_time(Duration::from_secs(10)).warm_up_time(Duration::from_secs(1));
+    targets = simulate_day
+}
+criterion_main!(benches, simulation);

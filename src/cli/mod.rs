@@ -6,6 +6,7 @@
 
 mod eval;
 mod serve;
+mod simulate;
 pub mod wrapper;
 
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Evaluate one function on a ResourceList read from stdin.
     Eval(eval::EvalArgs),
+    /// Replay a request trace against pod-cache policies on virtual time (or generate a trace).
+    Simulate(simulate::SimulateArgs),
 }
 
 /// Turns Go-style single-dash long flags (`-port=9445`) into clap's
@@ -95,6 +98,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve::run(*args).await,
             Command::Eval(args) => eval::run(args).await,
+            Command::Simulate(args) => simulate::run(args).await,
         }
     })
 }

@@ -13,6 +13,8 @@
 
 mod cluster;
 mod platform;
+pub mod replay;
 
 pub use cluster::{FailureRates, Operation, SimCluster, SimStats, StartLatency};
 pub use platform::SimPlatform;
+pub use replay::{ReplayOptions, replay};

@@ -1,0 +1,206 @@
+//! A pod-cache policy as an operator writes it, for the simulator.
+//!
+//! Two forms are read, so an operator can test the exact file they deploy:
+//!
+//! 1. the runner's `--pod-cache-config` file itself (a YAML list of
+//!    `{name, timeToLive, maxWaitlistLength, maxParallelPodsPerFunction, …}`),
+//!    with the runner's flag defaults for everything else;
+//! 2. a mapping holding the runner's flags and that list:
+//!
+//! ```yaml
+//! podTTL: 30m                     # --pod-ttl
+//! maxWaitlistLength: 2            # --max-waitlist-length
+//! maxParallelPodsPerFunction: 1   # --max-parallel-pods-per-function
+//! maxLoadPerPod: 64               # bound on queueing per pod
+//! scanInterval: 1m                # --scan-interval
+//! warmUpPodCache: true            # --warm-up-pod-cache (warms the listed images)
+//! podCacheConfig:                 # the --pod-cache-config list
+//! - name: ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5
+//!   timeToLive: 1h
+//!   maxParallelPodsPerFunction: 4
+//! ```
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::domain::codec;
+use crate::domain::pod_cache::config::parse_go_duration;
+use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy, PolicyError};
+
+/// A policy to simulate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimPolicy {
+    /// Display name (the file name).
+    pub name: String,
+    /// Global defaults (the runner's flags).
+    pub defaults: FunctionSettings,
+    /// GC period (`--scan-interval`).
+    pub scan_interval: Duration,
+    /// Whether the listed images are warmed at start.
+    pub warm_up: bool,
+    /// Per-function overrides and the warm-up list.
+    pub config: PodCacheConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(rename = "podTTL")]
+    pod_ttl: Option<String>,
+    max_waitlist_length: Option<u32>,
+    max_parallel_pods_per_function: Option<u32>,
+    max_load_per_pod: Option<u32>,
+    scan_interval: Option<String>,
+    warm_up_pod_cache: Option<bool>,
+    pod_cache_config: Option<Value>,
+}
+
+/// Why a policy file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("policy {path}: {message}")]
+pub struct SimPolicyError {
+    /// The file.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn duration(
+    path: &str,
+    key: &str,
+    v: Option<String>,
+    default: Duration,
+) -> Result<Duration, SimPolicyError> {
+    match v {
+        None => Ok(default),
+        Some(s) => parse_go_duration(&s)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| SimPolicyError {
+                path: path.to_string(),
+                message: format!("{key} {s:?} is not a positive duration such as 30m or 1h30m"),
+            }),
+    }
+}
+
+impl SimPolicy {
+    /// Parses a policy file (either form); `path` names it in errors and is
+    /// the policy's display name.
+    ///
+    /// Errors: not YAML, unknown keys, bad durations, a bad pod-cache-config list.
+    pub fn parse(text: &[u8], path: &str) -> Result<Self, SimPolicyError> {
+        let err = |message: String| SimPolicyError {
+            path: path.to_string(),
+            message,
+        };
+        let name = std::path::Path::new(path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.to_string());
+        let value: Value = if text.iter().all(u8::is_ascii_whitespace) {
+            Value::Null
+        } else {
+            codec::from_yaml_slice(text).map_err(|e| err(e.to_string()))?
+        };
+        let defaults = FunctionSettings::default();
+        let config_from = |v: &Value| -> Result<PodCacheConfig, SimPolicyError> {
+            let yaml = codec::to_yaml_string(v).map_err(|e| err(e.to_string()))?;
+            PodCacheConfig::parse(yaml.as_bytes(), path)
+                .map_err(|e: PolicyError| err(e.to_string()))
+        };
+        if value.is_array() || value.is_null() {
+            return Ok(Self {
+                name,
+                defaults,
+                scan_interval: Duration::from_secs(60),
+                warm_up: true,
+                config: config_from(&value)?,
+            });
+        }
+        let file: PolicyFile = serde_json::from_value(value).map_err(|e| {
+            err(format!(
+                "{e}; expected a pod-cache-config list or a mapping with podTTL, maxWaitlistLength, \
+                 maxParallelPodsPerFunction, maxLoadPerPod, scanInterval, warmUpPodCache, podCacheConfig"
+            ))
+        })?;
+        let settings = FunctionSettings {
+            ttl: duration(path, "podTTL", file.pod_ttl, defaults.ttl)?,
+            max_waitlist: file.max_waitlist_length.unwrap_or(defaults.max_waitlist),
+            max_parallel_pods: file
+                .max_parallel_pods_per_function
+                .unwrap_or(defaults.max_parallel_pods),
+            max_load_per_pod: file.max_load_per_pod.unwrap_or(defaults.max_load_per_pod),
+            resources: None,
+        }
+        .normalised();
+        Ok(Self {
+            name,
+            defaults: settings,
+            scan_interval: duration(
+                path,
+                "scanInterval",
+                file.scan_interval,
+                Duration::from_secs(60),
+            )?,
+            warm_up: file.warm_up_pod_cache.unwrap_or(true),
+            config: config_from(&file.pod_cache_config.unwrap_or(Value::Null))?,
+        })
+    }
+
+    /// The pod-cache policy the state machine runs with.
+    ///
+    /// Errors: only for an invalid replica token (the simulator uses a fixed one).
+    pub fn pod_cache_policy(&self) -> Result<PodCachePolicy, PolicyError> {
+        Ok(PodCachePolicy::new(self.defaults.clone(), "sim")?.with_config(&self.config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_bare_pod_cache_config_list() {
+        let p = SimPolicy::parse(
+            b"- name: a:v1\n  maxParallelPodsPerFunction: 3\n",
+            "/x/porch.yaml",
+        )
+        .unwrap();
+        assert_eq!(p.name, "porch.yaml");
+        assert_eq!(p.config.entries.len(), 1);
+        assert_eq!(p.defaults, FunctionSettings::default());
+        assert_eq!(
+            p.pod_cache_policy()
+                .unwrap()
+                .settings_for("a:v1")
+                .max_parallel_pods,
+            3
+        );
+    }
+
+    #[test]
+    fn reads_flags_and_list() {
+        let p = SimPolicy::parse(
+            b"podTTL: 5m\nmaxWaitlistLength: 1\nmaxParallelPodsPerFunction: 2\nscanInterval: 30s\nwarmUpPodCache: false\npodCacheConfig:\n- name: a:v1\n  timeToLive: 1h\n",
+            "p.yaml",
+        )
+        .unwrap();
+        assert_eq!(p.defaults.ttl, Duration::from_secs(300));
+        assert_eq!(p.defaults.max_parallel_pods, 2);
+        assert_eq!(p.scan_interval, Duration::from_secs(30));
+        assert!(!p.warm_up);
+        assert_eq!(
+            p.pod_cache_policy().unwrap().settings_for("a:v1").ttl,
+            Duration::from_secs(3600)
+        );
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let e = SimPolicy::parse(b"podTtl: 5m\n", "p.yaml").unwrap_err();
+        assert!(e.message.contains("podTtl"), "{e}");
+        let e = SimPolicy::parse(b"podTTL: soon\n", "p.yaml").unwrap_err();
+        assert!(e.message.contains("podTTL"), "{e}");
+    }
+}

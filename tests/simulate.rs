@@ -1,0 +1,131 @@
+//! `krm-fn-runner simulate` end to end: generate a trace, replay it against
+//! two policy files (one a bare pod-cache-config list, as deployed), and read
+//! the table, the JSON report and the SVG plot.
+
+use std::process::Command;
+
+fn runner(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn generate_then_compare_two_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    let out = runner(&[
+        "simulate",
+        "--generate",
+        "--trace",
+        &p("t.csv"),
+        "--duration",
+        "6h",
+        "--requests",
+        "3000",
+        "--functions",
+        "40",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(
+        p("porch.yaml"),
+        "- name: example.com/sim/fn-001:v1\n  timeToLive: 30m\n  maxParallelPodsPerFunction: 2\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p("long.yaml"),
+        "podTTL: 4h\nmaxParallelPodsPerFunction: 2\n",
+    )
+    .unwrap();
+
+    let out = runner(&[
+        "simulate",
+        "--trace",
+        &p("t.csv"),
+        "--policy",
+        &p("porch.yaml"),
+        "--policy",
+        &p("long.yaml"),
+        "--plot",
+        &p("plot.svg"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.starts_with("policy"), "{table}");
+    assert!(
+        table.contains("porch.yaml") && table.contains("long.yaml"),
+        "{table}"
+    );
+    let svg = std::fs::read_to_string(p("plot.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("pods alive") && svg.contains("long.yaml"));
+
+    let out = runner(&[
+        "simulate",
+        "--trace",
+        &p("t.csv"),
+        "--policy",
+        &p("porch.yaml"),
+        "--policy",
+        &p("long.yaml"),
+        "--json",
+    ]);
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (short, long) = (&reports[0], &reports[1]);
+    assert_eq!(short["requests"], long["requests"]);
+    // A longer TTL keeps pods: fewer cold starts, more pod-seconds.
+    assert!(
+        long["cold_starts"].as_u64() < short["cold_starts"].as_u64(),
+        "{reports}"
+    );
+    assert!(
+        long["pod_seconds"].as_f64() > short["pod_seconds"].as_f64(),
+        "{reports}"
+    );
+    assert_eq!(short["rejected"], 0);
+}
+
+#[test]
+fn bad_inputs_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "at_seconds,image,run_seconds\n1,a:v1\n").unwrap();
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, "podTTL: 30m\n").unwrap();
+    let out = runner(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("trace line 2"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&trace, "1,a:v1,1\n").unwrap();
+    std::fs::write(&policy, "podTTL: never\n").unwrap();
+    let out = runner(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("podTTL"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
