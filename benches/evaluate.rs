@@ -5,12 +5,15 @@
 //! Needs the catalog functions (`scripts/install-catalog-functions.sh`).
 //! Run: `cargo bench --bench evaluate`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
 use tonic::transport::Channel;
@@ -18,28 +21,11 @@ use tonic::transport::Channel;
 const INPUT: &str = "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata:\n    name: web\n  spec:\n    replicas: 3\n    template:\n      spec:\n        containers:\n        - name: nginx\n          image: nginx:1.14\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    k: v\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: bench\n";
 
 fn catalog() -> PathBuf {
-    std::env::var_os("KRM_FN_CATALOG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("KRM_FN_CACHE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/krm-fn-runner")
-                });
-            cache.join("catalog")
-        })
+    common::catalog_dir()
 }
 
 fn image() -> String {
-    let modules = std::fs::read_to_string(catalog().join("modules.txt"))
-        .expect("catalog not installed: run scripts/install-catalog-functions.sh");
-    let version = modules
-        .lines()
-        .find_map(|l| l.strip_prefix("set-namespace "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .expect("set-namespace in modules.txt")
-        .to_string();
-    format!("ghcr.io/kptdev/krm-functions-catalog/set-namespace:{version}")
+    common::catalog_image("set-namespace")
 }
 
 /// One bare run of the binary: spawn, write stdin, read stdout and stderr.
@@ -71,63 +57,19 @@ async fn through_server(client: &mut FunctionEvaluatorClient<Channel>, image: &s
     assert!(!r.into_inner().resource_list.is_empty());
 }
 
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_server() -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--disable-runtimes=pod",
-            "--log-level=0",
-        ])
-        .arg(format!(
-            "--config={}",
-            catalog().join("config.yaml").display()
-        ))
-        .arg(format!("--functions={}", catalog().join("bin").display()))
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines.next().expect("server exited").unwrap();
-        if let Some(i) = line.find("listening on ") {
-            break line[i + 13..]
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .to_string();
-        }
-    };
-    // Keep draining the log so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (Server(child), addr)
-}
-
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let binary = catalog().join("bin/set-namespace");
     let image = image();
-    let (_server, addr) = start_server();
-    let client = rt.block_on(async {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        FunctionEvaluatorClient::new(channel)
-    });
+    let config = format!("--config={}", catalog().join("config.yaml").display());
+    let functions = format!("--functions={}", catalog().join("bin").display());
+    let server = common::Runner::start(&[
+        &config,
+        &functions,
+        "--disable-runtimes=pod",
+        "--log-level=0",
+    ]);
+    let client = rt.block_on(server.client());
     for concurrency in [1usize, 16] {
         let mut group = c.benchmark_group(format!("evaluate/c{concurrency}"));
         group

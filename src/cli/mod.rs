@@ -69,6 +69,28 @@ fn normalize_go_flags(cmd: clap::Command, args: Vec<String>) -> Vec<String> {
         .collect()
 }
 
+/// Binds `listen` (`host:port` or `unix:/path`), or all interfaces on
+/// `port`, and prints `<name> listening on <address>` to stderr whatever the
+/// log level (scripts and tests wait for that line).
+///
+/// Errors: an unparseable `listen`, or the address cannot be bound.
+pub(crate) async fn bind(
+    name: &str,
+    listen: Option<&str>,
+    port: u16,
+) -> anyhow::Result<crate::adapters::grpc::Server> {
+    use anyhow::Context;
+    let listen: crate::adapters::grpc::Listen = match listen {
+        Some(l) => l.parse().map_err(anyhow::Error::msg)?,
+        None => crate::adapters::grpc::Listen::Tcp(([0, 0, 0, 0], port).into()),
+    };
+    let server = crate::adapters::grpc::Server::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen:?}"))?;
+    eprintln!("{name} listening on {}", server.local_addr());
+    Ok(server)
+}
+
 /// Klog-style verbosity (Porch's `--log-level`, 0–5) as a tracing filter.
 pub(crate) fn init_logging(level: u8) {
     let default = match level {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{ArgAction, Args};
 
-use crate::adapters::grpc::{Listen, ServeOptions, Server};
+use crate::adapters::grpc::ServeOptions;
 use crate::app::{RuntimeSettings, build_runtime};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 
@@ -147,16 +147,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     for w in &runtime.warnings {
         tracing::warn!("{w}");
     }
-    let listen: Listen = match &args.listen {
-        Some(l) => l.parse().map_err(anyhow::Error::msg)?,
-        None => Listen::Tcp(([0, 0, 0, 0], args.port).into()),
-    };
-    let server = Server::bind(&listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen:?}"))?;
     tracing::info!(runtimes = ?runtime.chain.names(), "starting");
-    // Always printed, whatever the log level: scripts and tests wait for it.
-    eprintln!("krm-fn-runner listening on {}", server.local_addr());
+    let server = super::bind("krm-fn-runner", args.listen.as_deref(), args.port).await?;
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,
         shutdown_grace: args.shutdown_grace_period,

@@ -15,7 +15,7 @@ use clap::{CommandFactory, Parser};
 
 use super::serve::{DEFAULT_MAX_MESSAGE_BYTES, shutdown_signal};
 use crate::adapters::exec::{ExecSettings, WrapperEvaluator};
-use crate::adapters::grpc::{Listen, ServeOptions, Server};
+use crate::adapters::grpc::ServeOptions;
 
 /// The wrapper server's command line.
 #[derive(Debug, Parser)]
@@ -65,14 +65,7 @@ fn settings(args: &WrapperArgs) -> anyhow::Result<ExecSettings> {
 pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
     super::init_logging(args.verbosity);
     let evaluator = WrapperEvaluator::new(args.entrypoint.clone(), settings(&args)?)?;
-    let listen: Listen = match &args.listen {
-        Some(l) => l.parse().map_err(anyhow::Error::msg)?,
-        None => Listen::Tcp(([0, 0, 0, 0], args.port).into()),
-    };
-    let server = Server::bind(&listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen:?}"))?;
-    eprintln!("wrapper-server listening on {}", server.local_addr());
+    let server = super::bind("wrapper-server", args.listen.as_deref(), args.port).await?;
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,
         shutdown_grace: args.shutdown_grace_period,

@@ -33,6 +33,33 @@ pub struct ExecSettings {
 }
 
 impl ExecSettings {
+    /// Runs `program args…` on `request`'s ResourceList with these settings
+    /// (environment, working directory, output cap) and the request's
+    /// timeout; shared by the exec and wrapper evaluators.
+    ///
+    /// Errors: the evaluation error for a process that could not run to
+    /// completion (see [`process_error`]); a non-zero exit is not an error here.
+    pub(crate) async fn run(
+        &self,
+        program: &Path,
+        args: &[OsString],
+        request: &EvaluationRequest,
+    ) -> Result<process::ProcessOutput, EvalError> {
+        let spec = ProcessSpec {
+            program: program.to_path_buf(),
+            args: args.to_vec(),
+            env: self.env.clone(),
+            cwd: Some(self.work_dir.clone()),
+        };
+        let limits = ProcessLimits {
+            max_output_bytes: self.max_message_bytes,
+            timeout: request.timeout,
+        };
+        process::run(&spec, request.resource_list.clone(), limits)
+            .await
+            .map_err(|e| process_error(&request.image, e))
+    }
+
     /// The documented defaults for a given message limit, with `extra_env`
     /// added (later entries override earlier ones).
     pub fn new(max_message_bytes: usize, extra_env: &[(String, String)]) -> Self {
@@ -133,19 +160,7 @@ impl FunctionEvaluator for ExecEvaluator {
             });
         }
         tracing::info!(image, binary = %path.display(), "Evaluating in executable mode");
-        let spec = ProcessSpec {
-            program: path.to_path_buf(),
-            args: Vec::new(),
-            env: self.settings.env.clone(),
-            cwd: Some(self.settings.work_dir.clone()),
-        };
-        let limits = ProcessLimits {
-            max_output_bytes: self.settings.max_message_bytes,
-            timeout: request.timeout,
-        };
-        let out = process::run(&spec, request.resource_list, limits)
-            .await
-            .map_err(|e| process_error(image, e))?;
+        let out = self.settings.run(path, &[], &request).await?;
         if out.exit != ExitReason::Code(0) {
             let failure = FunctionFailure::new(image, out.exit, out.stdout, out.stderr);
             tracing::info!(image, exit = %failure.exit, "function failed");

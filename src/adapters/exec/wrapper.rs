@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 
 use super::evaluator::ExecSettings;
-use super::process::{self, ProcessLimits, ProcessSpec};
 use crate::domain::evaluation::{
     EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure,
 };
@@ -71,19 +70,10 @@ fn parse_failure(image: &str, stderr: &[u8], err: impl std::fmt::Display) -> Eva
 impl FunctionEvaluator for WrapperEvaluator {
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let image = request.image.as_str();
-        let spec = ProcessSpec {
-            program: self.program.clone(),
-            args: self.args.clone(),
-            env: self.settings.env.clone(),
-            cwd: Some(self.settings.work_dir.clone()),
-        };
-        let limits = ProcessLimits {
-            max_output_bytes: self.settings.max_message_bytes,
-            timeout: request.timeout,
-        };
-        let out = process::run(&spec, request.resource_list, limits)
-            .await
-            .map_err(|e| super::evaluator::process_error(image, e))?;
+        let out = self
+            .settings
+            .run(&self.program, &self.args, &request)
+            .await?;
         if out.exit != ExitReason::Code(0) {
             if let Err(e) = ResourceList::parse(&out.stdout) {
                 return Err(parse_failure(image, &out.stderr, e));
