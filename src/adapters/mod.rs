@@ -2,4 +2,5 @@
 
 pub mod exec;
 pub mod grpc;
+pub mod oci;
 pub mod sim;

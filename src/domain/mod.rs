@@ -10,5 +10,6 @@ pub mod evaluation;
 pub mod exec_config;
 pub mod image;
 pub mod pod_cache;
+pub mod registry;
 pub mod resource_list;
 pub mod simulation;

@@ -4,11 +4,15 @@
 //! traits.
 
 mod evaluator;
+mod image_inspector;
 mod pod_platform;
 
 pub use evaluator::FunctionEvaluator;
 #[cfg(test)]
 pub use evaluator::MockFunctionEvaluator;
+#[cfg(test)]
+pub use image_inspector::MockImageInspector;
+pub use image_inspector::{ImageInspectError, ImageInspector, ImageMetadata};
 #[cfg(test)]
 pub use pod_platform::MockPodPlatform;
 pub use pod_platform::{ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform};
