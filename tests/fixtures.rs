@@ -649,10 +649,28 @@ fn runner() -> Runner {
     ])
 }
 
+/// The kpt Go module's directory: `KRM_FN_KPT_MODULE`, or what
+/// `scripts/fetch-kpt-fixtures.sh` downloads (Go's module cache keeps it).
+fn kpt_module() -> String {
+    if let Ok(dir) = std::env::var("KRM_FN_KPT_MODULE") {
+        return dir;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch-kpt-fixtures.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .output()
+        .expect("run scripts/fetch-kpt-fixtures.sh");
+    assert!(
+        out.status.success(),
+        "scripts/fetch-kpt-fixtures.sh failed (it needs Go and the Go module proxy): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kpt_fn_eval_fixtures_from_the_kpt_module() {
-    let module = std::env::var("KRM_FN_KPT_MODULE")
-        .expect("KRM_FN_KPT_MODULE is not set: run the tests with scripts/test.sh, or set it to the output of scripts/fetch-kpt-fixtures.sh");
+    let module = kpt_module();
     let runner = runner();
     let (passed, failed) =
         run_suite(&runner, &Path::new(&module).join("e2e/testdata/fn-eval")).await;
