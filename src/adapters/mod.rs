@@ -3,4 +3,5 @@
 pub mod exec;
 pub mod grpc;
 pub mod oci;
+pub mod runtime;
 pub mod sim;

@@ -11,5 +11,6 @@ pub mod exec_config;
 pub mod image;
 pub mod pod_cache;
 pub mod registry;
+pub mod render;
 pub mod resource_list;
 pub mod simulation;

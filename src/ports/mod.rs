@@ -4,12 +4,16 @@
 //! traits.
 
 mod evaluator;
+mod function_runtime;
 mod image_inspector;
 mod pod_platform;
 
 pub use evaluator::FunctionEvaluator;
 #[cfg(test)]
 pub use evaluator::MockFunctionEvaluator;
+#[cfg(test)]
+pub use function_runtime::MockFunctionRuntime;
+pub use function_runtime::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 #[cfg(test)]
 pub use image_inspector::MockImageInspector;
 pub use image_inspector::{ImageInspectError, ImageInspector, ImageMetadata};

@@ -1,0 +1,350 @@
+//! Builtin functions: KRM functions compiled into the runner and run
+//! in-process, matched by image name as Porch matches its builtins
+//! (`porch-function-runner.md` §8.1, §8.4).
+//!
+//! | Function | Image names served |
+//! |---|---|
+//! | package-context generator | `builtins/gen-pkg-context` (kpt's builtin; also with `:latest`) |
+//! | `set-namespace` | tags `v0.4`, `v0.4.1`, `v0.4.5` and Porch's pinned digest `sha256:f930d924…` |
+//! | `set-labels` | tags `v0.2`, `v0.2.4` |
+//!
+//! Each catalog name is served bare (`set-namespace:v0.4.5`) and under
+//! `ghcr.io/kptdev/krm-functions-catalog/`, the legacy `gcr.io/kpt-fn/` and
+//! the configured default image prefix — the keys Porch's builtin runtime
+//! registers (Gen B aliases and Gen C defaults combined). The tags are the
+//! releases whose behaviour the Rust versions reproduce: set-namespace as in
+//! catalog v0.4.5 (Porch maps v0.4/v0.4.1/v0.4.5 to one builtin too), and
+//! set-labels as in the catalog's current `setlabels` transformer (v0.2 line;
+//! Porch has no set-labels builtin, so this list is our choice). Any other
+//! image is [`EvalError::NotFound`], so a chain passes it to the next
+//! runtime. `latest`/`unstable` are deliberately not served: they float.
+//!
+//! Like the Go functions built on the functions SDK, `set-namespace` and
+//! `set-labels` return their items sorted by apiVersion, kind, namespace and
+//! name, and report failure as exit code 1 with stderr
+//! `failed to evaluate function: error: function failure` and their results.
+
+pub mod pkg_context;
+pub mod set_labels;
+pub mod set_namespace;
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::domain::evaluation::{EvalError, ExitReason, FunctionFailure};
+use crate::domain::image::DEFAULT_IMAGE_PREFIX;
+use crate::domain::render::GEN_PKG_CONTEXT_IMAGE;
+use crate::domain::resource_list::ResourceList;
+use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
+
+/// Tags (and digests) of `set-namespace` served by the builtin.
+pub const SET_NAMESPACE_TAGS: &[&str] = &[
+    ":v0.4",
+    ":v0.4.1",
+    ":v0.4.5",
+    "@sha256:f930d9248001fa763799cc81cf2d89bbf83954fc65de0db20ab038a21784f323",
+];
+/// Tags of `set-labels` served by the builtin.
+pub const SET_LABELS_TAGS: &[&str] = &[":v0.2", ":v0.2.4"];
+/// Prefixes under which catalog builtins are served (besides the bare name
+/// and the configured default prefix).
+pub const BUILTIN_PREFIXES: &[&str] = &["ghcr.io/kptdev/krm-functions-catalog/", "gcr.io/kpt-fn/"];
+/// stderr of a failing SDK-based function (the Go SDK's `AsMain` log line).
+pub const SDK_FAILURE_STDERR: &str = "failed to evaluate function: error: function failure";
+
+/// Which builtin an image names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    /// kpt's `builtins/gen-pkg-context`.
+    PackageContext,
+    /// The catalog's `set-namespace`.
+    SetNamespace,
+    /// The catalog's `set-labels`.
+    SetLabels,
+}
+
+/// The in-process runtime.
+#[derive(Debug, Clone)]
+pub struct BuiltinRuntime {
+    table: HashMap<String, Builtin>,
+    package_path: Option<String>,
+}
+
+impl Default for BuiltinRuntime {
+    fn default() -> Self {
+        Self::new(DEFAULT_IMAGE_PREFIX)
+    }
+}
+
+impl BuiltinRuntime {
+    /// The builtins, also served under `default_prefix` (kpt's/Porch's
+    /// default image prefix, e.g. `ghcr.io/kptdev/krm-functions-catalog`).
+    pub fn new(default_prefix: &str) -> Self {
+        let mut table = HashMap::new();
+        table.insert(GEN_PKG_CONTEXT_IMAGE.to_string(), Builtin::PackageContext);
+        table.insert(
+            format!("{GEN_PKG_CONTEXT_IMAGE}:latest"),
+            Builtin::PackageContext,
+        );
+        let default_prefix = match default_prefix.trim_end_matches('/') {
+            "" => String::new(),
+            p => format!("{p}/"),
+        };
+        let mut prefixes = vec![String::new(), default_prefix];
+        prefixes.extend(BUILTIN_PREFIXES.iter().map(|p| p.to_string()));
+        for (name, tags, builtin) in [
+            ("set-namespace", SET_NAMESPACE_TAGS, Builtin::SetNamespace),
+            ("set-labels", SET_LABELS_TAGS, Builtin::SetLabels),
+        ] {
+            for prefix in &prefixes {
+                for tag in tags {
+                    table.insert(format!("{prefix}{name}{tag}"), builtin);
+                }
+            }
+        }
+        Self {
+            table,
+            package_path: None,
+        }
+    }
+
+    /// Sets the package path the package-context generator writes as
+    /// `data.package-path` (Porch: parent path + `/` + package name).
+    pub fn with_package_path(mut self, package_path: impl Into<String>) -> Self {
+        self.package_path = Some(package_path.into());
+        self
+    }
+
+    /// The builtin serving `image`, if any.
+    pub fn lookup(&self, image: &str) -> Option<Builtin> {
+        self.table.get(image).copied()
+    }
+
+    /// Runs builtin `builtin` on `rl` synchronously: the output
+    /// ResourceList, or the failure as the SDK-based process would report it.
+    ///
+    /// Errors: [`EvalError::FunctionFailed`] (exit code 1, SDK stderr, the
+    /// results) when the function fails; [`EvalError::Internal`] if it panicked.
+    pub fn run_builtin(
+        &self,
+        builtin: Builtin,
+        image: &str,
+        mut rl: ResourceList,
+    ) -> Result<ResourceList, EvalError> {
+        let ran = catch_unwind(AssertUnwindSafe(|| match builtin {
+            Builtin::PackageContext => {
+                pkg_context::generate(&mut rl, self.package_path.as_deref());
+                true
+            }
+            Builtin::SetNamespace => {
+                let ok = set_namespace::run(&mut rl);
+                sort_like_sdk(&mut rl.items);
+                ok
+            }
+            Builtin::SetLabels => {
+                let ok = set_labels::run(&mut rl);
+                sort_like_sdk(&mut rl.items);
+                ok
+            }
+        }));
+        match ran {
+            Ok(true) => Ok(rl),
+            Ok(false) => {
+                let output = rl.to_yaml().map(Bytes::from).unwrap_or_default();
+                Err(EvalError::FunctionFailed(Box::new(FunctionFailure {
+                    image: image.to_string(),
+                    exit: ExitReason::Code(1),
+                    stderr: Bytes::from_static(SDK_FAILURE_STDERR.as_bytes()),
+                    output,
+                    results: rl.results,
+                })))
+            }
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(EvalError::Internal(format!(
+                    "KRM function panicked with: {what}"
+                )))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl FunctionRuntime for BuiltinRuntime {
+    /// Runs the builtin named by `call.target` (an image); anything else is
+    /// NotFound. Builtins finish in microseconds, so `call.timeout` is not
+    /// enforced.
+    async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
+        let FunctionTarget::Image(image) = &call.target else {
+            return Err(EvalError::not_found(call.target.name()));
+        };
+        let Some(builtin) = self.lookup(image) else {
+            return Err(EvalError::not_found(image));
+        };
+        let resource_list = self.run_builtin(builtin, image, call.resource_list)?;
+        Ok(FunctionOutput {
+            resource_list,
+            stderr: String::new(),
+        })
+    }
+}
+
+/// The functions SDK's output order: by `"<apiVersion> <kind> <namespace> <name>"`.
+pub fn sort_like_sdk(items: &mut [Value]) {
+    items.sort_by_cached_key(|o| {
+        format!(
+            "{} {} {} {}",
+            str_at(o, &["apiVersion"]),
+            str_at(o, &["kind"]),
+            str_at(o, &["metadata", "namespace"]),
+            str_at(o, &["metadata", "name"])
+        )
+    });
+}
+
+/// A string field at `path`, or "".
+pub(crate) fn str_at<'a>(o: &'a Value, path: &[&str]) -> &'a str {
+    let mut cur = o;
+    for p in path {
+        match cur.get(p) {
+            Some(v) => cur = v,
+            None => return "",
+        }
+    }
+    cur.as_str().unwrap_or("")
+}
+
+/// Group and version of an apiVersion (`apps/v1` → (`apps`, `v1`), `v1` → ("", `v1`)).
+pub(crate) fn group_version(api_version: &str) -> (&str, &str) {
+    match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    }
+}
+
+/// The SDK's lenient `IsGVK`: each of group, version, kind matches when
+/// either side is empty or they are equal.
+pub(crate) fn is_gvk(o: &Value, group: &str, version: &str, kind: &str) -> bool {
+    let (g, v) = group_version(str_at(o, &["apiVersion"]));
+    let k = str_at(o, &["kind"]);
+    let ok = |a: &str, b: &str| a.is_empty() || b.is_empty() || a == b;
+    ok(k, kind) && ok(g, group) && ok(v, version)
+}
+
+/// Sets a string at `path` inside `o`, creating maps on the way (a non-map
+/// on the way is replaced, as the SDK's `SetNestedString` does).
+pub(crate) fn set_str(o: &mut Value, path: &[&str], value: &str) {
+    let mut cur = o;
+    for (i, p) in path.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = Value::Object(Map::new());
+        }
+        let map = cur.as_object_mut().expect("made a map above");
+        if i + 1 == path.len() {
+            map.insert(p.to_string(), Value::String(value.to_string()));
+            return;
+        }
+        cur = map
+            .entry(p.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if cur.is_null() {
+            *cur = Value::Object(Map::new());
+        }
+    }
+}
+
+/// Go's `fmt` rendering of a sorted string list: `[a b c]`.
+pub(crate) fn go_list(items: &std::collections::BTreeSet<String>) -> String {
+    format!(
+        "[{}]",
+        items
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn image_keys_follow_porch() {
+        let rt = BuiltinRuntime::new("example.com/fns");
+        for image in [
+            "set-namespace:v0.4.5",
+            "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4",
+            "gcr.io/kpt-fn/set-namespace:v0.4.1",
+            "gcr.io/kpt-fn/set-namespace@sha256:f930d9248001fa763799cc81cf2d89bbf83954fc65de0db20ab038a21784f323",
+            "example.com/fns/set-namespace:v0.4.5",
+        ] {
+            assert_eq!(rt.lookup(image), Some(Builtin::SetNamespace), "{image}");
+        }
+        assert_eq!(
+            rt.lookup("ghcr.io/kptdev/krm-functions-catalog/set-labels:v0.2.4"),
+            Some(Builtin::SetLabels)
+        );
+        assert_eq!(
+            rt.lookup("builtins/gen-pkg-context"),
+            Some(Builtin::PackageContext)
+        );
+        for image in [
+            "set-namespace:latest",
+            "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.5.0",
+            "docker.io/evil/set-namespace:v0.4.5",
+            "starlark:v0.5",
+        ] {
+            assert_eq!(rt.lookup(image), None, "{image}");
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_images_and_exec_are_not_found() {
+        let rt = BuiltinRuntime::default();
+        let call = |t| FunctionCall {
+            target: t,
+            resource_list: ResourceList::new(vec![]),
+            timeout: None,
+        };
+        assert!(
+            rt.run(call(FunctionTarget::Image("set-namespace:latest".into())))
+                .await
+                .unwrap_err()
+                .is_not_found()
+        );
+        assert!(
+            rt.run(call(FunctionTarget::Exec("set-namespace".into())))
+                .await
+                .unwrap_err()
+                .is_not_found()
+        );
+    }
+
+    #[test]
+    fn helpers() {
+        let mut o = json!({"apiVersion": "apps/v1", "kind": "Deployment"});
+        assert!(is_gvk(&o, "", "", "Deployment"));
+        assert!(is_gvk(&o, "apps", "v1", "Deployment"));
+        assert!(!is_gvk(&o, "batch", "", "Deployment"));
+        set_str(&mut o, &["spec", "a", "b"], "x");
+        assert_eq!(o["spec"]["a"]["b"], "x");
+        let mut items = vec![
+            json!({"apiVersion": "v1", "kind": "B", "metadata": {"name": "a"}}),
+            json!({"apiVersion": "apps/v1", "kind": "Z", "metadata": {"name": "a"}}),
+            json!({"apiVersion": "v1", "kind": "A", "metadata": {"name": "b"}}),
+        ];
+        sort_like_sdk(&mut items);
+        let kinds: Vec<&str> = items.iter().map(|i| str_at(i, &["kind"])).collect();
+        assert_eq!(kinds, ["Z", "A", "B"]);
+    }
+}

@@ -1,0 +1,137 @@
+//! `exec:` functions: a Kptfile command line run as a child process
+//! (kpt `ExecFn`), on the exec evaluator's process runner.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+use crate::adapters::exec::ExecSettings;
+use crate::domain::evaluation::{EvalError, EvaluationRequest, ExitReason, FunctionFailure};
+use crate::domain::resource_list::ResourceList;
+use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
+
+/// Runs `exec:` functions: the command line is split shell-style (no shell
+/// is involved); the first word is the program — absolute, relative to the
+/// working directory when it contains `/`, else looked up on `PATH` — and the
+/// rest are its arguments. `image:` targets are NotFound.
+#[derive(Debug, Clone)]
+pub struct ExecCommandRuntime {
+    settings: ExecSettings,
+}
+
+impl ExecCommandRuntime {
+    /// Runs functions with `settings` (environment, working directory,
+    /// output cap; see [`ExecSettings`]).
+    pub fn new(settings: ExecSettings) -> Self {
+        Self { settings }
+    }
+
+    /// As kpt does: functions inherit this process's environment and
+    /// working directory; stdout and stderr are each capped at
+    /// `max_message_bytes`.
+    pub fn inheriting(max_message_bytes: usize) -> Self {
+        let mut settings = ExecSettings::new(max_message_bytes, &[]);
+        settings.env = std::env::vars_os().collect();
+        if let Ok(cwd) = std::env::current_dir() {
+            settings.work_dir = cwd;
+        }
+        Self::new(settings)
+    }
+
+    fn program(&self, word: &str) -> PathBuf {
+        let p = Path::new(word);
+        if word.contains('/') && p.is_relative() {
+            self.settings.work_dir.join(p)
+        } else {
+            p.to_path_buf()
+        }
+    }
+}
+
+#[async_trait]
+impl FunctionRuntime for ExecCommandRuntime {
+    /// Runs the command on the serialised ResourceList. Exit 0 → the parsed
+    /// output; another exit → [`EvalError::FunctionFailed`] with the results
+    /// read from stdout; a command line that does not split →
+    /// [`EvalError::InvalidInput`]; a program that cannot start →
+    /// [`EvalError::Internal`].
+    async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
+        let FunctionTarget::Exec(command) = &call.target else {
+            return Err(EvalError::not_found(call.target.name()));
+        };
+        let words = shlex::split(command)
+            .filter(|w| !w.is_empty())
+            .ok_or_else(|| {
+                EvalError::InvalidInput(format!("exec command {command:?} must be valid"))
+            })?;
+        let program = self.program(&words[0]);
+        let args: Vec<OsString> = words[1..].iter().map(OsString::from).collect();
+        let bytes = call.resource_list.to_yaml().map_err(|e| {
+            EvalError::Internal(format!(
+                "cannot serialise the ResourceList for {command:?}: {e}"
+            ))
+        })?;
+        let mut request = EvaluationRequest::new(command.clone(), bytes.into_bytes());
+        request.timeout = call.timeout;
+        let out = self.settings.run(&program, &args, &request).await?;
+        if out.exit != ExitReason::Code(0) {
+            let failure = FunctionFailure::new(command, out.exit, out.stdout, out.stderr);
+            return Err(EvalError::FunctionFailed(Box::new(failure)));
+        }
+        let resource_list = ResourceList::parse(&out.stdout).map_err(|e| {
+            EvalError::Internal(format!(
+                "function {command:?} did not write a ResourceList to stdout: {e}"
+            ))
+        })?;
+        Ok(FunctionOutput {
+            resource_list,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(cmd: &str) -> FunctionCall {
+        FunctionCall {
+            target: FunctionTarget::Exec(cmd.into()),
+            resource_list: ResourceList::new(vec![
+                serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "foo"}}),
+            ]),
+            timeout: Some(std::time::Duration::from_secs(20)),
+        }
+    }
+
+    #[tokio::test]
+    async fn runs_a_command_line_with_arguments() {
+        let rt = ExecCommandRuntime::inheriting(1 << 20);
+        let out = rt.run(call("sed -e 's/foo/bar/'")).await.unwrap();
+        assert_eq!(out.resource_list.items[0]["metadata"]["name"], "bar");
+    }
+
+    #[tokio::test]
+    async fn failures_keep_exit_code_and_stderr() {
+        let rt = ExecCommandRuntime::inheriting(1 << 20);
+        let err = rt
+            .run(call("sh -c 'echo oops >&2; exit 3'"))
+            .await
+            .unwrap_err();
+        let EvalError::FunctionFailed(f) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(f.exit, ExitReason::Code(3));
+        assert_eq!(&f.stderr[..], b"oops\n");
+        assert!(matches!(
+            rt.run(call("'unterminated")).await.unwrap_err(),
+            EvalError::InvalidInput(_)
+        ));
+        let image = FunctionCall {
+            target: FunctionTarget::Image("x".into()),
+            ..call("x")
+        };
+        assert!(rt.run(image).await.unwrap_err().is_not_found());
+    }
+}

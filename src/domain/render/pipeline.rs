@@ -1,0 +1,1230 @@
+//! The render engine: runs the Kptfile pipelines of a package tree through a
+//! [`FunctionRuntime`], the way `kpt fn render` does (`krm-functions.md` §3).
+//!
+//! - **Order.** Default: depth-first post-order — a package's subpackages
+//!   (sorted by path) are rendered first, then its pipeline runs on its own
+//!   objects followed by the subpackages' outputs. With
+//!   `kpt.dev/bfs-rendering: "true"` on the root Kptfile: packages run
+//!   top-down in breadth-first order, each on itself plus all its
+//!   descendants, and the output is handed back to the packages by their
+//!   package-path annotation.
+//! - **Pipeline.** Mutators in order, each on the previous output; then
+//!   validators, each on a copy, output checked and discarded. The first
+//!   failure stops the whole render.
+//! - **functionConfig.** `configMap` → ConfigMap `function-input`;
+//!   `configPath` → the object of that file, re-read from the current
+//!   in-memory objects before every step (an earlier mutator may edit it).
+//! - **Selectors.** See [`super::selector`].
+//! - **Per call** (kyaml's FunctionFilter and kpt's runner): input must be
+//!   KRM; objects get the id and migration annotations; after the call ids
+//!   are matched to restore field order, generated objects get a default
+//!   path, legacy/internal annotations are reconciled, objects without
+//!   package-path get the current package's, and the output is checked
+//!   (KRM, no path outside the package, no duplicate path+index).
+//! - **Result.** On success every object carries its path relative to the
+//!   root package (subpackage prefix added) and no package-path.
+//!
+//! Deliberate differences from kpt (quirks not copied): selectors are an OR
+//! without duplicates ([`super::selector`]); in breadth-first mode a package
+//! whose objects were all deleted by an ancestor stays empty (kpt restores
+//! them) and objects claiming a package outside the current scope stay with
+//! the current package (kpt drops them or overwrites that package); with
+//! `kpt.dev/save-on-render-failure` the partial result always includes every
+//! package (kpt loses ancestors' objects when the failure is two levels deep).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::annotations::{self as ann, clean_path, join_path};
+use super::error::{EXEC_NOT_ALLOWED, RenderError, RenderErrorKind, StepError};
+use super::kptfile::{Function, Pipeline, PipelineInvalid, ValidateError, check_all_krm};
+use super::package::Package;
+use super::results::{
+    self, Condition, FunctionResultList, KptRenderStatus, RenderStatus, StepKind, StepRecord,
+    StructuredResult,
+};
+use crate::domain::evaluation::EvalError;
+use crate::domain::image::DEFAULT_IMAGE_PREFIX;
+use crate::domain::resource_list::ResourceList;
+use crate::ports::{FunctionCall, FunctionRuntime, FunctionTarget};
+
+/// kpt's per-function timeout (5 minutes).
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// The image name of kpt's builtin package-context generator (never prefixed or tagged).
+pub const GEN_PKG_CONTEXT_IMAGE: &str = "builtins/gen-pkg-context";
+
+/// How a render runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// Prefix for short image names (`--image-prefix`); empty disables prefixing.
+    pub image_prefix: String,
+    /// Allow `exec` functions (`--allow-exec`).
+    pub allow_exec: bool,
+    /// Limit for each function call; default 5 minutes as in kpt.
+    pub step_timeout: Duration,
+    /// Value of the package-path annotation of the root package (kpt: the
+    /// absolute directory); subpackages get `<root>/<path>`. Default `.`.
+    pub package_root: String,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        Self {
+            image_prefix: DEFAULT_IMAGE_PREFIX.to_string(),
+            allow_exec: false,
+            step_timeout: DEFAULT_STEP_TIMEOUT,
+            package_root: ".".to_string(),
+        }
+    }
+}
+
+/// A step about to run (for progress output: kpt's `[RUNNING] "<fn>"[ on N resource(s)]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepStart<'a> {
+    /// Package path relative to the root ("" = root).
+    pub package: &'a str,
+    /// Mutator or validator.
+    pub kind: StepKind,
+    /// What runs.
+    pub target: &'a FunctionTarget,
+    /// Number of objects the step receives, when it has selectors/exclusions.
+    pub resource_count: Option<usize>,
+}
+
+/// Observer of a render's progress; every method defaults to doing nothing.
+/// The CLI measures step durations between `step_started` and `step_finished`.
+pub trait RenderEvents: Send + Sync {
+    /// A package with a non-empty pipeline starts (`path` relative to the root, Kptfile name).
+    fn package_started(&self, _path: &str, _name: &str) {}
+    /// A function is about to be called.
+    fn step_started(&self, _step: &StepStart<'_>) {}
+    /// A step ended (successfully or not), including steps that failed before running.
+    fn step_finished(&self, _record: &StepRecord) {}
+}
+
+/// A [`RenderEvents`] that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEvents;
+
+impl RenderEvents for NoEvents {}
+
+/// The outcome of a render.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderOutcome {
+    /// The rendered objects with paths relative to the root package: all
+    /// of them on success; on failure only when the root Kptfile asks for
+    /// `kpt.dev/save-on-render-failure` (then the partially rendered
+    /// objects), else `None` (nothing must be written).
+    pub resources: Option<Vec<Value>>,
+    /// Every attempted step, in execution order.
+    pub steps: Vec<StepRecord>,
+    /// The failure, if any.
+    pub error: Option<RenderError>,
+    /// Functions that ran successfully (kpt's "executed N function(s)").
+    pub executed: usize,
+    /// Packages visited (kpt's "in M package(s)").
+    pub packages: usize,
+}
+
+impl RenderOutcome {
+    /// True when the render succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// kpt's `FunctionResultList` (write it to `<results-dir>/results.yaml`).
+    pub fn result_list(&self) -> FunctionResultList {
+        results::result_list(&self.steps)
+    }
+
+    /// Porch's `RenderStatus`: the result list and the error text.
+    pub fn render_status(&self) -> RenderStatus {
+        RenderStatus {
+            result: Some(self.result_list()),
+            error: self
+                .error
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// kpt's Kptfile `status.renderStatus`, `None` when no step was attempted.
+    pub fn kpt_render_status(&self) -> Option<KptRenderStatus> {
+        results::kpt_render_status(&self.steps, self.error.is_some())
+    }
+
+    /// kpt's `Rendered` condition for the root Kptfile.
+    pub fn rendered_condition(&self) -> Condition {
+        results::rendered_condition(self.error.as_ref().map(ToString::to_string).as_deref())
+    }
+}
+
+/// Applies kpt's image resolution (§3.10) to a step's `image` and `tag`:
+/// short names get `prefix`, a literal `tag` replaces the image's tag or
+/// digest, and an image with neither gets `:latest`;
+/// [`GEN_PKG_CONTEXT_IMAGE`] is kept as is.
+///
+/// Errors: `tag` is a semver constraint (`~0.2`, `>=0.4, <1`…): resolving it
+/// needs the registry's tag list, which this library does not fetch.
+pub fn resolve_function_image(image: &str, tag: &str, prefix: &str) -> Result<String, String> {
+    if image == GEN_PKG_CONTEXT_IMAGE {
+        return Ok(image.to_string());
+    }
+    let prefix = prefix.trim_end_matches('/');
+    let mut out = if image.contains('/') || prefix.is_empty() {
+        image.to_string()
+    } else {
+        format!("{prefix}/{image}")
+    };
+    if !tag.is_empty() {
+        let constraint = tag.chars().any(|c| "<>=~^*,| ".contains(c))
+            || tag.split('.').any(|p| p.eq_ignore_ascii_case("x"));
+        if constraint {
+            return Err(format!(
+                "tag {tag:?} of image {image:?} is a version constraint; resolving constraints needs the registry's tag list, which is not supported: write a literal tag"
+            ));
+        }
+        let without_digest = out.split('@').next().unwrap_or("").to_string();
+        let slash = without_digest.rfind('/').map(|i| i + 1).unwrap_or(0);
+        let base = match without_digest[slash..].find(':') {
+            Some(i) => without_digest[..slash + i].to_string(),
+            None => without_digest,
+        };
+        out = format!("{base}:{tag}");
+    }
+    let last = out.rsplit('/').next().unwrap_or("");
+    if !last.contains(':') && !last.contains('@') {
+        out.push_str(":latest");
+    }
+    Ok(out)
+}
+
+/// Renders package trees through a [`FunctionRuntime`].
+pub struct Renderer<'a> {
+    runtime: &'a dyn FunctionRuntime,
+    options: RenderOptions,
+    events: &'a dyn RenderEvents,
+}
+
+/// A package of the flattened tree.
+struct Node {
+    path: String,
+    package_path: String,
+    name: String,
+    pipeline: Pipeline,
+    invalid: Option<PipelineInvalid>,
+    /// Cleaned paths of the package's own files as read.
+    own_files: Vec<String>,
+    /// `configPath` → the object read from that file (reader annotations removed).
+    config_files: HashMap<String, Value>,
+    /// Own objects until the package runs.
+    own: Vec<Value>,
+    children: Vec<usize>,
+    /// Depth-first: the subtree's output once rendered. Breadth-first: the
+    /// package's current objects.
+    output: Option<Vec<Value>>,
+}
+
+struct Failure {
+    kind: RenderErrorKind,
+    partial: Vec<Value>,
+}
+
+struct Ctx {
+    steps: Vec<StepRecord>,
+    executed: usize,
+}
+
+/// Annotations kyaml records before a call, per input object.
+#[derive(Default)]
+struct Snapshot {
+    path: Option<String>,
+    index: Option<String>,
+    legacy_path: Option<String>,
+    legacy_index: Option<String>,
+}
+
+const TWINS: [(&str, &str, &str); 3] = [
+    (ann::PATH, ann::LEGACY_PATH, "path"),
+    (ann::INDEX, ann::LEGACY_INDEX, "index"),
+    (ann::ID, ann::LEGACY_ID, "id"),
+];
+
+impl<'a> Renderer<'a> {
+    /// A renderer using `runtime` with `options` and no progress events.
+    pub fn new(runtime: &'a dyn FunctionRuntime, options: RenderOptions) -> Self {
+        Self {
+            runtime,
+            options,
+            events: &NoEvents,
+        }
+    }
+
+    /// Reports progress to `events`.
+    pub fn with_events(mut self, events: &'a dyn RenderEvents) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &RenderOptions {
+        &self.options
+    }
+
+    /// Renders the tree rooted at `root` (which must be the root package:
+    /// its `path` is ignored and treated as "").
+    pub async fn render(&self, mut root: Package) -> RenderOutcome {
+        root.path = String::new();
+        let bfs = root.kptfile.bfs_rendering();
+        let save = root.kptfile.save_on_render_failure();
+        let mut nodes = Vec::new();
+        self.flatten(&root, root.path.clone(), &mut nodes);
+        drop(root);
+        let mut ctx = Ctx {
+            steps: Vec::new(),
+            executed: 0,
+        };
+        if let Some(e) = nodes[0].invalid.clone() {
+            return RenderOutcome {
+                resources: None,
+                steps: Vec::new(),
+                error: Some(RenderError {
+                    package: String::new(),
+                    kind: RenderErrorKind::InvalidRootKptfile(e),
+                    bfs,
+                }),
+                executed: 0,
+                packages: 0,
+            };
+        }
+        let (result, packages) = if bfs {
+            self.render_bfs(&mut ctx, &mut nodes).await
+        } else {
+            self.render_dfs(&mut ctx, &mut nodes).await
+        };
+        let (resources, error) = match result {
+            Ok(items) => match self.finalize(items, &nodes) {
+                Ok(items) => (Some(items), None),
+                Err(e) => (
+                    None,
+                    Some(RenderError {
+                        package: String::new(),
+                        kind: RenderErrorKind::Package(e),
+                        bfs,
+                    }),
+                ),
+            },
+            Err((package, failure)) => {
+                let error = RenderError {
+                    package: nodes[package].path.clone(),
+                    kind: failure.kind,
+                    bfs,
+                };
+                let resources = if save {
+                    let items = if bfs {
+                        distribute(&mut nodes, package, failure.partial);
+                        bfs_order(&nodes)
+                            .into_iter()
+                            .flat_map(|i| nodes[i].output.take().unwrap_or_default())
+                            .collect()
+                    } else {
+                        collect_partial(&mut nodes, 0, package, &mut Some(failure.partial))
+                    };
+                    self.finalize(items.into_iter().map(strip_transient).collect(), &nodes)
+                        .ok()
+                } else {
+                    None
+                };
+                (resources, Some(error))
+            }
+        };
+        RenderOutcome {
+            resources,
+            steps: ctx.steps,
+            error,
+            executed: ctx.executed,
+            packages,
+        }
+    }
+
+    fn flatten(&self, pkg: &Package, path: String, nodes: &mut Vec<Node>) -> usize {
+        let package_path = if path.is_empty() {
+            self.options.package_root.clone()
+        } else {
+            format!("{}/{path}", self.options.package_root.trim_end_matches('/'))
+        };
+        let pipeline = pkg.kptfile.pipeline();
+        let invalid = pkg.kptfile.validate(|p| pkg.file_objects(p)).err();
+        let mut own = pkg.resources.clone();
+        for r in &mut own {
+            ann::set(r, ann::PACKAGE_PATH, package_path.clone());
+        }
+        let own_files = pkg
+            .resources
+            .iter()
+            .filter_map(ann::path)
+            .map(|p| clean_path(&p))
+            .collect();
+        let config_files = pipeline
+            .mutators
+            .iter()
+            .chain(&pipeline.validators)
+            .filter(|f| !f.config_path.is_empty())
+            .filter_map(|f| {
+                let objects = pkg.file_objects(&f.config_path)?;
+                let mut v = (*objects.first()?).clone();
+                ann::remove_all(
+                    &mut v,
+                    &[
+                        ann::PATH,
+                        ann::LEGACY_PATH,
+                        ann::INDEX,
+                        ann::LEGACY_INDEX,
+                        ann::SEQ_INDENT,
+                        ann::PACKAGE_PATH,
+                    ],
+                );
+                Some((clean_path(&f.config_path), v))
+            })
+            .collect();
+        let idx = nodes.len();
+        nodes.push(Node {
+            path: path.clone(),
+            package_path,
+            name: pkg.kptfile.metadata.name.clone(),
+            pipeline,
+            invalid,
+            own_files,
+            config_files,
+            own,
+            children: Vec::new(),
+            output: None,
+        });
+        let mut subs: Vec<&Package> = pkg.subpackages.iter().collect();
+        subs.sort_by(|a, b| a.path.cmp(&b.path));
+        for sub in subs {
+            let child_path = if path.is_empty() || sub.path.starts_with(&format!("{path}/")) {
+                sub.path.clone()
+            } else {
+                format!("{path}/{}", sub.path)
+            };
+            let child = self.flatten(sub, child_path, nodes);
+            nodes[idx].children.push(child);
+        }
+        idx
+    }
+
+    async fn render_dfs(
+        &self,
+        ctx: &mut Ctx,
+        nodes: &mut [Node],
+    ) -> (Result<Vec<Value>, (usize, Failure)>, usize) {
+        enum Ev {
+            Enter(usize),
+            Exit(usize),
+        }
+        fn walk(i: usize, nodes: &[Node], out: &mut Vec<Ev>) {
+            out.push(Ev::Enter(i));
+            for &c in &nodes[i].children {
+                walk(c, nodes, out);
+            }
+            out.push(Ev::Exit(i));
+        }
+        let mut events = Vec::new();
+        walk(0, nodes, &mut events);
+        let mut packages = 0;
+        for ev in events {
+            match ev {
+                Ev::Enter(i) => {
+                    packages += 1;
+                    if let Some(e) = nodes[i].invalid.clone() {
+                        let partial = std::mem::take(&mut nodes[i].own);
+                        return (
+                            Err((
+                                i,
+                                Failure {
+                                    kind: RenderErrorKind::InvalidKptfile(e),
+                                    partial,
+                                },
+                            )),
+                            packages,
+                        );
+                    }
+                }
+                Ev::Exit(i) => {
+                    let mut input = std::mem::take(&mut nodes[i].own);
+                    for c in nodes[i].children.clone() {
+                        input.extend(nodes[c].output.take().unwrap_or_default());
+                    }
+                    match self.run_pipeline(ctx, &nodes[i], input).await {
+                        Ok(out) => nodes[i].output = Some(out),
+                        Err(f) => return (Err((i, f)), packages),
+                    }
+                }
+            }
+        }
+        (Ok(nodes[0].output.take().unwrap_or_default()), packages)
+    }
+
+    async fn render_bfs(
+        &self,
+        ctx: &mut Ctx,
+        nodes: &mut [Node],
+    ) -> (Result<Vec<Value>, (usize, Failure)>, usize) {
+        let order = bfs_order(nodes);
+        for &i in &order {
+            nodes[i].output = Some(std::mem::take(&mut nodes[i].own));
+        }
+        for &i in &order {
+            if let Some(e) = nodes[i].invalid.clone() {
+                return (
+                    Err((
+                        i,
+                        Failure {
+                            kind: RenderErrorKind::InvalidKptfile(e),
+                            partial: nodes[i].output.take().unwrap_or_default(),
+                        },
+                    )),
+                    order.len(),
+                );
+            }
+        }
+        for &i in &order {
+            let mut input = nodes[i].output.take().unwrap_or_default();
+            for d in descendants(nodes, i) {
+                input.extend(nodes[d].output.take().unwrap_or_default());
+            }
+            match self.run_pipeline(ctx, &nodes[i], input).await {
+                Ok(out) => distribute(nodes, i, out),
+                Err(f) => return (Err((i, f)), order.len()),
+            }
+        }
+        let all = order
+            .iter()
+            .flat_map(|&i| nodes[i].output.take().unwrap_or_default())
+            .collect();
+        (Ok(all), order.len())
+    }
+
+    /// Rewrites paths relative to the root and removes package-path and ids.
+    fn finalize(&self, items: Vec<Value>, nodes: &[Node]) -> Result<Vec<Value>, String> {
+        let dirs: HashMap<&str, &str> = nodes
+            .iter()
+            .map(|n| (n.package_path.as_str(), n.path.as_str()))
+            .collect();
+        let root = self.options.package_root.trim_end_matches('/');
+        let mut out = Vec::with_capacity(items.len());
+        for mut item in items {
+            let pp = ann::get(&item, ann::PACKAGE_PATH).unwrap_or_default();
+            let dir = match dirs.get(pp.as_str()) {
+                Some(d) => d.to_string(),
+                None if pp.is_empty() => String::new(),
+                None => match pp.strip_prefix(&format!("{root}/")) {
+                    Some(rest) => clean_path(rest),
+                    None => {
+                        return Err(format!(
+                            "subpackage {pp:?} is not a descendant of {:?}",
+                            self.options.package_root
+                        ));
+                    }
+                },
+            };
+            let path = ann::path(&item).unwrap_or_default();
+            let new_path = join_path(&[&dir, &clean_path(&path)]);
+            ann::set_path(&mut item, &new_path);
+            ann::remove_all(&mut item, &[ann::PACKAGE_PATH, ann::ID, ann::LEGACY_ID]);
+            out.push(item);
+        }
+        Ok(out)
+    }
+
+    async fn run_pipeline(
+        &self,
+        ctx: &mut Ctx,
+        node: &Node,
+        input: Vec<Value>,
+    ) -> Result<Vec<Value>, Failure> {
+        let pipeline = &node.pipeline;
+        if pipeline.is_empty() {
+            if let Err(e) = check_all_krm(&input) {
+                return Err(Failure {
+                    kind: RenderErrorKind::NonKrm(e),
+                    partial: input,
+                });
+            }
+            return Ok(input);
+        }
+        self.events.package_started(&node.path, &node.name);
+        for (kind, fns) in [
+            (StepKind::Mutator, &pipeline.mutators),
+            (StepKind::Validator, &pipeline.validators),
+        ] {
+            for (i, f) in fns.iter().enumerate() {
+                if !f.config_path.is_empty()
+                    && !node.own_files.contains(&clean_path(&f.config_path))
+                {
+                    let word = kind.word();
+                    return Err(Failure {
+                        kind: RenderErrorKind::MissingConfig(ValidateError {
+                            field: format!("pipeline.{word}s[{i}].configPath"),
+                            value: f.config_path.clone(),
+                            reason: format!(
+                                "functionConfig resource for {word} {:?} is missing from path {:?}, this also occurs if {:?} is part of a subpackage",
+                                f.name_or_image(),
+                                f.config_path,
+                                f.config_path
+                            ),
+                        }),
+                        partial: input,
+                    });
+                }
+            }
+        }
+        // kpt builds every mutator's runner before running any of them.
+        let mut targets = Vec::with_capacity(pipeline.mutators.len());
+        for (i, f) in pipeline.mutators.iter().enumerate() {
+            match self.target_of(f) {
+                Ok(t) => targets.push(t),
+                Err(e) => {
+                    self.pre_exec_failure(ctx, node, StepKind::Mutator, i, f, &e);
+                    return Err(Failure {
+                        kind: RenderErrorKind::Step(e),
+                        partial: input,
+                    });
+                }
+            }
+        }
+        let mut items = input;
+        for (i, (f, target)) in pipeline.mutators.iter().zip(&targets).enumerate() {
+            let config = self.function_config(node, f, &items);
+            let filtered = f.is_filtered();
+            let result = if filtered {
+                super::selector::stamp_resource_ids(&mut items);
+                let selected = super::selector::select(&items, &f.selectors, &f.exclude);
+                let mut input: Vec<Value> = selected.iter().map(|&j| items[j].clone()).collect();
+                let res = self
+                    .run_step(
+                        ctx,
+                        node,
+                        StepKind::Mutator,
+                        i,
+                        f,
+                        target,
+                        config,
+                        &mut input,
+                    )
+                    .await;
+                res.map(|out| super::selector::merge(std::mem::take(&mut items), &selected, out))
+            } else {
+                self.run_step(
+                    ctx,
+                    node,
+                    StepKind::Mutator,
+                    i,
+                    f,
+                    target,
+                    config,
+                    &mut items,
+                )
+                .await
+            };
+            match result {
+                Ok(out) => items = out,
+                Err(e) => {
+                    return Err(Failure {
+                        kind: RenderErrorKind::Step(e),
+                        partial: items.into_iter().map(strip_transient).collect(),
+                    });
+                }
+            }
+        }
+        for (i, f) in pipeline.validators.iter().enumerate() {
+            let target = match self.target_of(f) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.pre_exec_failure(ctx, node, StepKind::Validator, i, f, &e);
+                    return Err(Failure {
+                        kind: RenderErrorKind::Step(e),
+                        partial: items,
+                    });
+                }
+            };
+            let config = self.function_config(node, f, &items);
+            let selected = super::selector::select(&items, &f.selectors, &f.exclude);
+            let mut input: Vec<Value> = selected.iter().map(|&j| items[j].clone()).collect();
+            if let Err(e) = self
+                .run_step(
+                    ctx,
+                    node,
+                    StepKind::Validator,
+                    i,
+                    f,
+                    &target,
+                    config,
+                    &mut input,
+                )
+                .await
+            {
+                return Err(Failure {
+                    kind: RenderErrorKind::Step(e),
+                    partial: items,
+                });
+            }
+        }
+        Ok(items)
+    }
+
+    fn target_of(&self, f: &Function) -> Result<FunctionTarget, StepError> {
+        if !f.exec.is_empty() {
+            if !self.options.allow_exec {
+                return Err(StepError::ExecNotAllowed);
+            }
+            return Ok(FunctionTarget::Exec(f.exec.clone()));
+        }
+        resolve_function_image(&f.image, &f.tag, &self.options.image_prefix)
+            .map(FunctionTarget::Image)
+            .map_err(StepError::Runtime)
+    }
+
+    /// The step's functionConfig: the ConfigMap for `configMap`, the current
+    /// object of the `configPath` file (else the file as read), or none.
+    fn function_config(&self, node: &Node, f: &Function, items: &[Value]) -> Option<Value> {
+        if !f.config_map.is_empty() {
+            let data: Map<String, Value> = f
+                .config_map
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            return Some(json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "function-input"},
+                "data": data,
+            }));
+        }
+        if f.config_path.is_empty() {
+            return None;
+        }
+        let want = clean_path(&f.config_path);
+        items
+            .iter()
+            .find(|r| {
+                ann::get(r, ann::PACKAGE_PATH).as_deref() == Some(node.package_path.as_str())
+                    && ann::path(r).is_some_and(|p| clean_path(&p) == want)
+            })
+            .cloned()
+            .or_else(|| node.config_files.get(&want).cloned())
+    }
+
+    fn base_record(
+        &self,
+        node: &Node,
+        kind: StepKind,
+        index: usize,
+        f: &Function,
+        target: FunctionTarget,
+        resource_count: Option<usize>,
+    ) -> StepRecord {
+        StepRecord {
+            package: node.path.clone(),
+            kind,
+            index,
+            name: f.name.clone(),
+            target,
+            resource_count,
+            ran: false,
+            exit_code: 0,
+            stderr: String::new(),
+            results: Vec::new(),
+            execution_error: None,
+        }
+    }
+
+    fn push(&self, ctx: &mut Ctx, record: StepRecord) {
+        self.events.step_finished(&record);
+        ctx.steps.push(record);
+    }
+
+    fn pre_exec_failure(
+        &self,
+        ctx: &mut Ctx,
+        node: &Node,
+        kind: StepKind,
+        index: usize,
+        f: &Function,
+        error: &StepError,
+    ) {
+        let target = if f.exec.is_empty() {
+            FunctionTarget::Image(f.image.clone())
+        } else {
+            FunctionTarget::Exec(f.exec.clone())
+        };
+        let mut record = self.base_record(node, kind, index, f, target, None);
+        record.exit_code = 1;
+        record.execution_error = Some(match error {
+            StepError::ExecNotAllowed => EXEC_NOT_ALLOWED.to_string(),
+            other => other.to_string(),
+        });
+        self.push(ctx, record);
+    }
+
+    /// One function call with kyaml's and kpt's bookkeeping around it.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_step(
+        &self,
+        ctx: &mut Ctx,
+        node: &Node,
+        kind: StepKind,
+        index: usize,
+        f: &Function,
+        target: &FunctionTarget,
+        config: Option<Value>,
+        input: &mut [Value],
+    ) -> Result<Vec<Value>, StepError> {
+        let count = f.is_filtered().then_some(input.len());
+        let mut record = self.base_record(node, kind, index, f, target.clone(), count);
+        self.events.step_started(&StepStart {
+            package: &node.path,
+            kind,
+            target,
+            resource_count: count,
+        });
+        let fail = |this: &Self, ctx: &mut Ctx, mut record: StepRecord, e: StepError| {
+            record.exit_code = record.exit_code.max(1);
+            record.execution_error = Some(e.to_string());
+            this.push(ctx, record);
+            Err(e)
+        };
+        if let Err(e) = check_all_krm(input) {
+            return fail(self, ctx, record, StepError::InvalidInput(e));
+        }
+        let (snapshots, use_internal, use_legacy) = match prepare_annotations(input) {
+            Ok(x) => x,
+            Err(e) => return fail(self, ctx, record, StepError::Annotations(e)),
+        };
+        let mut ids = HashMap::with_capacity(input.len());
+        for (i, item) in input.iter_mut().enumerate() {
+            let id = (i + 1).to_string();
+            ann::set(item, ann::ID, id.clone());
+            ann::set(item, ann::LEGACY_ID, id.clone());
+            ids.insert(id, i);
+        }
+        // kpt hands the config object itself to the function, so it carries
+        // the same annotations as its twin among the items.
+        let config = config.map(|c| {
+            let key = (ann::get(&c, ann::PACKAGE_PATH), ann::path(&c));
+            if key.0.is_none() {
+                return c;
+            }
+            input
+                .iter()
+                .find(|r| (ann::get(r, ann::PACKAGE_PATH), ann::path(r)) == key)
+                .cloned()
+                .unwrap_or(c)
+        });
+        let function_dir = config
+            .as_ref()
+            .and_then(ann::path)
+            .map(|p| function_dir(&p));
+        let mut rl = ResourceList::new(input.to_vec());
+        rl.function_config = config;
+        let call = FunctionCall {
+            target: target.clone(),
+            resource_list: rl,
+            timeout: Some(self.options.step_timeout),
+        };
+        let output = match self.runtime.run(call).await {
+            Ok(o) => o,
+            Err(EvalError::FunctionFailed(failure)) => {
+                let exit_code = failure.exit.exit_code();
+                record.ran = true;
+                record.exit_code = if exit_code == 0 { 1 } else { exit_code };
+                record.stderr = String::from_utf8_lossy(&failure.stderr).into_owned();
+                record.results = failure.results.iter().map(StructuredResult::from).collect();
+                self.push(ctx, record);
+                return Err(StepError::FunctionFailed { exit_code });
+            }
+            Err(e) if e.is_not_found() => {
+                let text = format!(
+                    "function runtime failed to evaluate function {:?}: {e}",
+                    target.name()
+                );
+                return fail(self, ctx, record, StepError::Runtime(text));
+            }
+            Err(e) => {
+                record.ran = true;
+                return fail(self, ctx, record, StepError::Runtime(e.to_string()));
+            }
+        };
+        record.stderr = output.stderr;
+        record.results = output
+            .resource_list
+            .results
+            .iter()
+            .map(StructuredResult::from)
+            .collect();
+        let mut out = output.resource_list.items;
+        for item in &mut out {
+            let id = ann::get(item, ann::ID).or_else(|| ann::get(item, ann::LEGACY_ID));
+            if let Some(&j) = id.as_ref().and_then(|id| ids.get(id)) {
+                sync_order(&input[j], item);
+                ann::remove_all(item, &[ann::ID, ann::LEGACY_ID]);
+            }
+        }
+        let dir = function_dir.unwrap_or_default();
+        for item in &mut out {
+            fill_twins(item);
+            if ann::get(item, ann::PATH).is_none() && item.is_object() {
+                let file = format!(
+                    "{}_{}.yaml",
+                    ann::kind(item).to_lowercase(),
+                    ann::name(item)
+                );
+                let p = join_path(&[&dir, ann::namespace(item), &file]);
+                ann::set_path(item, &p);
+            }
+        }
+        if let Err(e) = reconcile_annotations(&mut out, &snapshots, use_internal, use_legacy) {
+            return fail(self, ctx, record, StepError::Annotations(e));
+        }
+        for item in &mut out {
+            if ann::get(item, ann::PACKAGE_PATH).is_none_or(|p| p.is_empty()) {
+                ann::set(item, ann::PACKAGE_PATH, node.package_path.clone());
+            }
+        }
+        if let Err(e) = check_paths(&out) {
+            return fail(self, ctx, record, e);
+        }
+        if let Err(e) = check_all_krm(&out) {
+            return fail(self, ctx, record, StepError::InvalidOutput(e));
+        }
+        record.ran = true;
+        ctx.executed += 1;
+        self.push(ctx, record);
+        Ok(out)
+    }
+}
+
+/// Directory generated objects default into: the functionConfig file's
+/// directory, one level up when that directory is named `functions` (kyaml).
+fn function_dir(config_path: &str) -> String {
+    let p = clean_path(config_path);
+    let dir = match p.rsplit_once('/') {
+        Some((d, _)) => d.to_string(),
+        None => String::new(),
+    };
+    let dir = if dir.rsplit('/').next() == Some("functions") {
+        dir.rsplit_once('/')
+            .map(|(d, _)| d.to_string())
+            .unwrap_or_default()
+    } else {
+        dir
+    };
+    if dir == "." { String::new() } else { dir }
+}
+
+/// kyaml's pre-call step: record each object's path/index/id annotations,
+/// give it a migration id, fill missing legacy/internal twins, and refuse
+/// disagreeing twins. Returns the snapshots and which annotation forms the
+/// input uses.
+fn prepare_annotations(input: &mut [Value]) -> Result<(Vec<Snapshot>, bool, bool), String> {
+    let mut snapshots = Vec::with_capacity(input.len());
+    let mut internal: Option<bool> = None;
+    let mut legacy: Option<bool> = None;
+    let mut inconsistent = false;
+    for (i, item) in input.iter_mut().enumerate() {
+        ann::set(item, ann::MIGRATION_ID, i.to_string());
+        let annos = ann::annotations(item);
+        let has = |k: &str| annos.is_some_and(|a| a.contains_key(k));
+        let get = |k: &str| ann::get(item, k);
+        let snap = Snapshot {
+            path: get(ann::PATH),
+            index: get(ann::INDEX),
+            legacy_path: get(ann::LEGACY_PATH),
+            legacy_index: get(ann::LEGACY_INDEX),
+        };
+        let found_internal = has(ann::PATH) || has(ann::INDEX) || has(ann::ID);
+        let found_legacy = has(ann::LEGACY_PATH) || has(ann::LEGACY_INDEX) || has(ann::LEGACY_ID);
+        if (found_internal || found_legacy)
+            && (*internal.get_or_insert(found_internal) != found_internal
+                || *legacy.get_or_insert(found_legacy) != found_legacy)
+        {
+            inconsistent = true;
+        }
+        snapshots.push(snap);
+        fill_twins(item);
+        check_twins(item)?;
+    }
+    if inconsistent {
+        return Err("the annotation formatting in the input resources is not consistent".into());
+    }
+    let any = internal.is_some() || legacy.is_some();
+    Ok((snapshots, internal.unwrap_or(!any), legacy.unwrap_or(!any)))
+}
+
+/// Sets the missing one of each legacy/internal pair from the other.
+fn fill_twins(item: &mut Value) {
+    for (new, old, _) in TWINS {
+        let n = ann::get(item, new).filter(|v| !v.is_empty());
+        let o = ann::get(item, old).filter(|v| !v.is_empty());
+        match (n, o) {
+            (Some(v), None) => ann::set(item, old, v),
+            (None, Some(v)) => ann::set(item, new, v),
+            _ => {}
+        }
+    }
+}
+
+fn check_twins(item: &Value) -> Result<(), String> {
+    for (new, old, what) in TWINS {
+        if let (Some(n), Some(o)) = (ann::get(item, new), ann::get(item, old))
+            && !n.is_empty()
+            && !o.is_empty()
+            && n != o
+        {
+            return Err(format!(
+                "resource input to function has mismatched legacy and internal {what} annotations"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// kyaml's post-call reconciliation: a function may edit either form of the
+/// path/index annotations; the edit is copied to the other form, forms the
+/// input did not use are dropped, and the migration id is removed.
+fn reconcile_annotations(
+    out: &mut [Value],
+    snapshots: &[Snapshot],
+    use_internal: bool,
+    use_legacy: bool,
+) -> Result<(), String> {
+    for item in out.iter_mut() {
+        fill_twins(item);
+        let snap = ann::get(item, ann::MIGRATION_ID)
+            .and_then(|id| id.parse::<usize>().ok())
+            .and_then(|i| snapshots.get(i));
+        if let Some(snap) = snap {
+            for (new, old, what, original) in [
+                (
+                    ann::PATH,
+                    ann::LEGACY_PATH,
+                    "path",
+                    snap.path.clone().or_else(|| snap.legacy_path.clone()),
+                ),
+                (
+                    ann::INDEX,
+                    ann::LEGACY_INDEX,
+                    "index",
+                    snap.index.clone().or_else(|| snap.legacy_index.clone()),
+                ),
+            ] {
+                let Some(original) = original.filter(|o| !o.is_empty()) else {
+                    continue;
+                };
+                let n = ann::get(item, new).unwrap_or_default();
+                let o = ann::get(item, old).unwrap_or_default();
+                if original != n && original != o && n != o {
+                    return Err(format!(
+                        "resource input to function has mismatched legacy and internal {what} annotations"
+                    ));
+                } else if original != n {
+                    ann::set(item, old, n);
+                } else if original != o {
+                    ann::set(item, new, o);
+                }
+            }
+        }
+        if !use_internal {
+            ann::remove_all(item, &[ann::ID, ann::PATH, ann::INDEX]);
+        }
+        if !use_legacy {
+            ann::remove_all(item, &[ann::LEGACY_ID, ann::LEGACY_PATH, ann::LEGACY_INDEX]);
+        }
+        check_twins(item)?;
+        ann::remove(item, ann::MIGRATION_ID);
+    }
+    Ok(())
+}
+
+/// kpt's `enforcePathInvariants`: no path escaping the package, no two
+/// objects of one package with the same file and index.
+fn check_paths(out: &[Value]) -> Result<(), StepError> {
+    let mut seen: std::collections::HashSet<(String, String, String)> =
+        std::collections::HashSet::with_capacity(out.len());
+    for item in out {
+        let pkg = ann::get(item, ann::PACKAGE_PATH).unwrap_or_default();
+        let raw = ann::path(item).unwrap_or_default();
+        let path = clean_path(&raw);
+        if path.starts_with("../") {
+            return Err(StepError::OutsidePackage(raw));
+        }
+        let index = ann::index(item).unwrap_or_default();
+        if !seen.insert((pkg, path.clone(), index.clone())) {
+            return Err(StepError::Duplicate { path, index });
+        }
+    }
+    Ok(())
+}
+
+/// kyaml's `SyncOrder`: map keys of `to` follow their order in `from`
+/// (keys only in `to` keep their relative order after them), recursively;
+/// sequences are matched by position.
+pub fn sync_order(from: &Value, to: &mut Value) {
+    match (from, to) {
+        (Value::Object(f), Value::Object(t)) => {
+            let in_order = {
+                let mut fi = f.keys().filter(|k| t.contains_key(*k));
+                t.keys()
+                    .filter(|k| f.contains_key(*k))
+                    .all(|k| fi.next() == Some(k))
+            };
+            if !in_order {
+                let mut old = std::mem::take(t);
+                for k in f.keys() {
+                    if let Some(v) = old.shift_remove(k) {
+                        t.insert(k.clone(), v);
+                    }
+                }
+                for (k, v) in old {
+                    t.insert(k, v);
+                }
+            }
+            for (k, fv) in f {
+                if let Some(tv) = t.get_mut(k) {
+                    sync_order(fv, tv);
+                }
+            }
+        }
+        (Value::Array(f), Value::Array(t)) => {
+            for (fv, tv) in f.iter().zip(t.iter_mut()) {
+                sync_order(fv, tv);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Removes the per-call annotations a failed step may leave behind.
+fn strip_transient(mut item: Value) -> Value {
+    ann::remove_all(
+        &mut item,
+        &[ann::ID, ann::LEGACY_ID, ann::MIGRATION_ID, ann::RESOURCE_ID],
+    );
+    item
+}
+
+fn bfs_order(nodes: &[Node]) -> Vec<usize> {
+    let mut order = vec![0];
+    let mut i = 0;
+    while i < order.len() {
+        order.extend(nodes[order[i]].children.iter().copied());
+        i += 1;
+    }
+    order
+}
+
+/// Descendants of `i` in pre-order (children in sorted order, each followed by its own descendants).
+fn descendants(nodes: &[Node], i: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    for &c in &nodes[i].children {
+        out.push(c);
+        out.extend(descendants(nodes, c));
+    }
+    out
+}
+
+/// Breadth-first hand-back: objects go to the package named by their
+/// package-path among `i` and its descendants; others stay with `i`.
+fn distribute(nodes: &mut [Node], i: usize, items: Vec<Value>) {
+    let scope: Vec<usize> = std::iter::once(i).chain(descendants(nodes, i)).collect();
+    let by_path: HashMap<String, usize> = scope
+        .iter()
+        .map(|&n| (nodes[n].package_path.clone(), n))
+        .collect();
+    let mut buckets: HashMap<usize, Vec<Value>> = scope.iter().map(|&n| (n, Vec::new())).collect();
+    for item in items {
+        let owner = ann::get(&item, ann::PACKAGE_PATH)
+            .and_then(|p| by_path.get(&p).copied())
+            .unwrap_or(i);
+        buckets.entry(owner).or_default().push(item);
+    }
+    for (n, items) in buckets {
+        nodes[n].output = Some(items);
+    }
+}
+
+/// Depth-first partial result after a failure in `failed`: the failing
+/// package's partial objects, finished subtrees' outputs, and the original
+/// objects of packages that did not run.
+fn collect_partial(
+    nodes: &mut [Node],
+    i: usize,
+    failed: usize,
+    partial: &mut Option<Vec<Value>>,
+) -> Vec<Value> {
+    if i == failed
+        && let Some(p) = partial.take()
+    {
+        return p;
+    }
+    if let Some(out) = nodes[i].output.take() {
+        return out;
+    }
+    let mut items = std::mem::take(&mut nodes[i].own);
+    for c in nodes[i].children.clone() {
+        items.extend(collect_partial(nodes, c, failed, partial));
+    }
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_resolution() {
+        let p = DEFAULT_IMAGE_PREFIX;
+        assert_eq!(
+            resolve_function_image("set-labels", "", p).unwrap(),
+            "ghcr.io/kptdev/krm-functions-catalog/set-labels:latest"
+        );
+        assert_eq!(
+            resolve_function_image("ghcr.io/x/set-namespace", "v0.4.5", p).unwrap(),
+            "ghcr.io/x/set-namespace:v0.4.5"
+        );
+        assert_eq!(
+            resolve_function_image("localhost:5000/x:v1@sha256:abc", "v2", p).unwrap(),
+            "localhost:5000/x:v2"
+        );
+        assert_eq!(resolve_function_image("x", "", "").unwrap(), "x:latest");
+        assert_eq!(
+            resolve_function_image(GEN_PKG_CONTEXT_IMAGE, "", p).unwrap(),
+            GEN_PKG_CONTEXT_IMAGE
+        );
+        assert!(resolve_function_image("x", "~0.2", p).is_err());
+        assert!(resolve_function_image("x", "0.4.1 - 0.4.3", p).is_err());
+    }
+
+    #[test]
+    fn sync_order_restores_input_key_order() {
+        let from = json!({"a": 1, "b": {"x": 1, "y": 2}, "c": [{"p": 1, "q": 2}]});
+        let mut to = json!({"c": [{"q": 2, "p": 1}], "new": 0, "b": {"y": 2, "x": 1}, "a": 1});
+        sync_order(&from, &mut to);
+        assert_eq!(
+            serde_json::to_string(&to).unwrap(),
+            r#"{"a":1,"b":{"x":1,"y":2},"c":[{"p":1,"q":2}],"new":0}"#
+        );
+    }
+
+    #[test]
+    fn function_dir_rule() {
+        assert_eq!(function_dir("fn.yaml"), "");
+        assert_eq!(function_dir("./configs/fn.yaml"), "configs");
+        assert_eq!(function_dir("a/functions/fn.yaml"), "a");
+        assert_eq!(function_dir("functions/fn.yaml"), "");
+    }
+}

@@ -1,0 +1,99 @@
+//! The `FunctionRuntime` port: how the render pipeline runs one function.
+//!
+//! kpt's renderer asks a *function runtime* for every pipeline step (kpt
+//! `fn.FunctionRuntime`; Porch plugs in its builtin → gRPC chain there). This
+//! port is the same seam for the Rust render pipeline
+//! ([`crate::domain::render`]): a step names either an `image` or an `exec`
+//! command line, and the runtime turns the input ResourceList into an output
+//! ResourceList.
+//!
+//! Unlike [`crate::ports::FunctionEvaluator`] (opaque bytes, the gRPC wire
+//! shape), calls here carry a parsed [`ResourceList`]: in-process runtimes
+//! (the builtins) then cost no YAML round trip, and process/gRPC runtimes
+//! serialise at their edge. Errors reuse [`EvalError`], so the meaning of
+//! NotFound ("not mine, try the next runtime"), function failure (exit code,
+//! stderr, structured results), timeout and cancellation is the same as in
+//! the service.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::domain::evaluation::EvalError;
+use crate::domain::resource_list::ResourceList;
+
+/// The function a pipeline step runs (kpt `Function.image` / `Function.exec`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FunctionTarget {
+    /// A container image, already resolved by kpt's short-name rule
+    /// (`set-namespace:v0.4.5` →
+    /// `ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5`).
+    Image(String),
+    /// An `exec:` command line exactly as written in the Kptfile; the first
+    /// shell word is the program, the rest are its arguments.
+    Exec(String),
+}
+
+impl FunctionTarget {
+    /// The image or the command line: what kpt prints and records in results.
+    pub fn name(&self) -> &str {
+        match self {
+            FunctionTarget::Image(s) | FunctionTarget::Exec(s) => s,
+        }
+    }
+
+    /// True for [`FunctionTarget::Exec`].
+    pub fn is_exec(&self) -> bool {
+        matches!(self, FunctionTarget::Exec(_))
+    }
+}
+
+impl fmt::Display for FunctionTarget {
+    /// The image or the command line, unquoted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One function invocation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionCall {
+    /// What to run.
+    pub target: FunctionTarget,
+    /// The input: `items` (with kpt's path/index/id annotations) and the
+    /// `functionConfig`, if the step has one.
+    pub resource_list: ResourceList,
+    /// Wall-clock limit for this call (kpt: 5 minutes per function). The
+    /// runtime stops the function when it runs out and answers
+    /// [`EvalError::Timeout`]; `None` means no limit.
+    pub timeout: Option<Duration>,
+}
+
+/// What a function returned when it succeeded (exit code 0).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionOutput {
+    /// The output ResourceList: items, and the function's structured results.
+    pub resource_list: ResourceList,
+    /// What the function wrote to stderr (UTF-8, lossily decoded); empty if nothing.
+    pub stderr: String,
+}
+
+/// Runs KRM functions for the render pipeline.
+///
+/// Contract (mirrors kpt's `FunctionRuntime` as Porch uses it):
+/// - `Ok` = the function exited 0; its output replaces (mutator) or is
+///   checked and discarded (validator) by the pipeline;
+/// - [`EvalError::NotFound`] = this runtime does not serve the target; a
+///   chain tries the next runtime, the pipeline fails the step;
+/// - [`EvalError::FunctionFailed`] = the function ran and failed, with its
+///   exit code, stderr and structured results (read from its output);
+/// - any other error fails the step with its message (exit code 1 in results);
+/// - `call.timeout` is enforced by the runtime; dropping the future cancels
+///   the call.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait FunctionRuntime: Send + Sync {
+    /// Runs `call.target` on `call.resource_list`.
+    async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError>;
+}
