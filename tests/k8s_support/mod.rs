@@ -1,0 +1,174 @@
+//! A real Kubernetes control plane for tests, envtest style: etcd and
+//! kube-apiserver built from the Go module proxy
+//! (`scripts/build-test-apiserver.sh`, cached per machine) and started on
+//! loopback with ephemeral ports, each test binary its own control plane.
+//!
+//! Authentication is a static bearer token for an admin in `system:masters`;
+//! the serving certificate is the one kube-apiserver writes into its
+//! `--cert-dir`, which the client does not verify (loopback only).
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+
+/// Directory with `kube-apiserver` and `etcd`: `KUBEBUILDER_ASSETS`, or the
+/// cached build of `scripts/build-test-apiserver.sh` (built on first use).
+pub fn assets() -> PathBuf {
+    if let Some(dir) = std::env::var_os("KUBEBUILDER_ASSETS") {
+        return PathBuf::from(dir);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-test-apiserver.sh");
+    let out = Command::new("bash").arg(script).stderr(Stdio::inherit()).output().expect("run build-test-apiserver.sh");
+    assert!(out.status.success(), "scripts/build-test-apiserver.sh failed (needs Go and the Go module proxy)");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One process of the control plane, stopped (SIGTERM, then SIGKILL) on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running etcd + kube-apiserver.
+pub struct ControlPlane {
+    // Field order is drop order: the apiserver stops before etcd.
+    apiserver: Proc,
+    etcd: Proc,
+    dir: tempfile::TempDir,
+    /// `https://127.0.0.1:<port>`.
+    pub url: String,
+    /// The admin bearer token.
+    pub token: String,
+}
+
+const TOKEN: &str = "krm-fn-runner-test-admin";
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver and waits until the API answers (60 s at most).
+    pub async fn start() -> ControlPlane {
+        let assets = assets();
+        let dir = tempfile::tempdir().unwrap();
+        let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let etcd = Proc(
+            Command::new(assets.join("etcd"))
+                .arg(format!("--data-dir={}", dir.path().join("etcd").display()))
+                .arg(format!("--listen-client-urls={etcd_url}"))
+                .arg(format!("--advertise-client-urls={etcd_url}"))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
+                .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"))
+                .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"))
+                .args(["--unsafe-no-fsync=true", "--log-level=warn"])
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.path().join("etcd.log")).unwrap())
+                .spawn()
+                .expect("start etcd"),
+        );
+        let certs = dir.path().join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        let sa_key = certs.join("sa.key");
+        let st = Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(&sa_key)
+            .arg("2048")
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl (apt-get install openssl)");
+        assert!(st.success(), "openssl genrsa failed");
+        let tokens = dir.path().join("tokens.csv");
+        std::fs::write(&tokens, format!("{TOKEN},admin,admin,\"system:masters\"\n")).unwrap();
+        let url = format!("https://127.0.0.1:{api_port}");
+        let apiserver = Proc(
+            Command::new(assets.join("kube-apiserver"))
+                .arg(format!("--etcd-servers={etcd_url}"))
+                .arg(format!("--secure-port={api_port}"))
+                .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"])
+                .arg(format!("--cert-dir={}", certs.display()))
+                .arg(format!("--token-auth-file={}", tokens.display()))
+                .args(["--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount", "--allow-privileged=true"])
+                .arg("--service-cluster-ip-range=10.96.0.0/16")
+                .arg(format!("--service-account-issuer={url}/"))
+                .arg(format!("--service-account-key-file={}", sa_key.display()))
+                .arg(format!("--service-account-signing-key-file={}", sa_key.display()))
+                .arg("--v=1")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.path().join("apiserver.log")).unwrap())
+                .spawn()
+                .expect("start kube-apiserver"),
+        );
+        let plane = ControlPlane {
+            apiserver,
+            etcd,
+            dir,
+            url,
+            token: TOKEN.into(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(client) = plane.client().await {
+                let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+                if ns.get("default").await.is_ok() {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "kube-apiserver did not become ready:\n{}", plane.logs());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        plane
+    }
+
+    /// A kubeconfig for this control plane (also what `KUBECONFIG` would point at).
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: admin\ncurrent-context: test\n",
+            self.url, self.token
+        )
+    }
+
+    /// Writes the kubeconfig into the control plane's directory and returns its path.
+    pub fn kubeconfig_file(&self) -> PathBuf {
+        let path = self.dir.path().join("kubeconfig");
+        std::fs::write(&path, self.kubeconfig_yaml()).unwrap();
+        path
+    }
+
+    /// A kube-rs client as admin.
+    pub async fn client(&self) -> Result<Client, kube::Error> {
+        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig_yaml()).expect("valid kubeconfig");
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig loads");
+        Client::try_from(config)
+    }
+
+    /// The tails of both logs, for failure messages.
+    pub fn logs(&self) -> String {
+        let tail = |name: &str| {
+            let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        };
+        format!("--- etcd.log\n{}\n--- apiserver.log\n{}", tail("etcd.log"), tail("apiserver.log"))
+    }
+}
