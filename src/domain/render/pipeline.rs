@@ -532,8 +532,10 @@ impl<'a> Renderer<'a> {
                     }
                 },
             };
-            let path = ann::path(&item).unwrap_or_default();
-            let new_path = join_path(&[&dir, &clean_path(&path)]);
+            // Go's filepath.Join(dir, Clean(path)): an absolute path lands
+            // inside the package (`/a/b.yaml` → `a/b.yaml`), as in kpt.
+            let path = clean_path(&ann::path(&item).unwrap_or_default());
+            let new_path = join_path(&[&dir, path.trim_start_matches('/')]);
             ann::set_path(&mut item, &new_path);
             ann::remove_all(&mut item, &[ann::PACKAGE_PATH, ann::ID, ann::LEGACY_ID]);
             out.push(item);
@@ -842,7 +844,7 @@ impl<'a> Renderer<'a> {
                 let exit_code = failure.exit.exit_code();
                 record.ran = true;
                 record.exit_code = if exit_code == 0 { 1 } else { exit_code };
-                record.stderr = String::from_utf8_lossy(&failure.stderr).into_owned();
+                record.stderr = recorded_stderr(target, &String::from_utf8_lossy(&failure.stderr));
                 record.results = failure.results.iter().map(StructuredResult::from).collect();
                 self.push(ctx, record);
                 return Err(StepError::FunctionFailed { exit_code });
@@ -859,7 +861,7 @@ impl<'a> Renderer<'a> {
                 return fail(self, ctx, record, StepError::Runtime(e.to_string()));
             }
         };
-        record.stderr = output.stderr;
+        record.stderr = recorded_stderr(target, &output.stderr);
         record.results = output
             .resource_list
             .results
@@ -905,6 +907,16 @@ impl<'a> Renderer<'a> {
         ctx.executed += 1;
         self.push(ctx, record);
         Ok(out)
+    }
+}
+
+/// The stderr kpt records: verbatim for `exec` functions; for `image`
+/// functions line by line, joined with `\n` (kpt's container runtime reads
+/// stderr by lines, so a final newline is not kept).
+fn recorded_stderr(target: &FunctionTarget, stderr: &str) -> String {
+    match target {
+        FunctionTarget::Exec(_) => stderr.to_string(),
+        FunctionTarget::Image(_) => stderr.lines().collect::<Vec<_>>().join("\n"),
     }
 }
 

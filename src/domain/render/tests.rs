@@ -464,7 +464,10 @@ async fn first_failure_stops_everything() {
     assert_eq!(list.exit_code, 1);
     assert_eq!(list.items.len(), 2);
     assert_eq!(list.items[1].exit_code, 2);
-    assert_eq!(list.items[1].stderr, "bad input\n");
+    assert_eq!(
+        list.items[1].stderr, "bad input",
+        "image stderr is recorded line by line"
+    );
     assert_eq!(list.items[1].results[0].message, "replicas must be > 0");
     let status = out.kpt_render_status().unwrap();
     assert_eq!(status.error_summary, "example.com/a:v1: exit code 2");

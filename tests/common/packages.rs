@@ -1,0 +1,285 @@
+//! Package helpers for render tests: read a package directory into a flat
+//! list of objects with kpt's path/index annotations, write rendered objects
+//! back (grouped by file, ordered by index, emptied files pruned), and
+//! compare a directory with a fixture's expectation (`.expected/diff.patch`
+//! applied with `git apply` to a copy), as parsed YAML.
+//!
+//! Test-only stand-ins for the package I/O adapter: comments and formatting
+//! are not preserved, so comparisons are on parsed YAML.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use krm_fn_runner::domain::codec;
+use krm_fn_runner::domain::render::annotations as ann;
+use serde_json::Value;
+
+/// Files under `dir`, sorted, skipping `.expected` and hidden entries.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if e.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// kpt's `MatchAllKRM`: `Kptfile`, `*.yaml`, `*.yml`, `*.json`.
+pub fn is_krm_file(p: &Path) -> bool {
+    let n = p.file_name().unwrap().to_string_lossy();
+    n == "Kptfile" || n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json")
+}
+
+/// Package-relative path → parsed documents, for every KRM file.
+pub fn read_tree(dir: &Path) -> BTreeMap<String, Vec<Value>> {
+    walk(dir)
+        .into_iter()
+        .filter(|p| is_krm_file(p))
+        .map(|p| {
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            let docs = codec::from_yaml_documents::<Value>(&std::fs::read(&p).unwrap())
+                .unwrap_or_default();
+            (rel, docs.into_iter().filter(|d| !d.is_null()).collect())
+        })
+        .collect()
+}
+
+/// Files that are not valid YAML (package-relative paths).
+pub fn unreadable_files(dir: &Path) -> Vec<String> {
+    walk(dir)
+        .into_iter()
+        .filter(|p| is_krm_file(p))
+        .filter(|p| codec::from_yaml_documents::<Value>(&std::fs::read(p).unwrap()).is_err())
+        .map(|p| p.strip_prefix(dir).unwrap().display().to_string())
+        .collect()
+}
+
+/// `*`-wildcard match of one path segment.
+fn glob(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, tail)) => {
+            text.starts_with(head)
+                && (0..=text.len() - head.len()).any(|i| {
+                    text.is_char_boundary(head.len() + i) && glob(tail, &text[head.len() + i..])
+                })
+        }
+    }
+}
+
+/// True when a package's `.krmignore` (simple gitignore subset: one
+/// pattern per line; without `/` it matches any path segment, with `/` the
+/// package-relative path or a directory prefix of it) hides `rel`.
+fn ignored(patterns: &[String], rel: &str) -> bool {
+    patterns.iter().any(|p| {
+        let p = p.trim_end_matches('/');
+        if p.contains('/') {
+            let p = p.trim_start_matches('/');
+            rel == p || rel.starts_with(&format!("{p}/"))
+        } else {
+            rel.split('/').any(|seg| glob(p, seg))
+        }
+    })
+}
+
+/// Every object of the package (subpackages included), annotated with its
+/// root-relative path and index in both annotation forms. Files hidden by
+/// their package's `.krmignore` are left out.
+pub fn read_items(dir: &Path) -> Vec<Value> {
+    let packages: Vec<String> = walk(dir)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "Kptfile"))
+        .map(|p| {
+            let d = p.parent().unwrap().strip_prefix(dir).unwrap();
+            d.display().to_string()
+        })
+        .collect();
+    let krmignore: BTreeMap<String, Vec<String>> = packages
+        .iter()
+        .map(|pkg| {
+            let text =
+                std::fs::read_to_string(dir.join(pkg).join(".krmignore")).unwrap_or_default();
+            let lines = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_string)
+                .collect();
+            (pkg.clone(), lines)
+        })
+        .collect();
+    let mut items = Vec::new();
+    for (rel, docs) in read_tree(dir) {
+        let owner = packages
+            .iter()
+            .filter(|p| p.is_empty() || rel.starts_with(&format!("{p}/")))
+            .max_by_key(|p| p.len())
+            .cloned()
+            .unwrap_or_default();
+        let in_pkg = if owner.is_empty() {
+            rel.as_str()
+        } else {
+            &rel[owner.len() + 1..]
+        };
+        if krmignore.get(&owner).is_some_and(|p| ignored(p, in_pkg)) {
+            continue;
+        }
+        for (i, mut doc) in docs.into_iter().enumerate() {
+            for (k, v) in [
+                (ann::PATH, rel.clone()),
+                (ann::LEGACY_PATH, rel.clone()),
+                (ann::INDEX, i.to_string()),
+                (ann::LEGACY_INDEX, i.to_string()),
+            ] {
+                ann::set(&mut doc, k, v);
+            }
+            items.push(doc);
+        }
+    }
+    items
+}
+
+/// Writes rendered `items` (root-relative paths) into `dir`: one file per
+/// path, documents ordered by index, reader annotations removed; files that
+/// held input objects (`before`) and hold none now are deleted.
+pub fn write_items(dir: &Path, before: &[Value], items: &[Value]) {
+    let mut files: BTreeMap<String, Vec<(i64, Value)>> = BTreeMap::new();
+    for item in items {
+        let path = ann::path(item).expect("rendered objects have a path");
+        assert!(
+            !path.starts_with('/') && !path.split('/').any(|s| s == ".."),
+            "rendered path {path:?} escapes the package"
+        );
+        let index = ann::index(item).and_then(|i| i.parse().ok()).unwrap_or(-1);
+        let mut clean = item.clone();
+        ann::remove_all(
+            &mut clean,
+            &[
+                ann::PATH,
+                ann::LEGACY_PATH,
+                ann::INDEX,
+                ann::LEGACY_INDEX,
+                ann::SEQ_INDENT,
+                ann::ID,
+                ann::LEGACY_ID,
+            ],
+        );
+        files.entry(path).or_default().push((index, clean));
+    }
+    let inputs: BTreeSet<String> = before.iter().filter_map(ann::path).collect();
+    for rel in inputs {
+        if !files.contains_key(&rel) {
+            let _ = std::fs::remove_file(dir.join(&rel));
+        }
+    }
+    for (rel, mut docs) in files {
+        docs.sort_by_key(|(i, _)| *i);
+        let text: Vec<String> = docs
+            .iter()
+            .map(|(_, d)| codec::to_yaml_string(d).unwrap())
+            .collect();
+        let path = dir.join(&rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text.join("---\n")).unwrap();
+    }
+}
+
+/// Copies a fixture case into `to` (without `.expected`).
+pub fn copy_case(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _ = std::fs::remove_dir_all(to.join(".expected"));
+}
+
+/// The package as the case expects it: a copy with `.expected/diff.patch` applied.
+///
+/// Errors: the patch does not apply.
+pub fn expected_tree(case: &Path) -> Result<BTreeMap<String, Vec<Value>>, String> {
+    let dir = tempfile::tempdir().unwrap();
+    copy_case(case, dir.path());
+    let patch = case.join(".expected/diff.patch");
+    if patch.exists() && std::fs::metadata(&patch).unwrap().len() > 0 {
+        let out = Command::new("git")
+            .args(["apply", "--whitespace=nowarn"])
+            .arg(&patch)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Err(format!(
+                "diff.patch does not apply: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    Ok(read_tree(dir.path()))
+}
+
+/// Compares two trees of parsed files; `Err` describes the first difference.
+pub fn compare_trees(
+    want: &BTreeMap<String, Vec<Value>>,
+    got: &BTreeMap<String, Vec<Value>>,
+) -> Result<(), String> {
+    if want.keys().ne(got.keys()) {
+        return Err(format!(
+            "files differ: want {:?}, got {:?}",
+            want.keys().collect::<Vec<_>>(),
+            got.keys().collect::<Vec<_>>()
+        ));
+    }
+    for (file, docs) in want {
+        if &got[file] != docs {
+            return Err(format!(
+                "{file} differs:\n--- want\n{}\n--- got\n{}",
+                codec::to_yaml_string(docs).unwrap(),
+                codec::to_yaml_string(&got[file]).unwrap()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Directories under `root` that are fixture cases (hold `.expected/`), sorted.
+pub fn case_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if d.join(".expected").is_dir() {
+            out.push(d);
+            continue;
+        }
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            stack.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `.expected/config.yaml` of a case, or null.
+pub fn case_config(case: &Path) -> Value {
+    let p = case.join(".expected/config.yaml");
+    if p.exists() {
+        codec::from_yaml_slice(&std::fs::read(p).unwrap()).unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    }
+}

@@ -1,0 +1,254 @@
+//! The render pipeline against kpt's own `fn render` end-to-end cases
+//! (`shared/fixtures/kpt-fn-render`, read from `KRM_FN_KPT_RENDER_FIXTURES`,
+//! else from `kpt-fn-render` next to `KRM_FN_CATALOG_FIXTURES`):
+//! hierarchy, selectors, function config, path/index invariants, pruning,
+//! generators, failures.
+//!
+//! Functions: `set-namespace` and `set-labels` run as builtins (whatever the
+//! tag), `starlark` and `apply-replacements` as the installed catalog
+//! binaries, `exec:` functions as child processes; cases needing any other
+//! function are not selected. The rendered package is written back to a
+//! copy and compared, as parsed YAML, with the case's `.expected/diff.patch`
+//! applied to another copy. The root Kptfile's `status` (kpt ≥ 2026-03) is
+//! compared separately: the `Rendered` condition and `renderStatus` the
+//! render reports must equal the expected ones (writing status into the
+//! Kptfile is the package I/O adapter's job, so `status` is removed from
+//! both trees before comparing files).
+
+#[path = "common/packages.rs"]
+mod packages;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use krm_fn_runner::adapters::runtime::{BuiltinRuntime, ExecCommandRuntime, RuntimeChain};
+use krm_fn_runner::domain::codec;
+use krm_fn_runner::domain::evaluation::EvalError;
+use krm_fn_runner::domain::render::{Package, RenderOptions, Renderer};
+use krm_fn_runner::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
+use packages::{
+    case_config, case_dirs, compare_trees, copy_case, expected_tree, read_items, read_tree,
+    write_items,
+};
+use serde_json::{Value, json};
+
+fn catalog_bin() -> Option<PathBuf> {
+    let dir = std::env::var_os("KRM_FN_CATALOG")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/krm-fn-runner/catalog"))
+        })?;
+    Some(dir.join("bin"))
+}
+
+fn function_name(image: &str) -> &str {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    last.split([':', '@']).next().unwrap_or(last)
+}
+
+/// Routes catalog images to the builtin or a local binary; exec passes through.
+struct Route {
+    chain: RuntimeChain,
+    bin: PathBuf,
+}
+
+#[async_trait]
+impl FunctionRuntime for Route {
+    async fn run(&self, mut call: FunctionCall) -> Result<FunctionOutput, EvalError> {
+        if let FunctionTarget::Image(image) = &call.target {
+            call.target = match function_name(image) {
+                "set-namespace" => FunctionTarget::Image("set-namespace:v0.4.5".into()),
+                "set-labels" => FunctionTarget::Image("set-labels:v0.2.4".into()),
+                f @ ("starlark" | "apply-replacements") => {
+                    FunctionTarget::Exec(self.bin.join(f).display().to_string())
+                }
+                _ => return Err(EvalError::not_found(image)),
+            };
+        }
+        self.chain.run(call).await
+    }
+}
+
+const AVAILABLE: &[&str] = &[
+    "set-namespace",
+    "set-labels",
+    "starlark",
+    "apply-replacements",
+];
+
+/// Why a case is not selected, if it is not.
+fn unselected(case: &Path, config: &Value) -> Option<String> {
+    if config["skip"] == true {
+        return Some("marked skip".into());
+    }
+    if config["testType"] == "eval" {
+        return Some("fn eval case".into());
+    }
+    for file in packages::walk(case) {
+        if file.file_name().is_some_and(|n| n == "Kptfile") {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            for line in text.lines() {
+                if let Some(image) = line.trim().trim_start_matches("- ").strip_prefix("image: ") {
+                    let image = image.split_whitespace().next().unwrap_or("");
+                    if !AVAILABLE.contains(&function_name(image)) {
+                        return Some(format!("needs {image}"));
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+fn strip_status(tree: &mut BTreeMap<String, Vec<Value>>) -> Option<Value> {
+    let mut root_status = None;
+    for (file, docs) in tree.iter_mut() {
+        for d in docs.iter_mut() {
+            if d["kind"] == "Kptfile"
+                && let Some(s) = d.as_object_mut().and_then(|m| m.shift_remove("status"))
+                && file == "Kptfile"
+            {
+                root_status = Some(s);
+            }
+        }
+    }
+    root_status
+}
+
+async fn run_case(case: &Path, runtime: &Route) -> Result<(), String> {
+    let config = case_config(case);
+    let work = tempfile::tempdir().unwrap();
+    copy_case(case, work.path());
+    let before = read_items(work.path());
+    let want_exit = config["exitCode"].as_i64().unwrap_or(0);
+    let unreadable = packages::unreadable_files(work.path());
+    if unreadable
+        .iter()
+        .any(|f| f.rsplit('/').next() == Some("Kptfile"))
+    {
+        // kpt: `Kptfile at "<dir>" can't be read` before anything runs.
+        return if want_exit == 1 {
+            Ok(())
+        } else {
+            Err(format!("unreadable Kptfile in {unreadable:?}"))
+        };
+    }
+    let package = match Package::from_flat(before.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            return if want_exit == 1 {
+                Ok(())
+            } else {
+                Err(format!("package not readable: {e}"))
+            };
+        }
+    };
+    let options = RenderOptions {
+        allow_exec: config["allowExec"] == true,
+        ..Default::default()
+    };
+    let outcome = Renderer::new(runtime, options).render(package).await;
+    let got_exit = i64::from(!outcome.is_ok());
+    if got_exit != want_exit {
+        return Err(format!(
+            "exit code {got_exit} (want {want_exit}): {}",
+            outcome.error.map(|e| e.to_string()).unwrap_or_default()
+        ));
+    }
+    if let Some(items) = &outcome.resources {
+        write_items(work.path(), &before, items);
+    }
+    let mut want = expected_tree(case)?;
+    let mut got = read_tree(work.path());
+    let want_status = strip_status(&mut want);
+    strip_status(&mut got);
+    compare_trees(&want, &got)?;
+    if let Some(status) = want_status {
+        let mut ours = json!({"conditions": [outcome.rendered_condition()]});
+        if let Some(rs) = outcome.kpt_render_status() {
+            ours["renderStatus"] = serde_json::to_value(rs).unwrap();
+        }
+        let ours: Value = codec::from_yaml_str(&codec::to_yaml_string(&ours).unwrap()).unwrap();
+        if ours != status {
+            return Err(format!(
+                "Kptfile status differs:\n--- want\n{}\n--- got\n{}",
+                codec::to_yaml_string(&status).unwrap(),
+                codec::to_yaml_string(&ours).unwrap()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `KRM_FN_KPT_RENDER_FIXTURES`, else `kpt-fn-render` next to
+/// `KRM_FN_CATALOG_FIXTURES` (the shared fixtures layout).
+fn fixtures_root() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("KRM_FN_KPT_RENDER_FIXTURES") {
+        return Some(PathBuf::from(dir));
+    }
+    let catalog = PathBuf::from(std::env::var_os("KRM_FN_CATALOG_FIXTURES")?);
+    let sibling = catalog.parent()?.join("kpt-fn-render");
+    sibling.is_dir().then_some(sibling)
+}
+
+/// Cases expected to differ, with the reason; the test fails if one of them passes.
+const KNOWN_DIFFERENCES: &[(&str, &str)] = &[(
+    "basicpipeline-semver",
+    "`tag` semver constraints need the registry's tag list, which the library does not fetch",
+)];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kpt_fn_render_fixtures() {
+    let Some(root) = fixtures_root() else {
+        println!(
+            "neither KRM_FN_KPT_RENDER_FIXTURES nor a kpt-fn-render directory next to KRM_FN_CATALOG_FIXTURES: kpt's fn-render cases are not available here; skipping"
+        );
+        return;
+    };
+    let Some(bin) = catalog_bin().filter(|b| b.join("starlark").is_file()) else {
+        println!(
+            "catalog functions not installed (scripts/install-catalog-functions.sh); skipping"
+        );
+        return;
+    };
+    let chain = RuntimeChain::new()
+        .with("builtin", Arc::new(BuiltinRuntime::default()))
+        .with("exec", Arc::new(ExecCommandRuntime::inheriting(64 << 20)));
+    let runtime = Route { chain, bin };
+    let (mut passed, mut failed, mut skipped) = (Vec::new(), Vec::new(), 0);
+    for case in case_dirs(&root) {
+        let rel = case.strip_prefix(&root).unwrap().display().to_string();
+        if let Some(why) = unselected(&case, &case_config(&case)) {
+            println!("not selected  {rel}: {why}");
+            skipped += 1;
+            continue;
+        }
+        let known = KNOWN_DIFFERENCES
+            .iter()
+            .find(|(c, _)| *c == rel)
+            .map(|(_, w)| *w);
+        match (run_case(&case, &runtime).await, known) {
+            (Ok(()), None) => {
+                println!("PASS          {rel}");
+                passed.push(rel);
+            }
+            (Err(_), Some(why)) => println!("KNOWN DIFF    {rel}: {why}"),
+            (Ok(()), Some(why)) => {
+                failed.push(format!("{rel} passes but is listed as known ({why})"))
+            }
+            (Err(e), None) => {
+                println!("FAIL          {rel}: {e}");
+                failed.push(format!("{rel}: {e}"));
+            }
+        }
+    }
+    println!(
+        "kpt fn-render fixtures: {} passed, {} failed, {skipped} not selected",
+        passed.len(),
+        failed.len()
+    );
+    assert!(passed.len() >= 20, "too few cases ran: {passed:?}");
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
