@@ -1,0 +1,133 @@
+//! The render pipeline over the real runtimes: a chain of the builtin
+//! runtime and a remote function runner (`krm-fn-runner serve` over gRPC,
+//! exec runtime with the installed catalog functions), and the exec-backed
+//! runtime for `image:` functions.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Runner, catalog_dir};
+use krm_fn_runner::adapters::exec::{ExecEvaluator, ExecSettings};
+use krm_fn_runner::adapters::runtime::{BuiltinRuntime, EvaluatorRuntime, RuntimeChain};
+use krm_fn_runner::domain::exec_config::ExecConfig;
+use krm_fn_runner::domain::image::DEFAULT_IMAGE_PREFIX;
+use krm_fn_runner::domain::render::annotations as ann;
+use krm_fn_runner::domain::render::{Package, RenderOptions, Renderer};
+use serde_json::{Value, json};
+
+const STARLARK: &str = "ghcr.io/kptdev/krm-functions-catalog/starlark:v0.5.5";
+
+fn package(pipeline: Value) -> Package {
+    let mut kptfile = json!({"apiVersion": "kpt.dev/v1", "kind": "Kptfile", "metadata": {"name": "app"}, "pipeline": pipeline});
+    ann::set_path(&mut kptfile, "Kptfile");
+    let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"a": "b"}});
+    ann::set_path(&mut cm, "cm.yaml");
+    let mut script = json!({
+        "apiVersion": "fn.kpt.dev/v1alpha1", "kind": "StarlarkRun",
+        "metadata": {"name": "annotate", "annotations": {"config.kubernetes.io/local-config": "true"}},
+        "source": "for r in ctx.resource_list[\"items\"]:\n  r[\"metadata\"].setdefault(\"annotations\", {})[\"starlark\"] = \"ran\"\n"
+    });
+    ann::set_path(&mut script, "annotate.yaml");
+    let mut fail = json!({
+        "apiVersion": "fn.kpt.dev/v1alpha1", "kind": "StarlarkRun",
+        "metadata": {"name": "fail", "annotations": {"config.kubernetes.io/local-config": "true"}},
+        "source": "fail(\"no thanks\")\n"
+    });
+    ann::set_path(&mut fail, "fail.yaml");
+    Package::from_flat(vec![kptfile, cm, script, fail]).unwrap()
+}
+
+fn pipeline() -> Value {
+    json!({"mutators": [
+        {"image": "set-labels:v0.2.4", "configMap": {"tier": "db"}},
+        {"image": STARLARK, "configPath": "annotate.yaml"},
+        {"image": "set-namespace:v0.4.5", "configMap": {"namespace": "prod"}}
+    ]})
+}
+
+fn cm(items: &[Value]) -> &Value {
+    items.iter().find(|i| ann::name(i) == "cm").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn builtin_then_remote_function_runner() {
+    let config = format!("--config={}", catalog_dir().join("config.yaml").display());
+    let functions = format!("--functions={}", catalog_dir().join("bin").display());
+    let runner = Runner::start(&[&config, &functions, "--disable-runtimes=pod"]);
+    let remote = EvaluatorRuntime::remote(&runner.address, 6 << 20).unwrap();
+    let chain = RuntimeChain::new()
+        .with("builtin", Arc::new(BuiltinRuntime::default()))
+        .with("remote", Arc::new(remote));
+
+    let out = Renderer::new(&chain, RenderOptions::default())
+        .render(package(pipeline()))
+        .await;
+    assert!(out.is_ok(), "{:?}", out.error);
+    let items = out.resources.unwrap();
+    let cm = cm(&items);
+    assert_eq!(cm["metadata"]["labels"]["tier"], "db", "builtin set-labels");
+    assert_eq!(
+        cm["metadata"]["annotations"]["starlark"], "ran",
+        "remote starlark"
+    );
+    assert_eq!(cm["metadata"]["namespace"], "prod", "builtin set-namespace");
+    let log = runner.log();
+    assert!(
+        log.contains("starlark"),
+        "starlark ran on the runner: {log}"
+    );
+    assert!(
+        !log.contains("set-labels"),
+        "builtins never reach the runner: {log}"
+    );
+
+    // A failing remote function fails the render with Porch's shape: exit 1, no stderr.
+    let failing = json!({"mutators": [{"image": STARLARK, "configPath": "fail.yaml"}]});
+    let out = Renderer::new(&chain, RenderOptions::default())
+        .render(package(failing))
+        .await;
+    let err = out.error.as_ref().unwrap().to_string();
+    assert!(
+        err.starts_with("pkg.render: pkg .:\n\tpipeline.run: "),
+        "{err}"
+    );
+    assert!(err.contains("no thanks"), "{err}");
+    let status = out.render_status();
+    assert_eq!(status.result.as_ref().unwrap().items[0].exit_code, 1);
+    assert_eq!(status.result.unwrap().exit_code, 1);
+    assert!(out.resources.is_none());
+}
+
+#[tokio::test]
+async fn exec_backed_image_runtime() {
+    let text = std::fs::read(catalog_dir().join("config.yaml")).unwrap();
+    let config = ExecConfig::parse(&text, "config.yaml").unwrap();
+    let (table, _) = config.table(&catalog_dir().join("bin"), DEFAULT_IMAGE_PREFIX);
+    let exec = EvaluatorRuntime::exec(ExecEvaluator::new(table, ExecSettings::new(6 << 20, &[])));
+    let out = Renderer::new(&exec, RenderOptions::default())
+        .render(package(json!({"mutators": [
+            {"image": STARLARK, "configPath": "annotate.yaml"},
+            {"image": "set-namespace:v0.4.5", "configMap": {"namespace": "prod"}}
+        ]})))
+        .await;
+    assert!(out.is_ok(), "{:?}", out.error);
+    let items = out.resources.unwrap();
+    assert_eq!(
+        cm(&items)["metadata"]["namespace"],
+        "prod",
+        "the catalog binary"
+    );
+    let failing = json!({"mutators": [{"image": STARLARK, "configPath": "fail.yaml"}]});
+    let out = Renderer::new(&exec, RenderOptions::default())
+        .render(package(failing))
+        .await;
+    assert!(out.error.as_ref().unwrap().is_function_failure());
+    let list = out.result_list();
+    assert_eq!(list.items[0].exit_code, 1);
+    assert_eq!(
+        list.items[0].stderr,
+        "failed to evaluate function: error: function failure"
+    );
+    assert_eq!(list.items[0].results[0].message, "fail: no thanks");
+}
