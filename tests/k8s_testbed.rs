@@ -6,12 +6,13 @@ mod k8s_support;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
 use krm_fn_runner::domain::pod_cache::template::{
-    PodBuild, TemplateOverrides, build_pod, build_service, default_pod_template, default_service_template,
+    PodBuild, TemplateOverrides, build_pod, build_service, default_pod_template,
+    default_service_template,
 };
 use krm_fn_runner::domain::pod_cache::{FunctionSettings, IMAGE_LABEL, UnixTime};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
 
 const NS: &str = "porch-fn-system";
 
@@ -20,8 +21,12 @@ async fn api_server_accepts_function_pods_and_a_test_kubelet_marks_them_ready() 
     let plane = k8s_support::ControlPlane::start().await;
     let client = plane.client().await.unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
-    namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
 
     // The pod and service exactly as the pod cache builds them.
     let name = "set-namespace-v045-0123abcd-r1-1";
@@ -45,12 +50,23 @@ async fn api_server_accepts_function_pods_and_a_test_kubelet_marks_them_ready() 
     )
     .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let created = pods.create(&PostParams::default(), &pod).await.unwrap_or_else(|e| panic!("{e}\n{}", plane.logs()));
+    let created = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", plane.logs()));
     assert_eq!(created.metadata.labels.unwrap()[IMAGE_LABEL], name);
     let services: Api<Service> = Api::namespaced(client.clone(), NS);
     let service = build_service(&default_service_template(), name, NS);
-    let svc = services.create(&PostParams::default(), &service).await.unwrap();
-    assert!(svc.spec.unwrap().cluster_ip.is_some_and(|ip| ip.starts_with("10.96.")));
+    let svc = services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    assert!(
+        svc.spec
+            .unwrap()
+            .cluster_ip
+            .is_some_and(|ip| ip.starts_with("10.96."))
+    );
 
     // The test kubelet's job: report the pod running and ready, publish its endpoint.
     let status = serde_json::json!({"status": {
@@ -58,7 +74,9 @@ async fn api_server_accepts_function_pods_and_a_test_kubelet_marks_them_ready() 
         "podIP": "127.0.0.2",
         "conditions": [{"type": "Ready", "status": "True"}],
     }});
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
     let seen = pods.get(name).await.unwrap();
     let st = seen.status.unwrap();
     assert_eq!(st.phase.as_deref(), Some("Running"));
@@ -77,7 +95,9 @@ async fn api_server_accepts_function_pods_and_a_test_kubelet_marks_them_ready() 
     .unwrap();
     slices.create(&PostParams::default(), &slice).await.unwrap();
     let listed = slices
-        .list(&kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+        .list(
+            &kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={name}")),
+        )
         .await
         .unwrap();
     assert_eq!(listed.items.len(), 1);

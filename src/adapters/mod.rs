@@ -2,6 +2,7 @@
 
 pub mod exec;
 pub mod grpc;
+pub mod kube;
 pub mod oci;
 pub mod runtime;
 pub mod sim;

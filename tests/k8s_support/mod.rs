@@ -23,13 +23,24 @@ pub fn assets() -> PathBuf {
         return PathBuf::from(dir);
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-test-apiserver.sh");
-    let out = Command::new("bash").arg(script).stderr(Stdio::inherit()).output().expect("run build-test-apiserver.sh");
-    assert!(out.status.success(), "scripts/build-test-apiserver.sh failed (needs Go and the Go module proxy)");
+    let out = Command::new("bash")
+        .arg(script)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run build-test-apiserver.sh");
+    assert!(
+        out.status.success(),
+        "scripts/build-test-apiserver.sh failed (needs Go and the Go module proxy)"
+    );
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// One process of the control plane, stopped (SIGTERM, then SIGKILL) on drop.
@@ -37,7 +48,9 @@ struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.0.try_wait() {
@@ -77,8 +90,12 @@ impl ControlPlane {
                 .arg(format!("--listen-client-urls={etcd_url}"))
                 .arg(format!("--advertise-client-urls={etcd_url}"))
                 .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
-                .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"))
-                .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"
+                ))
+                .arg(format!(
+                    "--initial-cluster=default=http://127.0.0.1:{peer_port}"
+                ))
                 .args(["--unsafe-no-fsync=true", "--log-level=warn"])
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(dir.path().join("etcd.log")).unwrap())
@@ -103,14 +120,25 @@ impl ControlPlane {
             Command::new(assets.join("kube-apiserver"))
                 .arg(format!("--etcd-servers={etcd_url}"))
                 .arg(format!("--secure-port={api_port}"))
-                .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"])
+                .args([
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    "--endpoint-reconciler-type=none",
+                ])
                 .arg(format!("--cert-dir={}", certs.display()))
                 .arg(format!("--token-auth-file={}", tokens.display()))
-                .args(["--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount", "--allow-privileged=true"])
+                .args([
+                    "--authorization-mode=RBAC",
+                    "--disable-admission-plugins=ServiceAccount",
+                    "--allow-privileged=true",
+                ])
                 .arg("--service-cluster-ip-range=10.96.0.0/16")
                 .arg(format!("--service-account-issuer={url}/"))
                 .arg(format!("--service-account-key-file={}", sa_key.display()))
-                .arg(format!("--service-account-signing-key-file={}", sa_key.display()))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    sa_key.display()
+                ))
                 .arg("--v=1")
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(dir.path().join("apiserver.log")).unwrap())
@@ -132,7 +160,11 @@ impl ControlPlane {
                     break;
                 }
             }
-            assert!(Instant::now() < deadline, "kube-apiserver did not become ready:\n{}", plane.logs());
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver did not become ready:\n{}",
+                plane.logs()
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         plane
@@ -169,6 +201,10 @@ impl ControlPlane {
             let lines: Vec<&str> = text.lines().collect();
             lines[lines.len().saturating_sub(30)..].join("\n")
         };
-        format!("--- etcd.log\n{}\n--- apiserver.log\n{}", tail("etcd.log"), tail("apiserver.log"))
+        format!(
+            "--- etcd.log\n{}\n--- apiserver.log\n{}",
+            tail("etcd.log"),
+            tail("apiserver.log")
+        )
     }
 }

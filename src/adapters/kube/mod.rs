@@ -1,0 +1,332 @@
+//! The Kubernetes adapter of the [`PodPlatform`] port (kube-rs).
+//!
+//! Errors are typed from the API server's status (404 → NotFound, 409
+//! AlreadyExists vs. Conflict, 403 → Forbidden, 400/422 → Invalid, anything
+//! else — 5xx, 429, connection and timeout failures — Transient), and only
+//! transient failures are retried, with exponential backoff. A create never
+//! treats `AlreadyExists` as success (Porch does, spec §10 item 29): the
+//! caller decides whether the existing object is usable. Pod state reaches
+//! the driver from a watch on the labelled pods, not from polling.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio_stream::StreamExt;
+
+use crate::ports::{ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform};
+
+/// The field manager recorded on objects the runner writes (Porch's name).
+pub const FIELD_MANAGER: &str = "krm-function-runner";
+/// The key of a `kubernetes.io/dockerconfigjson` Secret.
+pub const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
+/// Attempts for a call failing transiently (the first included).
+const ATTEMPTS: u32 = 4;
+/// First retry delay; doubled each time (100, 200, 400 ms).
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Pods, services and secrets in one namespace (`--pod-namespace`), and
+/// ConfigMaps anywhere, through a kube-rs client.
+#[derive(Clone)]
+pub struct KubePlatform {
+    client: Client,
+    namespace: String,
+}
+
+impl KubePlatform {
+    /// A platform for `namespace` using `client` (in-cluster or kubeconfig,
+    /// as `kube::Client::try_default` infers it).
+    pub fn new(client: Client, namespace: impl Into<String>) -> Self {
+        Self {
+            client,
+            namespace: namespace.into(),
+        }
+    }
+
+    /// The pod namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn services(&self) -> Api<Service> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+}
+
+/// Maps a kube-rs error for an object of `kind` named `name`.
+pub fn classify(kind: &'static str, name: &str, err: kube::Error) -> PlatformError {
+    match err {
+        kube::Error::Api(status) => {
+            let message = status.message.clone();
+            match status.code {
+                404 => PlatformError::NotFound {
+                    kind,
+                    name: name.to_string(),
+                },
+                409 if status.reason == "AlreadyExists" => PlatformError::AlreadyExists {
+                    kind,
+                    name: name.to_string(),
+                },
+                409 => PlatformError::Conflict {
+                    kind,
+                    name: name.to_string(),
+                    message,
+                },
+                403 => PlatformError::Forbidden(format!(
+                    "{kind} {name:?}: {message} (grant the runner's service account this verb in its Role)"
+                )),
+                400 | 422 => PlatformError::Invalid(format!("{kind} {name:?}: {message}")),
+                code => {
+                    PlatformError::Transient(format!("{kind} {name:?}: HTTP {code}: {message}"))
+                }
+            }
+        }
+        other => PlatformError::Transient(format!("{kind} {name:?}: {other}")),
+    }
+}
+
+/// Runs `call` until it succeeds, fails with a non-transient error, or
+/// [`ATTEMPTS`] are used, sleeping 100 ms, 200 ms, 400 ms between tries.
+async fn with_retries<T, F, Fut>(
+    kind: &'static str,
+    name: &str,
+    mut call: F,
+) -> Result<T, PlatformError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut delay = FIRST_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        match call().await.map_err(|e| classify(kind, name, e)) {
+            Err(PlatformError::Transient(m)) if attempt < ATTEMPTS => {
+                tracing::debug!(kind, name, attempt, "transient error, retrying: {m}");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn object_name(meta: &kube::api::ObjectMeta) -> Result<String, PlatformError> {
+    meta.name.clone().ok_or_else(|| {
+        PlatformError::Invalid("the object has no metadata.name (generateName is not used)".into())
+    })
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    }
+}
+
+fn ignore_not_found(r: Result<(), PlatformError>) -> Result<(), PlatformError> {
+    match r {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other,
+    }
+}
+
+#[async_trait]
+impl PodPlatform for KubePlatform {
+    async fn create_pod(&self, pod: Pod) -> Result<Pod, PlatformError> {
+        let name = object_name(&pod.metadata)?;
+        let (api, params) = (self.pods(), post_params());
+        with_retries("Pod", &name, || api.create(&params, &pod)).await
+    }
+
+    async fn get_pod(&self, name: &str) -> Result<Pod, PlatformError> {
+        let api = self.pods();
+        with_retries("Pod", name, || api.get(name)).await
+    }
+
+    async fn list_pods(&self, label_selector: &str) -> Result<Vec<Pod>, PlatformError> {
+        let api = self.pods();
+        let params = ListParams::default().labels(label_selector);
+        with_retries("Pod", label_selector, || api.list(&params))
+            .await
+            .map(|l| l.items)
+    }
+
+    async fn delete_pod(&self, name: &str) -> Result<(), PlatformError> {
+        let (api, params) = (self.pods(), DeleteParams::background());
+        ignore_not_found(
+            with_retries("Pod", name, || api.delete(name, &params))
+                .await
+                .map(|_| ()),
+        )
+    }
+
+    async fn create_service(&self, service: Service) -> Result<Service, PlatformError> {
+        let name = object_name(&service.metadata)?;
+        let (api, params) = (self.services(), post_params());
+        with_retries("Service", &name, || api.create(&params, &service)).await
+    }
+
+    async fn get_service(&self, name: &str) -> Result<Service, PlatformError> {
+        let api = self.services();
+        with_retries("Service", name, || api.get(name)).await
+    }
+
+    async fn delete_service(&self, name: &str) -> Result<(), PlatformError> {
+        let (api, params) = (self.services(), DeleteParams::background());
+        ignore_not_found(
+            with_retries("Service", name, || api.delete(name, &params))
+                .await
+                .map(|_| ()),
+        )
+    }
+
+    async fn patch_pod_annotations(
+        &self,
+        name: &str,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<(), PlatformError> {
+        let api = self.pods();
+        let patch = Patch::Merge(serde_json::json!({"metadata": {"annotations": annotations}}));
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        with_retries("Pod", name, || api.patch(name, &params, &patch))
+            .await
+            .map(|_| ())
+    }
+
+    async fn read_config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ConfigMapData, PlatformError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let cm = with_retries("ConfigMap", name, || api.get(name)).await?;
+        Ok(ConfigMapData {
+            data: cm.data.unwrap_or_default(),
+            resource_version: cm.metadata.resource_version.unwrap_or_default(),
+        })
+    }
+
+    /// Creates the `kubernetes.io/dockerconfigjson` Secret, or updates its
+    /// data when the bytes differ (optimistically, on the read
+    /// `resourceVersion`); an identical Secret is left alone.
+    async fn ensure_pull_secret(
+        &self,
+        name: &str,
+        docker_config_json: &[u8],
+    ) -> Result<(), PlatformError> {
+        let (api, params) = (self.secrets(), post_params());
+        let wanted = BTreeMap::from([(
+            DOCKER_CONFIG_KEY.to_string(),
+            ByteString(docker_config_json.to_vec()),
+        )]);
+        for _ in 0..ATTEMPTS {
+            match with_retries("Secret", name, || api.get(name)).await {
+                Err(e) if e.is_not_found() => {
+                    let secret = Secret {
+                        metadata: kube::api::ObjectMeta {
+                            name: Some(name.to_string()),
+                            namespace: Some(self.namespace.clone()),
+                            ..Default::default()
+                        },
+                        type_: Some("kubernetes.io/dockerconfigjson".into()),
+                        data: Some(wanted.clone()),
+                        ..Default::default()
+                    };
+                    match with_retries("Secret", name, || api.create(&params, &secret)).await {
+                        Err(PlatformError::AlreadyExists { .. }) => continue,
+                        other => return other.map(|_| ()),
+                    }
+                }
+                Err(e) => return Err(e),
+                Ok(existing) if existing.data.as_ref() == Some(&wanted) => return Ok(()),
+                Ok(mut existing) => {
+                    existing.data = Some(wanted.clone());
+                    match with_retries("Secret", name, || api.replace(name, &params, &existing))
+                        .await
+                    {
+                        Err(PlatformError::Conflict { .. }) => continue,
+                        other => return other.map(|_| ()),
+                    }
+                }
+            }
+        }
+        Err(PlatformError::Conflict {
+            kind: "Secret",
+            name: name.to_string(),
+            message: "kept changing while being updated".into(),
+        })
+    }
+
+    /// A watch on the pods matching `label_selector` in the pod namespace
+    /// (kube-runtime's watcher: re-lists and resumes on its own, with
+    /// backoff); initial listing and later changes arrive as `Applied`.
+    async fn watch_pods(&self, label_selector: &str) -> Result<PodEventStream, PlatformError> {
+        let config = watcher::Config::default().labels(label_selector);
+        let stream =
+            watcher(self.pods(), config)
+                .default_backoff()
+                .filter_map(|event| match event {
+                    Ok(watcher::Event::Apply(pod)) | Ok(watcher::Event::InitApply(pod)) => {
+                        Some(PodEvent::Applied(pod))
+                    }
+                    Ok(watcher::Event::Delete(pod)) => Some(PodEvent::Deleted(pod)),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::warn!("pod watch error (retrying): {e}");
+                        None
+                    }
+                });
+        Ok(Box::pin(stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Status::failure("m", reason).with_code(code).boxed())
+    }
+
+    #[test]
+    fn statuses_become_typed_errors() {
+        assert!(classify("Pod", "p", api_error(404, "NotFound")).is_not_found());
+        assert!(matches!(
+            classify("Pod", "p", api_error(409, "AlreadyExists")),
+            PlatformError::AlreadyExists { .. }
+        ));
+        assert!(matches!(
+            classify("Pod", "p", api_error(409, "Conflict")),
+            PlatformError::Conflict { .. }
+        ));
+        assert!(matches!(
+            classify("Pod", "p", api_error(403, "Forbidden")),
+            PlatformError::Forbidden(_)
+        ));
+        assert!(matches!(
+            classify("Pod", "p", api_error(422, "Invalid")),
+            PlatformError::Invalid(_)
+        ));
+        assert!(classify("Pod", "p", api_error(503, "ServiceUnavailable")).is_retryable());
+        assert!(classify("Pod", "p", api_error(429, "TooManyRequests")).is_retryable());
+    }
+}

@@ -1,0 +1,216 @@
+//! The Kubernetes adapter of the PodPlatform port against a real
+//! kube-apiserver: every method, the typed errors, and the pod watch.
+
+mod k8s_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use krm_fn_runner::adapters::kube::KubePlatform;
+use krm_fn_runner::domain::pod_cache::template::{build_service, default_service_template};
+use krm_fn_runner::ports::{PlatformError, PodEvent, PodPlatform};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use tokio_stream::StreamExt;
+
+const NS: &str = "porch-fn-system";
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"fn.kpt.dev/image": name}},
+        "spec": {"containers": [{"name": "function", "image": "example.com/fn:v1"}]},
+    }))
+    .unwrap()
+}
+
+async fn next_event(stream: &mut krm_fn_runner::ports::PodEventStream) -> PodEvent {
+    tokio::time::timeout(Duration::from_secs(20), stream.next())
+        .await
+        .expect("a pod event within 20 s")
+        .expect("the watch goes on")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kube_platform_against_a_real_api_server() {
+    let plane = k8s_support::ControlPlane::start().await;
+    let client = plane.client().await.unwrap();
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let platform = KubePlatform::new(client.clone(), NS);
+    let mut watch = platform.watch_pods("fn.kpt.dev/image").await.unwrap();
+
+    // Pods: create, no silent AlreadyExists, get, list, annotate, watch, delete.
+    platform.create_pod(pod("fn-a")).await.unwrap();
+    let again = platform.create_pod(pod("fn-a")).await.unwrap_err();
+    assert!(
+        matches!(again, PlatformError::AlreadyExists { kind: "Pod", .. }),
+        "{again}"
+    );
+    assert_eq!(
+        platform
+            .get_pod("fn-a")
+            .await
+            .unwrap()
+            .metadata
+            .name
+            .as_deref(),
+        Some("fn-a")
+    );
+    platform.create_pod(pod("fn-b")).await.unwrap();
+    let listed = platform.list_pods("fn.kpt.dev/image=fn-b").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        platform.list_pods("fn.kpt.dev/image").await.unwrap().len(),
+        2
+    );
+    platform
+        .patch_pod_annotations(
+            "fn-a",
+            BTreeMap::from([(
+                "fn.kpt.dev/reclaim-after".to_string(),
+                "1900000000".to_string(),
+            )]),
+        )
+        .await
+        .unwrap();
+    let annotated = platform.get_pod("fn-a").await.unwrap();
+    assert_eq!(
+        annotated.metadata.annotations.unwrap()["fn.kpt.dev/reclaim-after"],
+        "1900000000"
+    );
+
+    let mut applied = Vec::new();
+    while applied.len() < 2 {
+        if let PodEvent::Applied(p) = next_event(&mut watch).await {
+            applied.push(p.metadata.name.unwrap());
+        }
+    }
+    assert!(applied.contains(&"fn-a".to_string()) && applied.contains(&"fn-b".to_string()));
+    // A status change (the test kubelet's job) arrives as an event, not by polling.
+    let status = serde_json::json!({"status": {"phase": "Failed"}});
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .patch_status("fn-b", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    loop {
+        if let PodEvent::Applied(p) = next_event(&mut watch).await
+            && p.metadata.name.as_deref() == Some("fn-b")
+            && p.status.and_then(|s| s.phase).as_deref() == Some("Failed")
+        {
+            break;
+        }
+    }
+    platform.delete_pod("fn-b").await.unwrap();
+    loop {
+        if let PodEvent::Deleted(p) = next_event(&mut watch).await {
+            assert_eq!(p.metadata.name.as_deref(), Some("fn-b"));
+            break;
+        }
+    }
+    platform
+        .delete_pod("fn-b")
+        .await
+        .expect("deleting a missing pod is fine");
+    assert!(platform.get_pod("fn-b").await.unwrap_err().is_not_found());
+    let invalid = platform
+        .create_pod(pod("Not_A_Valid_Name"))
+        .await
+        .unwrap_err();
+    assert!(matches!(invalid, PlatformError::Invalid(_)), "{invalid}");
+
+    // Services.
+    platform
+        .create_service(build_service(&default_service_template(), "fn-a", NS))
+        .await
+        .unwrap();
+    let dup = platform
+        .create_service(build_service(&default_service_template(), "fn-a", NS))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            dup,
+            PlatformError::AlreadyExists {
+                kind: "Service",
+                ..
+            }
+        ),
+        "{dup}"
+    );
+    assert!(
+        platform
+            .get_service("fn-a")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .cluster_ip
+            .is_some()
+    );
+    platform.delete_service("fn-a").await.unwrap();
+    platform.delete_service("fn-a").await.unwrap();
+    assert!(
+        platform
+            .get_service("fn-a")
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+
+    // The template ConfigMap and its resourceVersion (the template version).
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "function-pod-template"},
+        "data": {"template": "kind: Pod", "serviceTemplate": "kind: Service"},
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let read = platform
+        .read_config_map("default", "function-pod-template")
+        .await
+        .unwrap();
+    assert_eq!(read.data["template"], "kind: Pod");
+    assert!(!read.resource_version.is_empty());
+    assert!(
+        platform
+            .read_config_map("default", "missing")
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+
+    // The pull secret: created, left alone when identical, updated when the bytes change.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    platform
+        .ensure_pull_secret("auth-secret", br#"{"auths":{}}"#)
+        .await
+        .unwrap();
+    let v1 = secrets.get("auth-secret").await.unwrap();
+    assert_eq!(v1.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
+    platform
+        .ensure_pull_secret("auth-secret", br#"{"auths":{}}"#)
+        .await
+        .unwrap();
+    let same = secrets.get("auth-secret").await.unwrap();
+    assert_eq!(
+        same.metadata.resource_version, v1.metadata.resource_version,
+        "identical secret rewritten"
+    );
+    platform
+        .ensure_pull_secret("auth-secret", br#"{"auths":{"ghcr.io":{}}}"#)
+        .await
+        .unwrap();
+    let v2 = secrets.get("auth-secret").await.unwrap();
+    assert_ne!(v2.metadata.resource_version, v1.metadata.resource_version);
+    assert_eq!(
+        v2.data.unwrap()[".dockerconfigjson"].0,
+        br#"{"auths":{"ghcr.io":{}}}"#.to_vec()
+    );
+}
