@@ -17,6 +17,8 @@
 //! the test prints which ran and why others were not selected.
 
 mod common;
+#[path = "common/packages.rs"]
+mod packages;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -27,6 +29,7 @@ use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
 use krm_fn_runner::domain::codec;
 use krm_fn_runner::domain::resource_list::ResourceList;
+use packages::{case_dirs, compare_trees, copy_case, expected_tree, read_tree, walk};
 use serde_json::{Map, Value, json};
 use tonic::transport::Channel;
 
@@ -208,46 +211,6 @@ fn has_subpackages(dir: &Path) -> bool {
         .any(|p| p.file_name().is_some_and(|n| n == "Kptfile") && p.parent() != Some(dir))
 }
 
-/// Files under `dir`, sorted, skipping `.expected` and hidden entries.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if e.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-fn is_krm_file(p: &Path) -> bool {
-    let n = p.file_name().unwrap().to_string_lossy();
-    n == "Kptfile" || n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json")
-}
-
-/// Package-relative path → parsed documents, for every KRM file.
-fn read_tree(dir: &Path) -> BTreeMap<String, Vec<Value>> {
-    walk(dir)
-        .into_iter()
-        .filter(|p| is_krm_file(p))
-        .map(|p| {
-            let rel = p.strip_prefix(dir).unwrap().display().to_string();
-            let docs = codec::from_yaml_documents::<Value>(&std::fs::read(&p).unwrap())
-                .unwrap_or_default();
-            (rel, docs.into_iter().filter(Value::is_object).collect())
-        })
-        .collect()
-}
-
 fn annotations(item: &mut Value) -> &mut Map<String, Value> {
     let meta = item
         .as_object_mut()
@@ -270,7 +233,8 @@ fn package_items(case: &Case, dir: &Path) -> Vec<Value> {
         if case.eval && meta_file && !case.include_meta {
             continue;
         }
-        for (i, mut doc) in docs.into_iter().enumerate() {
+        // Only mappings are KRM objects (a file may also hold other documents).
+        for (i, mut doc) in docs.into_iter().filter(Value::is_object).enumerate() {
             let a = annotations(&mut doc);
             for (k, v) in [
                 (PATH, rel.clone()),
@@ -427,17 +391,6 @@ async fn run_case(
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", from.display()))
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let _ = std::fs::remove_dir_all(to.join(".expected"));
-}
-
 /// Compares a finished case with its expectation; `Err` describes the difference.
 fn check(case: &Case, outcome: &Outcome, work: &Path) -> Result<(), String> {
     if outcome.exit_code != case.exit_code {
@@ -456,41 +409,7 @@ fn check(case: &Case, outcome: &Outcome, work: &Path) -> Result<(), String> {
             outcome.message
         ));
     }
-    let expected_dir = tempfile::tempdir().unwrap();
-    copy_tree(&case.dir, expected_dir.path());
-    let patch = case.dir.join(".expected/diff.patch");
-    if patch.exists() && std::fs::metadata(&patch).unwrap().len() > 0 {
-        let out = Command::new("git")
-            .arg("apply")
-            .arg("--whitespace=nowarn")
-            .arg(&patch)
-            .current_dir(expected_dir.path())
-            .output()
-            .unwrap();
-        if !out.status.success() {
-            return Err(format!(
-                "diff.patch does not apply: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-    }
-    let (want, got) = (read_tree(expected_dir.path()), read_tree(work));
-    if want.keys().ne(got.keys()) {
-        return Err(format!(
-            "files differ: want {:?}, got {:?}",
-            want.keys().collect::<Vec<_>>(),
-            got.keys().collect::<Vec<_>>()
-        ));
-    }
-    for (file, docs) in &want {
-        if &got[file] != docs {
-            return Err(format!(
-                "{file} differs:\n--- want\n{}\n--- got\n{}",
-                codec::to_yaml_string(docs).unwrap(),
-                codec::to_yaml_string(&got[file]).unwrap()
-            ));
-        }
-    }
+    compare_trees(&expected_tree(&case.dir)?, &read_tree(work))?;
     let results_file = case.dir.join(".expected/results.yaml");
     if results_file.exists() {
         let want = yaml_file(&results_file);
@@ -513,22 +432,6 @@ fn check(case: &Case, outcome: &Outcome, work: &Path) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn case_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        if d.join(".expected").is_dir() {
-            out.push(d);
-            continue;
-        }
-        if let Ok(rd) = std::fs::read_dir(&d) {
-            stack.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Cases that are expected to differ, with the reason. The suites fail when
@@ -612,7 +515,7 @@ async fn run_suite(runner: &Runner, root: &Path) -> (Vec<String>, Vec<String>) {
             }
         };
         let work = tempfile::tempdir().unwrap();
-        copy_tree(&case.dir, work.path());
+        copy_case(&case.dir, work.path());
         let outcome = run_case(&mut client, &case, work.path()).await;
         let known = KNOWN_DIFFERENCES
             .iter()
