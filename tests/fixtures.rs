@@ -29,7 +29,7 @@ use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
 use krm_fn_runner::domain::codec;
 use krm_fn_runner::domain::resource_list::ResourceList;
-use packages::{case_dirs, compare_trees, copy_case, expected_tree, read_tree, walk};
+use packages::{case_dirs, compare_trees, copy_case, expected_tree, read_tree, walk, write_files};
 use serde_json::{Map, Value, json};
 use tonic::transport::Channel;
 
@@ -305,21 +305,8 @@ fn write_back(dir: &Path, before: &[Value], items: Vec<Value>) {
         files.entry(path).or_default().push((index, item));
     }
     // Prune files whose objects were all removed (files not in the input stay).
-    for rel in original.values().collect::<BTreeSet<_>>() {
-        if !files.contains_key(rel) {
-            std::fs::remove_file(dir.join(rel)).unwrap();
-        }
-    }
-    for (rel, mut docs) in files {
-        docs.sort_by_key(|(i, _)| *i);
-        let text: Vec<String> = docs
-            .iter()
-            .map(|(_, d)| codec::to_yaml_string(d).unwrap())
-            .collect();
-        let path = dir.join(&rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text.join("---\n")).unwrap();
-    }
+    let inputs: BTreeSet<String> = original.into_values().collect();
+    write_files(dir, &inputs, files);
 }
 
 /// What a case produced: exit code, error text, results.

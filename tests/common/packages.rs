@@ -180,9 +180,20 @@ pub fn write_items(dir: &Path, before: &[Value], items: &[Value]) {
         files.entry(path).or_default().push((index, clean));
     }
     let inputs: BTreeSet<String> = before.iter().filter_map(ann::path).collect();
+    write_files(dir, &inputs, files);
+}
+
+/// Writes `files` (package-relative path → documents with their index) into
+/// `dir`, documents ordered by index, and deletes every path of `inputs` that
+/// no longer holds a document (files that were not input stay untouched).
+pub fn write_files(
+    dir: &Path,
+    inputs: &BTreeSet<String>,
+    files: BTreeMap<String, Vec<(i64, Value)>>,
+) {
     for rel in inputs {
-        if !files.contains_key(&rel) {
-            let _ = std::fs::remove_file(dir.join(&rel));
+        if !files.contains_key(rel) {
+            std::fs::remove_file(dir.join(rel)).unwrap();
         }
     }
     for (rel, mut docs) in files {
