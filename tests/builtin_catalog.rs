@@ -146,6 +146,7 @@ async fn run_case(case: &Path, runtime: &Serve) -> Result<Outcome, String> {
             target: FunctionTarget::Image(image.to_string()),
             resource_list: rl,
             timeout: None,
+            sources: None,
         };
         return match runtime.run(call).await {
             Ok(out) => {
@@ -395,6 +396,7 @@ async fn builtin_set_namespace_matches_the_catalog_binary() {
             target,
             resource_list: input.clone(),
             timeout: Some(std::time::Duration::from_secs(30)),
+            sources: None,
         };
         let go = exec
             .run(call(FunctionTarget::Exec(bin.display().to_string())))

@@ -4,5 +4,6 @@ pub mod exec;
 pub mod grpc;
 pub mod kube;
 pub mod oci;
+pub mod package;
 pub mod runtime;
 pub mod sim;

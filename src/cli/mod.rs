@@ -5,6 +5,7 @@
 //! written for Porch's function runner work unchanged.
 
 mod eval;
+mod render;
 mod serve;
 mod simulate;
 pub mod wrapper;
@@ -33,6 +34,8 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Replay a request trace against pod-cache policies on virtual time (or generate a trace).
     Simulate(simulate::SimulateArgs),
+    /// Render a kpt package in place, like `kpt fn render`.
+    Render(Box<render::RenderArgs>),
 }
 
 /// Turns Go-style single-dash long flags (`-port=9445`) into clap's
@@ -121,6 +124,7 @@ pub fn main() -> ExitCode {
             Command::Serve(args) => serve::run(*args).await,
             Command::Eval(args) => eval::run(args).await,
             Command::Simulate(args) => simulate::run(args).await,
+            Command::Render(args) => render::run(*args).await,
         }
     })
 }

@@ -12,7 +12,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::codec::{self, CodecError};
+use super::codec::{self, CodecError, preserve};
 
 /// The `apiVersion` kyaml and kpt write on every ResourceList.
 pub const RESOURCE_LIST_API_VERSION: &str = "config.kubernetes.io/v1";
@@ -102,6 +102,45 @@ impl ResourceList {
     /// Errors: only for values YAML cannot represent.
     pub fn to_yaml(&self) -> Result<String, CodecError> {
         codec::to_yaml_string(self)
+    }
+
+    /// Serializes as YAML with each item's text supplied by `item_text`
+    /// (called with the item's position and value; it returns one YAML
+    /// document). Used to pass items with their comments, as kpt does.
+    ///
+    /// Errors: only for values YAML cannot represent.
+    pub fn to_yaml_with<T: AsRef<str>>(
+        &self,
+        item_text: impl Fn(usize, &Value) -> T,
+    ) -> Result<String, CodecError> {
+        let api_version = if self.api_version.is_empty() {
+            RESOURCE_LIST_API_VERSION
+        } else {
+            &self.api_version
+        };
+        let header = serde_json::json!({"apiVersion": api_version, "kind": self.kind});
+        let mut out = codec::to_yaml_string(&header)?;
+        if self.items.is_empty() {
+            out.push_str("items: []\n");
+        } else {
+            out.push_str("items:\n");
+            for (i, item) in self.items.iter().enumerate() {
+                out.push_str(&preserve::nest(item_text(i, item).as_ref(), "- ", "  "));
+            }
+        }
+        if let Some(config) = &self.function_config {
+            out.push_str("functionConfig:\n");
+            out.push_str(&preserve::nest(&codec::to_yaml_string(config)?, "  ", "  "));
+        }
+        if !self.results.is_empty() {
+            out.push_str("results:\n");
+            out.push_str(&preserve::nest(
+                &codec::to_yaml_string(&self.results)?,
+                "  ",
+                "  ",
+            ));
+        }
+        Ok(out)
     }
 
     /// True when any result has severity `error`.

@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::domain::codec::CodecError;
 use crate::domain::evaluation::EvalError;
+use crate::domain::render::source::CallSources;
 use crate::domain::resource_list::ResourceList;
 
 /// The function a pipeline step runs (kpt `Function.image` / `Function.exec`).
@@ -68,6 +70,42 @@ pub struct FunctionCall {
     /// runtime stops the function when it runs out and answers
     /// [`EvalError::Timeout`]; `None` means no limit.
     pub timeout: Option<Duration>,
+    /// The text the items were read from, when the caller has it (a render
+    /// of a package directory): runtimes that serialise use
+    /// [`FunctionCall::input_yaml`] so functions see the package's comments
+    /// (`# kpt-set:` setters live there), as with kpt.
+    pub sources: Option<CallSources>,
+}
+
+impl FunctionCall {
+    /// A call of `target` on `resource_list` with an optional time limit and
+    /// no source texts.
+    pub fn new(
+        target: FunctionTarget,
+        resource_list: ResourceList,
+        timeout: Option<Duration>,
+    ) -> Self {
+        Self {
+            target,
+            resource_list,
+            timeout,
+            sources: None,
+        }
+    }
+
+    /// The input ResourceList as YAML: items from their source texts when
+    /// [`FunctionCall::sources`] is set (comments and layout kept), emitted
+    /// otherwise.
+    ///
+    /// Errors: a value YAML cannot represent (not produced by any reader).
+    pub fn input_yaml(&self) -> Result<String, CodecError> {
+        match &self.sources {
+            None => self.resource_list.to_yaml(),
+            Some(sources) => self
+                .resource_list
+                .to_yaml_with(|i, item| sources.format(i, item)),
+        }
+    }
 }
 
 /// What a function returned when it succeeded (exit code 0).

@@ -63,6 +63,7 @@ mod tests {
             target: FunctionTarget::Image("img".into()),
             resource_list: ResourceList::new(vec![]),
             timeout: None,
+            sources: None,
         }
     }
 

@@ -55,7 +55,7 @@ impl FunctionRuntime for EvaluatorRuntime {
         let FunctionTarget::Image(image) = &call.target else {
             return Err(EvalError::not_found(call.target.name()));
         };
-        let bytes = call.resource_list.to_yaml().map_err(|e| {
+        let bytes = call.input_yaml().map_err(|e| {
             EvalError::Internal(format!(
                 "cannot serialise the ResourceList for function {image:?}: {e}"
             ))
@@ -103,6 +103,7 @@ mod tests {
                 target: FunctionTarget::Image("ghcr.io/x/fn:v1".into()),
                 resource_list: ResourceList::new(vec![serde_json::json!({"kind": "A"})]),
                 timeout: Some(std::time::Duration::from_secs(7)),
+                sources: None,
             })
             .await
             .unwrap();
@@ -113,6 +114,7 @@ mod tests {
                 target: FunctionTarget::Exec("./fn".into()),
                 resource_list: ResourceList::new(vec![]),
                 timeout: None,
+                sources: None,
             })
             .await
             .unwrap_err();

@@ -67,7 +67,7 @@ impl FunctionRuntime for ExecCommandRuntime {
             })?;
         let program = self.program(&words[0]);
         let args: Vec<OsString> = words[1..].iter().map(OsString::from).collect();
-        let bytes = call.resource_list.to_yaml().map_err(|e| {
+        let bytes = call.input_yaml().map_err(|e| {
             EvalError::Internal(format!(
                 "cannot serialise the ResourceList for {command:?}: {e}"
             ))
@@ -102,6 +102,7 @@ mod tests {
                 serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "foo"}}),
             ]),
             timeout: Some(std::time::Duration::from_secs(20)),
+            sources: None,
         }
     }
 

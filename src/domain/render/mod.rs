@@ -43,6 +43,7 @@ pub mod pipeline;
 pub mod porch;
 pub mod results;
 pub mod selector;
+pub mod source;
 
 pub use error::{RenderError, RenderErrorKind, StepError};
 pub use kptfile::{Function, Kptfile, KptfileError, Pipeline, Selector};
@@ -55,6 +56,7 @@ pub use results::{
     FunctionResult, FunctionResultList, KptRenderStatus, RenderStatus, StepKind, StepRecord,
     StructuredResult,
 };
+pub use source::{CallSources, SourceDoc, SourceMap};
 
 #[cfg(test)]
 mod tests;

@@ -33,6 +33,7 @@
 //! package (kpt loses ancestors' objects when the failure is two levels deep).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -45,6 +46,7 @@ use super::results::{
     self, Condition, FunctionResultList, KptRenderStatus, RenderStatus, StepKind, StepRecord,
     StructuredResult,
 };
+use super::source::{CallSources, SourceMap, root_key};
 use crate::domain::evaluation::EvalError;
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 use crate::domain::resource_list::ResourceList;
@@ -207,6 +209,7 @@ pub struct Renderer<'a> {
     runtime: &'a dyn FunctionRuntime,
     options: RenderOptions,
     events: &'a dyn RenderEvents,
+    sources: Option<Arc<SourceMap>>,
 }
 
 /// A package of the flattened tree.
@@ -236,6 +239,8 @@ struct Failure {
 struct Ctx {
     steps: Vec<StepRecord>,
     executed: usize,
+    /// Package-path annotation value → package directory relative to the root.
+    dirs: HashMap<String, String>,
 }
 
 /// Annotations kyaml records before a call, per input object.
@@ -260,7 +265,16 @@ impl<'a> Renderer<'a> {
             runtime,
             options,
             events: &NoEvents,
+            sources: None,
         }
+    }
+
+    /// Hands functions the package's document texts (comments included, as
+    /// kpt does), read by the package I/O adapter; without it functions get
+    /// objects emitted without comments.
+    pub fn with_sources(mut self, sources: Arc<SourceMap>) -> Self {
+        self.sources = Some(sources);
+        self
     }
 
     /// Reports progress to `events`.
@@ -286,6 +300,10 @@ impl<'a> Renderer<'a> {
         let mut ctx = Ctx {
             steps: Vec::new(),
             executed: 0,
+            dirs: nodes
+                .iter()
+                .map(|n| (n.package_path.clone(), n.path.clone()))
+                .collect(),
         };
         if let Some(e) = nodes[0].invalid.clone() {
             return RenderOutcome {
@@ -831,12 +849,23 @@ impl<'a> Renderer<'a> {
             .as_ref()
             .and_then(ann::path)
             .map(|p| function_dir(&p));
+        let sources = self.sources.as_ref().map(|map| CallSources {
+            map: map.clone(),
+            keys: input
+                .iter()
+                .map(|item| {
+                    let pp = ann::get(item, ann::PACKAGE_PATH).unwrap_or_default();
+                    root_key(ctx.dirs.get(&pp).map_or("", String::as_str), item)
+                })
+                .collect(),
+        });
         let mut rl = ResourceList::new(input.to_vec());
         rl.function_config = config;
         let call = FunctionCall {
             target: target.clone(),
             resource_list: rl,
             timeout: Some(self.options.step_timeout),
+            sources,
         };
         let output = match self.runtime.run(call).await {
             Ok(o) => o,

@@ -315,6 +315,7 @@ mod tests {
             target: t,
             resource_list: ResourceList::new(vec![]),
             timeout: None,
+            sources: None,
         };
         assert!(
             rt.run(call(FunctionTarget::Image("set-namespace:latest".into())))

@@ -11,6 +11,14 @@
 //! `sigs.k8s.io/yaml` and kyaml read them) and raises the library's default
 //! node budget so that ResourceLists up to the runner's message-size limit
 //! (6 MiB by default) parse, while alias bombs are still refused.
+//!
+//! Package files are edited, not re-emitted: [`preserve`] applies the
+//! difference between two parsed values to the original text with a lossless
+//! YAML syntax tree (`yaml-edit`), so comments, key order, quoting and
+//! sequence indentation of everything a function did not change survive a
+//! render, as they do with kpt's kyaml.
+
+pub mod preserve;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -24,7 +32,7 @@ pub struct CodecError {
 }
 
 impl CodecError {
-    fn new(message: impl std::fmt::Display) -> Self {
+    pub(crate) fn new(message: impl std::fmt::Display) -> Self {
         Self {
             message: message.to_string(),
         }

@@ -1,0 +1,95 @@
+//! Rendering a package directory: read it, run its pipelines, write it back
+//! (kpt's `fn render` flow, `krm-functions.md` §3.7).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{PackageDir, PackageIoError, WriteSummary, record_status, status_of};
+use crate::domain::render::{RenderEvents, RenderOptions, RenderOutcome, RenderStatus, Renderer};
+use crate::ports::FunctionRuntime;
+
+/// A rendered package directory, not yet written.
+#[derive(Debug, Clone)]
+pub struct RenderedPackage {
+    /// The package as read.
+    pub package: PackageDir,
+    /// What the render did: steps, results, error, and the rendered objects
+    /// (root-relative paths; the root Kptfile carries the render status).
+    pub outcome: RenderOutcome,
+}
+
+impl RenderedPackage {
+    /// True when every step passed.
+    pub fn is_ok(&self) -> bool {
+        self.outcome.is_ok()
+    }
+
+    /// Porch's `RenderStatus` (results and error text).
+    pub fn render_status(&self) -> RenderStatus {
+        self.outcome.render_status()
+    }
+
+    /// The rendered objects when there is something to write: all of them
+    /// on success, the partial output on a failure when the root Kptfile asks
+    /// for `kpt.dev/save-on-render-failure`, else `None`.
+    pub fn resources(&self) -> Option<&[Value]> {
+        self.outcome.resources.as_deref()
+    }
+
+    /// The files the render produces (root-relative path → text), `None`
+    /// when nothing is to be written.
+    ///
+    /// Errors: a rendered object whose path escapes the package.
+    pub fn files(&self) -> Result<Option<BTreeMap<String, String>>, PackageIoError> {
+        self.resources()
+            .map(|items| self.package.render_files(items))
+            .transpose()
+    }
+
+    /// Writes the result in place, as `kpt fn render` does: on success (or
+    /// save-on-failure) the rendered files, pruning emptied ones; otherwise
+    /// only the root Kptfile's render status. Returns what was written.
+    ///
+    /// Errors: file system failures, paths escaping the package.
+    pub fn write_in_place(&self) -> Result<WriteSummary, PackageIoError> {
+        match self.resources() {
+            Some(items) => {
+                let mut items = items.to_vec();
+                record_status(&mut items, &self.outcome);
+                self.package.write_in_place(&items)
+            }
+            None => {
+                self.package
+                    .write_kptfile_status(&status_of(&self.outcome))?;
+                Ok(WriteSummary::default())
+            }
+        }
+    }
+}
+
+/// Reads the package at `dir`, renders it with `runtime` (functions get the
+/// package's comments) and returns the outcome without writing anything.
+/// [`RenderedPackage::write_in_place`] adds kpt's render status to the root
+/// Kptfile; the other outputs (`files`, `-o stdout|unwrap|DIR`) leave it out,
+/// as kpt's out-of-place modes do.
+///
+/// Errors: the directory cannot be read as a package (no Kptfile, invalid
+/// YAML, unreadable Kptfile). Function failures are not errors: they are in
+/// [`RenderedPackage::outcome`].
+pub async fn render_dir(
+    dir: &Path,
+    runtime: &dyn FunctionRuntime,
+    options: RenderOptions,
+    events: &dyn RenderEvents,
+) -> Result<RenderedPackage, PackageIoError> {
+    let package = PackageDir::read(dir)?;
+    let tree = package.package()?;
+    let outcome = Renderer::new(runtime, options)
+        .with_events(events)
+        .with_sources(package.sources())
+        .render(tree)
+        .await;
+    Ok(RenderedPackage { package, outcome })
+}

@@ -1,0 +1,230 @@
+use super::*;
+use serde_json::json;
+
+const KPTFILE: &str =
+    "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: app # the package\n";
+const MULTI: &str = "\
+# Copyright header
+---
+# The web tier.
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web # keep me
+data:
+  replicas: \"3\" # kpt-set: ${replicas}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  ports:
+    - port: 80 # wide sequence indentation
+";
+
+fn package() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::write(p.join("Kptfile"), KPTFILE).unwrap();
+    std::fs::write(p.join("web.yaml"), MULTI).unwrap();
+    std::fs::write(p.join("README.md"), "# not KRM: ignored\n").unwrap();
+    std::fs::create_dir_all(p.join("sub/.hidden")).unwrap();
+    std::fs::write(
+        p.join("sub/Kptfile"),
+        "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: sub\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("sub/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sub\n",
+    )
+    .unwrap();
+    std::fs::write(p.join("sub/skip.yaml"), "not: [valid\n").unwrap();
+    std::fs::write(p.join("sub/.krmignore"), "skip.yaml\n").unwrap();
+    std::fs::write(p.join("sub/.hidden/x.yaml"), "also: [not valid\n").unwrap();
+    dir
+}
+
+fn paths(items: &[Value]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|i| (ann::path(i).unwrap(), ann::index(i).unwrap()))
+        .collect()
+}
+
+#[test]
+fn reads_objects_with_both_annotation_forms_and_skips_ignored_files() {
+    let dir = package();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    assert_eq!(
+        paths(pkg.items()),
+        [
+            ("Kptfile".into(), "0".into()),
+            ("sub/Kptfile".into(), "0".into()),
+            ("sub/cm.yaml".into(), "0".into()),
+            ("web.yaml".into(), "0".into()),
+            ("web.yaml".into(), "1".into()),
+        ]
+    );
+    let web = &pkg.items()[3];
+    assert_eq!(ann::get(web, ann::LEGACY_PATH).as_deref(), Some("web.yaml"));
+    assert_eq!(ann::get(web, ann::LEGACY_INDEX).as_deref(), Some("0"));
+    let tree = pkg.package().unwrap();
+    assert_eq!(tree.subpackages.len(), 1);
+}
+
+#[test]
+fn an_unchanged_render_touches_no_file() {
+    let dir = package();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let summary = pkg.write_in_place(pkg.items()).unwrap();
+    assert!(summary.written.is_empty(), "{summary:?}");
+    assert!(summary.pruned.is_empty());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("web.yaml")).unwrap(),
+        MULTI
+    );
+}
+
+#[test]
+fn a_changed_object_is_edited_in_place_and_its_neighbours_are_untouched() {
+    let dir = package();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let mut items = pkg.items().to_vec();
+    items[3]["metadata"]["namespace"] = json!("prod");
+    items[3]["data"]["replicas"] = json!("5");
+    let summary = pkg.write_in_place(&items).unwrap();
+    assert_eq!(summary.written, ["web.yaml"]);
+    let text = std::fs::read_to_string(dir.path().join("web.yaml")).unwrap();
+    let want = MULTI
+        .replace(
+            "name: web # keep me\n",
+            "name: web # keep me\n  namespace: prod\n",
+        )
+        .replace("\"3\" # kpt-set", "\"5\" # kpt-set");
+    assert_eq!(text, want);
+}
+
+#[test]
+fn emptied_files_are_pruned_and_new_objects_get_new_files() {
+    let dir = package();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let mut items: Vec<Value> = pkg
+        .items()
+        .iter()
+        .filter(|i| ann::path(i).as_deref() != Some("sub/cm.yaml"))
+        .cloned()
+        .collect();
+    let mut generated =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}});
+    ann::set_path(&mut generated, "gen/ns.yaml");
+    items.push(generated);
+    let summary = pkg.write_in_place(&items).unwrap();
+    assert_eq!(summary.pruned, ["sub/cm.yaml"]);
+    assert_eq!(summary.written, ["gen/ns.yaml"]);
+    assert!(!dir.path().join("sub/cm.yaml").exists());
+    assert!(
+        dir.path().join("sub/skip.yaml").exists(),
+        "ignored files stay"
+    );
+    assert!(dir.path().join("README.md").exists());
+    let ns: Value =
+        codec::from_yaml_str(&std::fs::read_to_string(dir.path().join("gen/ns.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(
+        ns,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}})
+    );
+}
+
+#[test]
+fn paths_escaping_the_package_are_refused_before_anything_is_written() {
+    let dir = package();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let mut items = pkg.items().to_vec();
+    items[3]["metadata"]["namespace"] = json!("prod");
+    ann::set_path(&mut items[4], "../evil.yaml");
+    let err = pkg.write_in_place(&items).unwrap_err();
+    assert!(matches!(err, PackageIoError::Escapes { .. }), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("web.yaml")).unwrap(),
+        MULTI
+    );
+}
+
+#[test]
+fn output_modes_keep_comments() {
+    let dir = package();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let wrapped = pkg.wrapped(pkg.items()).unwrap();
+    let list = ResourceList::parse(wrapped.as_bytes()).unwrap();
+    assert_eq!(list.items, pkg.items());
+    assert!(wrapped.contains("# kpt-set: ${replicas}"));
+    let unwrapped = pkg.unwrapped(pkg.items());
+    let docs: Vec<Value> = codec::from_yaml_documents(unwrapped.as_bytes()).unwrap();
+    assert_eq!(docs.len(), 5);
+    assert!(ann::get(&docs[3], ann::INDEX).is_none());
+    assert_eq!(ann::path(&docs[3]).as_deref(), Some("web.yaml"));
+    assert!(unwrapped.contains("# keep me"));
+
+    let out = dir.path().join("out");
+    pkg.write_to_dir(&out, pkg.items()).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(out.join("web.yaml")).unwrap(),
+        MULTI
+    );
+    assert!(!out.join("README.md").exists());
+    assert!(matches!(
+        pkg.write_to_dir(&out, pkg.items()).unwrap_err(),
+        PackageIoError::OutputExists(_)
+    ));
+}
+
+#[test]
+fn invalid_yaml_names_the_file_and_a_missing_kptfile_is_reported() {
+    let dir = package();
+    std::fs::write(dir.path().join("bad.yaml"), "a: [1, 2\n").unwrap();
+    let err = PackageDir::read(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("bad.yaml"), "{err}");
+    let empty = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        PackageDir::read(empty.path()).unwrap_err(),
+        PackageIoError::NoKptfile(_)
+    ));
+}
+
+#[test]
+fn kptfile_status_is_written_alone() {
+    let dir = package();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    pkg.write_kptfile_status(&json!({"conditions": [{"type": "Rendered", "status": "False"}]}))
+        .unwrap();
+    let text = std::fs::read_to_string(dir.path().join("Kptfile")).unwrap();
+    assert!(text.starts_with(KPTFILE), "{text}");
+    assert!(text.contains("status:"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("web.yaml")).unwrap(),
+        MULTI
+    );
+}
+
+#[test]
+fn json_files_stay_json() {
+    let dir = package();
+    let json_text =
+        "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"j\"}}\n";
+    std::fs::write(dir.path().join("j.json"), json_text).unwrap();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let mut items = pkg.items().to_vec();
+    assert!(pkg.write_in_place(&items).unwrap().written.is_empty());
+    let j = items
+        .iter_mut()
+        .find(|i| ann::path(i).as_deref() == Some("j.json"))
+        .unwrap();
+    j["metadata"]["namespace"] = json!("prod");
+    pkg.write_in_place(&items).unwrap();
+    let back: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("j.json")).unwrap()).unwrap();
+    assert_eq!(back["metadata"]["namespace"], "prod");
+}

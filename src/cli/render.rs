@@ -1,0 +1,318 @@
+//! `krm-fn-runner render`: `kpt fn render` on a local package directory.
+//!
+//! Flags, output modes, progress lines and exit codes follow kpt
+//! (`krm-functions.md` §3.1, §3.3, §3.7). Functions run in process when a
+//! builtin serves them (package context, `set-namespace`, `set-labels`),
+//! else through an exec config mapping images to local binaries
+//! (`--exec-config`), else through a function runner over gRPC
+//! (`--function-runner`); `exec:` functions run as child processes with
+//! `--allow-exec`. There is no container runtime: images that none of these
+//! serve fail with a message saying so.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::serve::DEFAULT_MAX_MESSAGE_BYTES;
+use crate::adapters::exec::{ExecEvaluator, ExecSettings};
+use crate::adapters::package::{PackageIoError, render_dir};
+use crate::adapters::runtime::{
+    BuiltinRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
+};
+use crate::domain::codec;
+use crate::domain::exec_config::ExecConfig;
+use crate::domain::image::DEFAULT_IMAGE_PREFIX;
+use crate::domain::render::{
+    RenderEvents, RenderOptions, StepRecord, StepStart,
+};
+
+/// Flags of `render`.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// The package directory (default: the current directory).
+    pub pkg_path: Option<PathBuf>,
+    /// Where the output goes: in place when omitted; `stdout` (a ResourceList),
+    /// `unwrap` (multi-document YAML) or a new directory.
+    #[arg(short = 'o', long)]
+    pub output: Option<String>,
+    /// Write the FunctionResultList to DIR/results.yaml.
+    #[arg(long, value_name = "DIR")]
+    pub results_dir: Option<PathBuf>,
+    /// Allow `exec:` functions (local binaries).
+    #[arg(long)]
+    pub allow_exec: bool,
+    /// Prefix for short image names.
+    #[arg(long, env = "KPT_IMAGE_PREFIX", default_value = DEFAULT_IMAGE_PREFIX)]
+    pub image_prefix: String,
+    /// Run `image:` functions that no builtin serves on this function runner
+    /// (host:port or unix:/path), e.g. `krm-fn-runner serve` or Porch's.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub function_runner: Option<String>,
+    /// Run `image:` functions with local binaries: an exec-runtime config.yaml
+    /// (Porch's format; with --functions).
+    #[arg(long, value_name = "FILE")]
+    pub exec_config: Option<PathBuf>,
+    /// Directory holding the binaries named in --exec-config.
+    #[arg(long, default_value = "./functions")]
+    pub functions: PathBuf,
+    /// Time limit per function call (kpt: 5m).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    pub fn_timeout: Duration,
+    /// Largest ResourceList a function may read or write, in bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    pub max_message_size: usize,
+}
+
+/// Renders, prints kpt-style progress on stderr, writes the output; exit 0
+/// on success, 1 on any failure (nothing written but the Kptfile status and
+/// the results file, as kpt).
+pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
+    super::init_logging(1);
+    let dir = args.pkg_path.clone().unwrap_or_else(|| PathBuf::from("."));
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let out_dir = match args.output.as_deref() {
+        None | Some("stdout") | Some("unwrap") => None,
+        Some(d) => {
+            let d = PathBuf::from(d);
+            if d.exists() {
+                return fail(&PackageIoError::OutputExists(d).to_string());
+            }
+            Some(d)
+        }
+    };
+    let runtime = match build_chain(&args) {
+        Ok(r) => r,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let options = RenderOptions {
+        image_prefix: args.image_prefix.clone(),
+        allow_exec: args.allow_exec,
+        step_timeout: args.fn_timeout,
+        package_root: dir.display().to_string(),
+    };
+    let root_name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| ".".into());
+    let printer = Printer::new(root_name);
+    let rendered = match render_dir(&dir, &runtime, options, &printer).await {
+        Ok(r) => r,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let outcome = &rendered.outcome;
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr);
+    let total = outcome.steps.iter().filter(|s| s.ran || s.failed()).count();
+    if outcome.is_ok() {
+        let _ = writeln!(
+            stderr,
+            "Successfully executed {} function(s) in {} package(s).",
+            outcome.executed, outcome.packages
+        );
+    } else if outcome.executed > 0 {
+        let _ = writeln!(
+            stderr,
+            "Partially executed {}/{} function(s) in {} package(s).",
+            outcome.executed, total, outcome.packages
+        );
+    }
+    if let Some(results) = &args.results_dir {
+        let path = results.join("results.yaml");
+        let written = std::fs::create_dir_all(results).and_then(|_| {
+            let text = codec::to_yaml_string(&outcome.result_list())
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            std::fs::write(&path, text)
+        });
+        match written {
+            Ok(()) => {
+                let _ = writeln!(stderr, "For complete results, see {}", path.display());
+            }
+            Err(e) => {
+                let _ = writeln!(stderr, "Error: writing {}: {e}", path.display());
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
+    drop(stderr);
+    let written = match (args.output.as_deref(), rendered.resources()) {
+        (None, _) => rendered.write_in_place().map(|_| ()),
+        (Some(_), None) => Ok(()),
+        (Some("stdout"), Some(items)) => rendered
+            .package
+            .wrapped(items)
+            .map_err(|e| PackageIoError::Parse {
+                path: "-".into(),
+                message: e.to_string(),
+            })
+            .map(|text| print!("{text}")),
+        (Some("unwrap"), Some(items)) => {
+            print!("{}", rendered.package.unwrapped(items));
+            Ok(())
+        }
+        (Some(_), Some(items)) => {
+            let out = out_dir.as_deref().unwrap_or(Path::new("."));
+            rendered.package.write_to_dir(out, items).map(|_| ())
+        }
+    };
+    if let Err(e) = written {
+        return fail(&e.to_string());
+    }
+    match &outcome.error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) if e.is_function_failure() => Ok(ExitCode::from(1)),
+        Some(e) => fail(&e.to_string()),
+    }
+}
+
+/// Prints `Error: <message>` and returns exit code 1.
+fn fail(message: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("Error: {message}");
+    Ok(ExitCode::from(1))
+}
+
+/// The runtime chain: builtins, then local binaries for images, then a
+/// function runner, then `exec:` commands.
+fn build_chain(args: &RenderArgs) -> anyhow::Result<RuntimeChain> {
+    let mut chain =
+        RuntimeChain::new().with("builtin", Arc::new(BuiltinRuntime::new(&args.image_prefix)));
+    if let Some(config) = &args.exec_config {
+        let text = std::fs::read(config)
+            .map_err(|e| anyhow::anyhow!("--exec-config: cannot read {}: {e}", config.display()))?;
+        let parsed = ExecConfig::parse(&text, &config.display().to_string())?;
+        let functions = std::path::absolute(&args.functions).unwrap_or(args.functions.clone());
+        let (table, _) = parsed.table(&functions, &args.image_prefix);
+        let exec = ExecEvaluator::new(table, ExecSettings::new(args.max_message_size, &[]));
+        for warning in exec.check_binaries() {
+            tracing::warn!("{warning}");
+        }
+        chain = chain.with("exec-images", Arc::new(EvaluatorRuntime::exec(exec)));
+    }
+    if let Some(address) = &args.function_runner {
+        let remote = EvaluatorRuntime::remote(address, args.max_message_size)?;
+        chain = chain.with("function-runner", Arc::new(remote));
+    }
+    Ok(chain.with(
+        "exec",
+        Arc::new(ExecCommandRuntime::inheriting(args.max_message_size)),
+    ))
+}
+
+/// kpt's progress lines on stderr.
+struct Printer {
+    root: String,
+    started: Mutex<Option<Instant>>,
+}
+
+impl Printer {
+    fn new(root: String) -> Self {
+        Self {
+            root,
+            started: Mutex::new(None),
+        }
+    }
+
+    fn display(&self, path: &str) -> String {
+        if path.is_empty() {
+            self.root.clone()
+        } else {
+            format!("{}/{path}", self.root)
+        }
+    }
+}
+
+impl RenderEvents for Printer {
+    fn package_started(&self, path: &str, _name: &str) {
+        eprintln!("Package \"{}\": ", self.display(path));
+    }
+
+    fn step_started(&self, step: &StepStart<'_>) {
+        if let Ok(mut s) = self.started.lock() {
+            *s = Some(Instant::now());
+        }
+        let on = step
+            .resource_count
+            .map(|n| format!(" on {n} resource(s)"))
+            .unwrap_or_default();
+        eprintln!(
+            "[RUNNING] \"{}\"{on} on package \"{}\"",
+            step.target,
+            self.display(step.package)
+        );
+    }
+
+    fn step_finished(&self, record: &StepRecord) {
+        let elapsed = self
+            .started
+            .lock()
+            .ok()
+            .and_then(|mut s| s.take())
+            .map(|t| t.elapsed())
+            .unwrap_or_default();
+        let verdict = if record.failed() { "FAIL" } else { "PASS" };
+        let mut text = format!(
+            "[{verdict}] \"{}\" in {}\n",
+            record.target,
+            go_duration(elapsed)
+        );
+        if !record.results.is_empty() {
+            text.push_str("  [Results]:\n");
+            for r in &record.results {
+                text.push_str(&format!("    {r}\n"));
+            }
+        }
+        if record.failed() {
+            let stderr = record.stderr.trim_end();
+            if !stderr.is_empty() {
+                text.push_str("  Stderr:\n");
+                for line in stderr.lines() {
+                    text.push_str(&format!("    {line}\n"));
+                }
+            }
+            if let Some(e) = &record.execution_error {
+                text.push_str(&format!("  Error: {e}\n"));
+            }
+            text.push_str(&format!("  Exit code: {}\n", record.exit_code));
+        }
+        eprint!("{text}");
+    }
+}
+
+/// A duration as kpt prints it: Go's `Duration.String()` of the value
+/// truncated to 100 ms (`0s`, `300ms`, `1.2s`, `1m5.3s`).
+fn go_duration(d: Duration) -> String {
+    let tenths = d.as_millis() / 100;
+    if tenths == 0 {
+        return "0s".into();
+    }
+    if tenths < 10 {
+        return format!("{}ms", tenths * 100);
+    }
+    let secs = tenths / 10;
+    let frac = tenths % 10;
+    let (m, s) = (secs / 60, secs % 60);
+    let s = if frac == 0 {
+        format!("{s}s")
+    } else {
+        format!("{s}.{frac}s")
+    };
+    if m == 0 { s } else { format!("{m}m{s}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::render::DEFAULT_STEP_TIMEOUT;
+
+    #[test]
+    fn durations_print_like_go() {
+        assert_eq!(go_duration(Duration::from_millis(40)), "0s");
+        assert_eq!(go_duration(Duration::from_millis(350)), "300ms");
+        assert_eq!(go_duration(Duration::from_millis(1_250)), "1.2s");
+        assert_eq!(go_duration(Duration::from_secs(65)), "1m5s");
+        assert_eq!(DEFAULT_STEP_TIMEOUT, Duration::from_secs(300));
+    }
+}
