@@ -1,19 +1,19 @@
-//! The render pipeline against kpt's own `fn render` end-to-end cases
-//! (`shared/fixtures/kpt-fn-render`, read from `KRM_FN_KPT_RENDER_FIXTURES`,
-//! else from `kpt-fn-render` next to `KRM_FN_CATALOG_FIXTURES`):
+//! The render pipeline and the package I/O adapter against kpt's own
+//! `fn render` end-to-end cases (read from `KRM_FN_KPT_RENDER_FIXTURES`, else
+//! `kpt-fn-render` next to `KRM_FN_CATALOG_FIXTURES`):
 //! hierarchy, selectors, function config, path/index invariants, pruning,
 //! generators, failures.
 //!
 //! Functions: `set-namespace` and `set-labels` run as builtins (whatever the
 //! tag), `starlark` and `apply-replacements` as the installed catalog
 //! binaries, `exec:` functions as child processes; cases needing any other
-//! function are not selected. The rendered package is written back to a
-//! copy and compared, as parsed YAML, with the case's `.expected/diff.patch`
-//! applied to another copy. The root Kptfile's `status` (kpt ≥ 2026-03) is
-//! compared separately: the `Rendered` condition and `renderStatus` the
-//! render reports must equal the expected ones (writing status into the
-//! Kptfile is the package I/O adapter's job, so `status` is removed from
-//! both trees before comparing files).
+//! function are not selected. A copy of the case is read, rendered and
+//! written back in place by the package I/O adapter (`render_dir` +
+//! `write_in_place`, what `krm-fn-runner render` does) and compared, as
+//! parsed YAML, with the case's `.expected/diff.patch` applied to another
+//! copy. The root Kptfile's `status` (kpt ≥ 2026-03 fixtures) is compared
+//! separately: the `Rendered` condition and `renderStatus` written into the
+//! Kptfile must equal the expected ones.
 
 #[path = "common/packages.rs"]
 mod packages;
@@ -23,16 +23,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use krm_fn_runner::adapters::package::render_dir;
 use krm_fn_runner::adapters::runtime::{BuiltinRuntime, ExecCommandRuntime, RuntimeChain};
 use krm_fn_runner::domain::codec;
 use krm_fn_runner::domain::evaluation::EvalError;
-use krm_fn_runner::domain::render::{Package, RenderOptions, Renderer};
+use krm_fn_runner::domain::render::{NoEvents, RenderOptions};
 use krm_fn_runner::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
-use packages::{
-    case_config, case_dirs, compare_trees, copy_case, expected_tree, read_items, read_tree,
-    write_items,
-};
-use serde_json::{Value, json};
+use packages::{case_config, case_dirs, compare_trees, copy_case, expected_tree, read_tree};
+use serde_json::Value;
 
 fn catalog_bin() -> Option<PathBuf> {
     let dir = std::env::var_os("KRM_FN_CATALOG")
@@ -121,22 +119,16 @@ async fn run_case(case: &Path, runtime: &Route) -> Result<(), String> {
     let config = case_config(case);
     let work = tempfile::tempdir().unwrap();
     copy_case(case, work.path());
-    let before = read_items(work.path());
     let want_exit = config["exitCode"].as_i64().unwrap_or(0);
-    let unreadable = packages::unreadable_files(work.path());
-    if unreadable
-        .iter()
-        .any(|f| f.rsplit('/').next() == Some("Kptfile"))
-    {
+    let options = RenderOptions {
+        allow_exec: config["allowExec"] == true,
+        ..Default::default()
+    };
+    // The package I/O adapter reads the directory, the pipeline renders it,
+    // and the adapter writes it back, as `krm-fn-runner render` does.
+    let rendered = match render_dir(work.path(), runtime, options, &NoEvents).await {
+        Ok(r) => r,
         // kpt: `Kptfile at "<dir>" can't be read` before anything runs.
-        return if want_exit == 1 {
-            Ok(())
-        } else {
-            Err(format!("unreadable Kptfile in {unreadable:?}"))
-        };
-    }
-    let package = match Package::from_flat(before.clone()) {
-        Ok(p) => p,
         Err(e) => {
             return if want_exit == 1 {
                 Ok(())
@@ -145,11 +137,7 @@ async fn run_case(case: &Path, runtime: &Route) -> Result<(), String> {
             };
         }
     };
-    let options = RenderOptions {
-        allow_exec: config["allowExec"] == true,
-        ..Default::default()
-    };
-    let outcome = Renderer::new(runtime, options).render(package).await;
+    let outcome = rendered.outcome.clone();
     let got_exit = i64::from(!outcome.is_ok());
     if got_exit != want_exit {
         return Err(format!(
@@ -157,27 +145,23 @@ async fn run_case(case: &Path, runtime: &Route) -> Result<(), String> {
             outcome.error.map(|e| e.to_string()).unwrap_or_default()
         ));
     }
-    if let Some(items) = &outcome.resources {
-        write_items(work.path(), &before, items);
-    }
+    rendered
+        .write_in_place()
+        .map_err(|e| format!("writing the package: {e}"))?;
     let mut want = expected_tree(case)?;
     let mut got = read_tree(work.path());
     let want_status = strip_status(&mut want);
-    strip_status(&mut got);
+    let got_status = strip_status(&mut got);
     compare_trees(&want, &got)?;
-    if let Some(status) = want_status {
-        let mut ours = json!({"conditions": [outcome.rendered_condition()]});
-        if let Some(rs) = outcome.kpt_render_status() {
-            ours["renderStatus"] = serde_json::to_value(rs).unwrap();
-        }
-        let ours: Value = codec::from_yaml_str(&codec::to_yaml_string(&ours).unwrap()).unwrap();
-        if ours != status {
-            return Err(format!(
-                "Kptfile status differs:\n--- want\n{}\n--- got\n{}",
-                codec::to_yaml_string(&status).unwrap(),
-                codec::to_yaml_string(&ours).unwrap()
-            ));
-        }
+    if let Some(status) = want_status
+        && got_status.as_ref() != Some(&status)
+    {
+        let show = |v: Option<&Value>| codec::to_yaml_string(&v).unwrap();
+        return Err(format!(
+            "Kptfile status differs:\n--- want\n{}\n--- got\n{}",
+            show(Some(&status)),
+            show(got_status.as_ref())
+        ));
     }
     Ok(())
 }
@@ -188,9 +172,16 @@ fn fixtures_root() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("KRM_FN_KPT_RENDER_FIXTURES") {
         return Some(PathBuf::from(dir));
     }
-    let catalog = PathBuf::from(std::env::var_os("KRM_FN_CATALOG_FIXTURES")?);
-    let sibling = catalog.parent()?.join("kpt-fn-render");
-    sibling.is_dir().then_some(sibling)
+    if let Some(catalog) = std::env::var_os("KRM_FN_CATALOG_FIXTURES").map(PathBuf::from)
+        && let Some(sibling) = catalog.parent().map(|p| p.join("kpt-fn-render"))
+        && sibling.is_dir()
+    {
+        return Some(sibling);
+    }
+    // The kpt Go module's own copy of these cases (v1.0.0-beta.54, the newest
+    // the module proxy serves) expects 2021-era function versions
+    // (set-namespace v0.1.3 namespaces the Kptfile too), so it is not used.
+    None
 }
 
 /// Cases expected to differ, with the reason; the test fails if one of them passes.

@@ -36,8 +36,11 @@ pub struct SourceMap {
     docs: HashMap<(String, usize), SourceDoc>,
     /// Last value formatted per document and its text: objects a step did not
     /// change are formatted once per render, not once per step.
-    cache: Mutex<HashMap<(String, usize), (Value, Arc<str>)>>,
+    cache: Mutex<HashMap<DocKey, (Value, Arc<str>)>>,
 }
+
+/// Root-relative path and index of a document.
+type DocKey = (String, usize);
 
 impl Clone for SourceMap {
     fn clone(&self) -> Self {
