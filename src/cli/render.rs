@@ -26,9 +26,7 @@ use crate::adapters::runtime::{
 use crate::domain::codec;
 use crate::domain::exec_config::ExecConfig;
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
-use crate::domain::render::{
-    RenderEvents, RenderOptions, StepRecord, StepStart,
-};
+use crate::domain::render::{RenderEvents, RenderOptions, StepRecord, StepStart};
 
 /// Flags of `render`.
 #[derive(Debug, Args)]
