@@ -5,10 +5,17 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::adapters::exec::{ExecEvaluator, ExecSettings};
+use crate::adapters::kube::KubePlatform;
+use crate::adapters::oci::{InspectorConfig, OciImageInspector, PullSecretSync};
+use crate::adapters::pod::connections::{DirectResolver, MapFileResolver, Resolver};
+use crate::adapters::pod::{AddressMode, PodEvaluator, PodRuntimeConfig, TemplateSource};
 use crate::domain::chain::EvaluatorChain;
 use crate::domain::exec_config::ExecConfig;
+use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy};
+use crate::ports::{ImageInspector, PodPlatform};
 
 /// The Porch runtime names accepted by `--disable-runtimes`.
 pub const RUNTIMES: [&str; 2] = ["exec", "pod"];
@@ -37,6 +44,10 @@ pub struct Runtime {
     pub chain: EvaluatorChain,
     /// Problems worth a warning (missing binaries, duplicates, disabled runtimes…).
     pub warnings: Vec<String>,
+    /// Whether the pod runtime is enabled; it is started separately
+    /// ([`start_pod_runtime`]) because it needs a cluster and a Tokio runtime,
+    /// and goes after the exec runtime in the chain.
+    pub pod: bool,
 }
 
 /// Errors that stop the runner from starting.
@@ -55,6 +66,9 @@ pub enum StartupError {
     /// `--config` could not be parsed.
     #[error("failed to initialize executable evaluator: {0}")]
     ParseConfig(#[from] crate::domain::exec_config::ExecConfigError),
+    /// The pod runtime could not start.
+    #[error("{0}")]
+    Pod(String),
 }
 
 /// Builds the evaluator chain from `settings`.
@@ -103,17 +117,242 @@ pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError
         tracing::info!(images = exec.image_count(), "exec runtime ready");
         chain = chain.with("exec", Arc::new(exec));
     }
-    if enabled("pod") {
-        warnings.push(
-            "the pod runtime is not available in this version of krm-fn-runner; \
-             only exec functions are served (pass --disable-runtimes=pod to silence this)"
-                .into(),
-        );
-    }
-    if chain.names().is_empty() {
+    let pod = enabled("pod");
+    if chain.names().is_empty() && !pod {
         warnings.push(
             "no runtime is enabled in krm-fn-runner: every call will fail with UNAVAILABLE".into(),
         );
     }
-    Ok(Runtime { chain, warnings })
+    Ok(Runtime {
+        chain,
+        warnings,
+        pod,
+    })
+}
+
+/// What the pod runtime needs besides the cluster (Porch's pod flags and
+/// `WRAPPER_SERVER_IMAGE`).
+#[derive(Debug, Clone)]
+pub struct PodSettings {
+    /// `--kubeconfig`; `None` lets kube-rs infer the configuration
+    /// (`KUBECONFIG`, `~/.kube/config`, then in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--pod-namespace`.
+    pub namespace: String,
+    /// `--pod-ttl`.
+    pub ttl: Duration,
+    /// `--scan-interval`.
+    pub scan_interval: Duration,
+    /// `--warm-up-pod-cache`.
+    pub warm_up: bool,
+    /// `--pod-cache-config`: read if it exists.
+    pub pod_cache_config: PathBuf,
+    /// `--function-pod-template`: ConfigMap name in the runner's namespace, or empty.
+    pub function_pod_template: String,
+    /// `--max-waitlist-length` (≤ 0 means 2, as in Porch).
+    pub max_waitlist_length: i64,
+    /// `--max-parallel-pods-per-function` (≤ 0 means 1, as in Porch).
+    pub max_parallel_pods_per_function: i64,
+    /// `--max-load-per-pod`.
+    pub max_load_per_pod: u32,
+    /// `--pod-ready-timeout`.
+    pub pod_ready_timeout: Duration,
+    /// `--replica-token`; derived from the host name and process id when unset.
+    pub replica_token: Option<String>,
+    /// `--pod-address-mode`.
+    pub address_mode: AddressMode,
+    /// `--wrapper-address-map`.
+    pub wrapper_address_map: Option<PathBuf>,
+    /// `--wrapper-connect-timeout`.
+    pub connect_timeout: Duration,
+    /// `WRAPPER_SERVER_IMAGE`.
+    pub wrapper_image: Option<String>,
+    /// `--max-request-body-size`, bytes.
+    pub max_message_bytes: usize,
+    /// `--default-image-prefix`.
+    pub default_image_prefix: String,
+    /// `--enable-private-registries`.
+    pub enable_private_registries: bool,
+    /// `--registry-auth-secret-path`.
+    pub registry_auth_secret_path: PathBuf,
+    /// `--registry-auth-secret-name`.
+    pub registry_auth_secret_name: String,
+    /// `--enable-private-registries-tls`.
+    pub enable_private_registries_tls: bool,
+    /// `--tls-secret-path`.
+    pub tls_secret_path: PathBuf,
+    /// `--plain-http-registry`: registries reached over plain HTTP.
+    pub plain_http_registries: Vec<String>,
+}
+
+/// Where Kubernetes mounts the pod's namespace.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The runner's own namespace (where the template ConfigMap lives): the
+/// service account's, else `porch-system` (Porch §2.3).
+fn runner_namespace() -> String {
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "porch-system".into())
+}
+
+/// A replica token from the host name (the pod name in a Deployment) and
+/// the process id: 6 base-36 characters.
+fn default_replica_token() -> String {
+    use std::hash::{Hash, Hasher};
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    host.trim().hash(&mut h);
+    std::process::id().hash(&mut h);
+    let mut n = h.finish();
+    (0..6)
+        .map(|_| {
+            let c = b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize] as char;
+            n /= 36;
+            c
+        })
+        .collect()
+}
+
+/// Starts the pod runtime: Kubernetes client, image inspector, pull-secret
+/// sync, pod-cache policy and the [`PodEvaluator`] itself. Returns it with
+/// warnings to log.
+///
+/// Errors: `WRAPPER_SERVER_IMAGE` unset (Porch's message), no usable
+/// Kubernetes configuration, an invalid replica token or registry CA, or the
+/// pod runtime failing to start (template, watch).
+pub async fn start_pod_runtime(
+    s: &PodSettings,
+) -> Result<(PodEvaluator, Vec<String>), StartupError> {
+    let pod_err = |m: String| StartupError::Pod(m);
+    let mut warnings = Vec::new();
+    let wrapper_image = s.wrapper_image.clone().filter(|w| !w.is_empty()).ok_or_else(|| {
+        pod_err(
+            "environment variable WRAPPER_SERVER_IMAGE must be set to use pod function evaluator runtime"
+                .into(),
+        )
+    })?;
+    let client = match &s.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                pod_err(format!("cannot read --kubeconfig {}: {e}", path.display()))
+            })?;
+            let config = kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| pod_err(format!("invalid --kubeconfig {}: {e}", path.display())))?;
+            kube::Client::try_from(config)
+        }
+        None => kube::Client::try_default().await,
+    }
+    .map_err(|e| {
+        pod_err(format!(
+            "no usable Kubernetes configuration for the pod runtime (in-cluster, KUBECONFIG or --kubeconfig): {e}"
+        ))
+    })?;
+    let platform: Arc<dyn PodPlatform> = Arc::new(KubePlatform::new(client, &s.namespace));
+
+    let mut inspector_config = InspectorConfig::new(&s.default_image_prefix).with_registry_flags(
+        s.enable_private_registries,
+        s.registry_auth_secret_path.clone(),
+        s.enable_private_registries_tls,
+        s.tls_secret_path.clone(),
+    );
+    inspector_config.plain_http_registries = s.plain_http_registries.clone();
+    let inspector: Arc<dyn ImageInspector> = Arc::new(
+        OciImageInspector::new(inspector_config)
+            .map_err(|e| pod_err(format!("failed to initialize pod evaluator: {e}")))?,
+    );
+    let pull_secret = s.enable_private_registries.then(|| {
+        Arc::new(PullSecretSync::new(
+            platform.clone(),
+            &s.registry_auth_secret_name,
+            s.registry_auth_secret_path.clone(),
+        ))
+    });
+
+    let defaults = FunctionSettings {
+        ttl: s.ttl,
+        max_waitlist: if s.max_waitlist_length <= 0 {
+            2
+        } else {
+            u32::try_from(s.max_waitlist_length).unwrap_or(u32::MAX)
+        },
+        max_parallel_pods: if s.max_parallel_pods_per_function <= 0 {
+            1
+        } else {
+            u32::try_from(s.max_parallel_pods_per_function).unwrap_or(u32::MAX)
+        },
+        max_load_per_pod: s.max_load_per_pod,
+        resources: None,
+    };
+    let token = s
+        .replica_token
+        .clone()
+        .unwrap_or_else(default_replica_token);
+    let mut policy = PodCachePolicy::new(defaults, &token)
+        .map_err(|e| pod_err(format!("--replica-token: {e}")))?;
+    policy.pod_ready_timeout = s.pod_ready_timeout;
+    let cache_config = match std::fs::read(&s.pod_cache_config) {
+        Ok(text) => match PodCacheConfig::parse(&text, &s.pod_cache_config.display().to_string()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                warnings.push(format!("{e}; using the global pod settings"));
+                None
+            }
+        },
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::NotFound || s.warm_up {
+                warnings.push(format!(
+                    "cannot read --pod-cache-config {}: {e}; using the global pod settings and warming nothing",
+                    s.pod_cache_config.display()
+                ));
+            }
+            None
+        }
+    };
+    let mut warm_up = Vec::new();
+    if let Some(c) = &cache_config {
+        warnings.extend(c.warnings.iter().cloned());
+        policy = policy.with_config(c);
+        if s.warm_up {
+            warm_up = c.warm_up_images();
+        }
+    }
+    let templates = if s.function_pod_template.is_empty() {
+        TemplateSource::Inline
+    } else {
+        TemplateSource::ConfigMap {
+            namespace: runner_namespace(),
+            name: s.function_pod_template.clone(),
+        }
+    };
+    let resolver: Box<dyn Resolver> = match &s.wrapper_address_map {
+        Some(path) => Box::new(MapFileResolver::new(path.clone())),
+        None => Box::new(DirectResolver),
+    };
+    let config = PodRuntimeConfig {
+        namespace: s.namespace.clone(),
+        policy,
+        templates,
+        wrapper_image,
+        warm_up,
+        scan_interval: s.scan_interval,
+        address_mode: s.address_mode,
+        max_message_bytes: s.max_message_bytes,
+        connect_timeout: s.connect_timeout,
+        default_image_prefix: s.default_image_prefix.clone(),
+    };
+    tracing::info!(namespace = %s.namespace, replica = %token, mode = ?s.address_mode, "starting the pod runtime");
+    let pod = PodEvaluator::start(config, platform, inspector, pull_secret, resolver)
+        .await
+        .map_err(|e| pod_err(e.to_string()))?;
+    Ok((pod, warnings))
 }

@@ -278,18 +278,7 @@ impl World {
                 let overrides = TemplateOverrides::from_settings(&c.settings);
                 let pod = build_pod(
                     &default_pod_template("wrapper:test"),
-                    &PodBuild {
-                        pod_name: &c.pod_name,
-                        namespace: NS,
-                        image: &c.image,
-                        entrypoint: &entrypoint,
-                        template_version: &c.template_version,
-                        reclaim_after: c.reclaim_after,
-                        max_request_body_size: 6 << 20,
-                        wrapper_image: None,
-                        image_pull_secrets: &[],
-                        overrides: &overrides,
-                    },
+                    &PodBuild::for_creation(&c, NS, &entrypoint, &overrides, 6 << 20),
                 )
                 .unwrap();
                 match self.sim.create_pod(pod) {

@@ -5,5 +5,6 @@ pub mod grpc;
 pub mod kube;
 pub mod oci;
 pub mod package;
+pub mod pod;
 pub mod runtime;
 pub mod sim;

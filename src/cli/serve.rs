@@ -9,7 +9,8 @@ use anyhow::Context;
 use clap::{ArgAction, Args};
 
 use crate::adapters::grpc::ServeOptions;
-use crate::app::{RuntimeSettings, build_runtime};
+use crate::adapters::pod::AddressMode;
+use crate::app::{PodSettings, RuntimeSettings, build_runtime, start_pod_runtime};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 
 /// Porch's default `--max-request-body-size`: 6 MiB.
@@ -94,9 +95,63 @@ pub struct PodArgs {
     /// Directory holding ca.crt or ca.pem.
     #[arg(long, default_value = "/var/tmp/tls-secret/")]
     pub tls_secret_path: PathBuf,
-    /// Kubeconfig file (default: in-cluster, then KUBECONFIG, then ~/.kube/config).
+    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster, as kube-rs infers it).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// Requests a pod may carry once the function has all its pods; more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 64)]
+    pub max_load_per_pod: u32,
+    /// How long a new function pod may take to become ready (Porch: fixed 60s).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub pod_ready_timeout: Duration,
+    /// How the runner reaches wrapper servers: service (the pod's ClusterIP service DNS name) or pod-ip.
+    #[arg(long, default_value = "service")]
+    pub pod_address_mode: AddressMode,
+    /// Short name of this replica inside pod names (1-8 of a-z0-9), unique among replicas [default: from host name and pid].
+    #[arg(long)]
+    pub replica_token: Option<String>,
+    /// File mapping wrapper endpoints to dialable addresses (`<endpoint> <host:port>` per line), for runners outside the cluster network.
+    #[arg(long)]
+    pub wrapper_address_map: Option<PathBuf>,
+    /// Bound on connecting to a wrapper server.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    pub wrapper_connect_timeout: Duration,
+    /// Registry (host:port) reached over plain HTTP, e.g. a registry on loopback. Repeatable.
+    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
+    pub plain_http_registries: Vec<String>,
+}
+
+impl PodArgs {
+    /// The pod runtime's settings from these flags, `WRAPPER_SERVER_IMAGE`
+    /// and the shared `max_message_bytes` and `default_image_prefix`.
+    pub fn settings(&self, max_message_bytes: usize, default_image_prefix: &str) -> PodSettings {
+        PodSettings {
+            kubeconfig: self.kubeconfig.clone(),
+            namespace: self.pod_namespace.clone(),
+            ttl: self.pod_ttl,
+            scan_interval: self.scan_interval,
+            warm_up: self.warm_up_pod_cache,
+            pod_cache_config: self.pod_cache_config.clone(),
+            function_pod_template: self.function_pod_template.clone(),
+            max_waitlist_length: self.max_waitlist_length,
+            max_parallel_pods_per_function: self.max_parallel_pods_per_function,
+            max_load_per_pod: self.max_load_per_pod,
+            pod_ready_timeout: self.pod_ready_timeout,
+            replica_token: self.replica_token.clone(),
+            address_mode: self.pod_address_mode,
+            wrapper_address_map: self.wrapper_address_map.clone(),
+            connect_timeout: self.wrapper_connect_timeout,
+            wrapper_image: std::env::var("WRAPPER_SERVER_IMAGE").ok(),
+            max_message_bytes,
+            default_image_prefix: default_image_prefix.to_string(),
+            enable_private_registries: self.enable_private_registries,
+            registry_auth_secret_path: self.registry_auth_secret_path.clone(),
+            registry_auth_secret_name: self.registry_auth_secret_name.clone(),
+            enable_private_registries_tls: self.enable_private_registries_tls,
+            tls_secret_path: self.tls_secret_path.clone(),
+            plain_http_registries: self.plain_http_registries.clone(),
+        }
+    }
 }
 
 /// Parses `--exec-env` entries: `NAME=VALUE`, or `NAME` for the runner's own value.
@@ -147,16 +202,36 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     for w in &runtime.warnings {
         tracing::warn!("{w}");
     }
-    tracing::info!(runtimes = ?runtime.chain.names(), "starting");
+    let mut chain = runtime.chain;
+    let mut ready: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+        Box::pin(std::future::ready(()));
+    let mut pod_runtime = None;
+    if runtime.pod {
+        let pod_settings = args
+            .pod
+            .settings(args.max_request_body_size, &args.default_image_prefix);
+        let (pod, warnings) = start_pod_runtime(&pod_settings).await?;
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        let pod = Arc::new(pod);
+        ready = Box::pin(pod.ready());
+        chain = chain.with("pod", pod.clone());
+        pod_runtime = Some(pod);
+    }
+    tracing::info!(runtimes = ?chain.names(), "starting");
     let server = super::bind("krm-fn-runner", args.listen.as_deref(), args.port).await?;
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,
         shutdown_grace: args.shutdown_grace_period,
     };
     server
-        .run(Arc::new(runtime.chain), options, shutdown_signal())
+        .run_when_ready(Arc::new(chain), options, shutdown_signal(), ready)
         .await
         .context("gRPC server failed")?;
+    if let Some(pod) = pod_runtime {
+        pod.shutdown();
+    }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -195,6 +195,14 @@ pub enum EvalError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The runner has no capacity for the function now (every pod the
+    /// function may have carries its maximum load); retry later.
+    #[error("{0}")]
+    Exhausted(String),
+    /// The infrastructure did not get ready in time (a function pod did not
+    /// start before its deadline); not the function's own run time.
+    #[error("{0}")]
+    NotReadyInTime(String),
     /// The runner cannot serve now (no runtime enabled, pod platform down…); retrying may help.
     #[error("{0}")]
     Unavailable(String),

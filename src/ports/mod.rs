@@ -19,4 +19,6 @@ pub use image_inspector::MockImageInspector;
 pub use image_inspector::{ImageInspectError, ImageInspector, ImageMetadata};
 #[cfg(test)]
 pub use pod_platform::MockPodPlatform;
-pub use pod_platform::{ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform};
+pub use pod_platform::{
+    ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform, ServiceEndpoint,
+};

@@ -100,6 +100,20 @@ pub enum PodEvent {
     Deleted(Pod),
 }
 
+/// One address behind a service, as its EndpointSlices (or, on clusters
+/// without them, its core/v1 Endpoints) publish it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceEndpoint {
+    /// The published address (an IP, or an FQDN for `addressType: FQDN`).
+    pub address: String,
+    /// The `ready` condition (an absent condition counts as ready, as
+    /// Kubernetes consumers read it); not-ready addresses of core/v1
+    /// Endpoints are reported with `false`.
+    pub ready: bool,
+    /// The pod named by the endpoint's `targetRef`, if it names a pod.
+    pub pod_name: Option<String>,
+}
+
 /// A stream of pod events; it ends when the platform stops watching.
 pub type PodEventStream = Pin<Box<dyn Stream<Item = PodEvent> + Send>>;
 
@@ -136,6 +150,16 @@ pub trait PodPlatform: Send + Sync {
 
     /// Deletes the service `name`. Errors: [`PlatformError::NotFound`] when already gone.
     async fn delete_service(&self, name: &str) -> Result<(), PlatformError>;
+
+    /// The addresses published for service `name`: from its EndpointSlices
+    /// (label `kubernetes.io/service-name`), or from the core/v1 Endpoints of
+    /// the same name when the cluster has no EndpointSlice API or denies
+    /// access to it. An empty list means "nothing published yet", not an
+    /// error (Porch aborts on a missing Endpoints object, spec §10 item 12).
+    ///
+    /// Errors: [`PlatformError::Forbidden`] when neither API may be read,
+    /// and transient errors.
+    async fn service_endpoints(&self, name: &str) -> Result<Vec<ServiceEndpoint>, PlatformError>;
 
     /// Merge-patches the pod's annotations with `annotations` (others kept).
     /// Errors: [`PlatformError::NotFound`] and the usual.

@@ -70,6 +70,13 @@ impl Runner {
         Self::spawn(cmd, args)
     }
 
+    /// As [`Runner::start`], with extra environment variables for the runner.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Runner {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
+        cmd.arg("serve").envs(env.iter().copied());
+        Self::spawn(cmd, args)
+    }
+
     /// Starts `wrapper-server` with `args` (plus `--listen 127.0.0.1:0`
     /// unless given; put the entrypoint after `--` in `args`).
     pub fn start_wrapper(args: &[&str]) -> Runner {

@@ -124,16 +124,48 @@ impl Server {
         options: ServeOptions,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), tonic::transport::Error> {
+        self.run_when_ready(evaluator, options, shutdown, std::future::ready(()))
+            .await
+    }
+
+    /// As [`run`](Self::run), but `grpc.health.v1.Health` reports
+    /// NOT_SERVING (for the whole server, `""`, and for
+    /// `evaluator.FunctionEvaluator`) until `ready` resolves, then SERVING.
+    /// Calls are accepted meanwhile (they wait for their pods as usual).
+    /// Porch reports SERVING at once (spec §10 item 32).
+    ///
+    /// Errors: a transport failure of the listener.
+    pub async fn run_when_ready(
+        self,
+        evaluator: Arc<dyn FunctionEvaluator>,
+        options: ServeOptions,
+        shutdown: impl Future<Output = ()>,
+        ready: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), tonic::transport::Error> {
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
+        health_reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        health_reporter
+            .set_not_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+            .await;
+        let reporter = health_reporter.clone();
+        let health_task = tokio::spawn(async move {
+            ready.await;
+            reporter
+                .set_service_status("", tonic_health::ServingStatus::Serving)
+                .await;
+            reporter
+                .set_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+                .await;
+            tracing::info!("health: SERVING");
+        });
         let service = FunctionEvaluatorServer::new(EvaluatorService {
             evaluator,
             max_message_bytes: options.max_message_bytes,
         })
         .max_decoding_message_size(options.max_message_bytes + ENVELOPE_BYTES)
         .max_encoding_message_size(options.max_message_bytes + ENVELOPE_BYTES);
-        health_reporter
-            .set_serving::<FunctionEvaluatorServer<EvaluatorService>>()
-            .await;
         let limit = options.max_message_bytes;
         let router = tonic::transport::Server::builder()
             .layer(tower::util::MapResponseLayer::new(move |r| {
@@ -166,6 +198,7 @@ impl Server {
         };
         tokio::pin!(serving);
         tracing::info!(address = %local, "serving");
+        let _abort_health = AbortOnDrop(health_task);
         tokio::select! {
             r = &mut serving => r,
             () = shutdown => {
@@ -180,6 +213,15 @@ impl Server {
                 }
             }
         }
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

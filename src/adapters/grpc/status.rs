@@ -8,6 +8,8 @@
 //! | Cancelled | `CANCELLED` | same |
 //! | InvalidInput | `INVALID_ARGUMENT` | Porch passes bad input to the function and reports `INTERNAL` |
 //! | TooLarge | `RESOURCE_EXHAUSTED` | same code for requests; oversize output is `INTERNAL` there |
+//! | Exhausted | `RESOURCE_EXHAUSTED` | Porch queues without bound (spec §10 item 33) |
+//! | NotReadyInTime | `DEADLINE_EXCEEDED` | same code for a pod that is not ready in time |
 //! | Unavailable | `UNAVAILABLE` | Porch crashes with no runtime enabled |
 //! | Internal | `INTERNAL` | same |
 
@@ -29,7 +31,8 @@ pub fn to_status(err: &EvalError) -> Status {
         EvalError::Timeout { .. } => Code::DeadlineExceeded,
         EvalError::Cancelled { .. } => Code::Cancelled,
         EvalError::InvalidInput(_) => Code::InvalidArgument,
-        EvalError::TooLarge { .. } => Code::ResourceExhausted,
+        EvalError::TooLarge { .. } | EvalError::Exhausted(_) => Code::ResourceExhausted,
+        EvalError::NotReadyInTime(_) => Code::DeadlineExceeded,
         EvalError::Unavailable(_) => Code::Unavailable,
     };
     let message = match err {
@@ -103,6 +106,9 @@ pub fn from_status(
         ),
         Code::Unavailable => {
             EvalError::Unavailable(format!("the function runner is unavailable: {message}"))
+        }
+        Code::ResourceExhausted if !message.contains("--max-request-body-size") => {
+            EvalError::Exhausted(message)
         }
         code => EvalError::Internal(format!("the function runner answered {code:?}: {message}")),
     }

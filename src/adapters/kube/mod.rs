@@ -14,13 +14,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio_stream::StreamExt;
 
-use crate::ports::{ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform};
+use crate::ports::{
+    ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform, ServiceEndpoint,
+};
 
 /// The field manager recorded on objects the runner writes (Porch's name).
 pub const FIELD_MANAGER: &str = "krm-function-runner";
@@ -195,6 +198,36 @@ impl PodPlatform for KubePlatform {
         )
     }
 
+    /// EndpointSlices labelled `kubernetes.io/service-name=<name>`; when
+    /// that API is absent (404) or denied (403), or lists nothing, the
+    /// core/v1 Endpoints object of the same name (a missing one is an empty
+    /// list).
+    async fn service_endpoints(&self, name: &str) -> Result<Vec<ServiceEndpoint>, PlatformError> {
+        let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
+        let params = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+        let slice_error = match with_retries("EndpointSlice", name, || slices.list(&params)).await {
+            Ok(list) => {
+                let found = endpoints_from_slices(&list.items);
+                if !found.is_empty() {
+                    return Ok(found);
+                }
+                None
+            }
+            Err(e @ (PlatformError::NotFound { .. } | PlatformError::Forbidden(_))) => Some(e),
+            Err(e) => return Err(e),
+        };
+        let endpoints: Api<Endpoints> = Api::namespaced(self.client.clone(), &self.namespace);
+        match with_retries("Endpoints", name, || endpoints.get(name)).await {
+            Ok(e) => Ok(endpoints_from_core(&e)),
+            Err(e) if e.is_not_found() => Ok(Vec::new()),
+            Err(PlatformError::Forbidden(m)) => Err(PlatformError::Forbidden(match slice_error {
+                Some(s) => format!("{m}; EndpointSlices: {s}"),
+                None => m,
+            })),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn patch_pod_annotations(
         &self,
         name: &str,
@@ -296,6 +329,51 @@ impl PodPlatform for KubePlatform {
                 });
         Ok(Box::pin(stream))
     }
+}
+
+fn target_pod(r: Option<&k8s_openapi::api::core::v1::ObjectReference>) -> Option<String> {
+    r.filter(|r| r.kind.as_deref().is_none_or(|k| k == "Pod"))
+        .and_then(|r| r.name.clone())
+}
+
+/// Flattens EndpointSlices into addresses; an absent `ready` condition
+/// counts as ready (the EndpointSlice API's rule for consumers).
+pub fn endpoints_from_slices(slices: &[EndpointSlice]) -> Vec<ServiceEndpoint> {
+    slices
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .flat_map(|e| {
+            let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            let pod_name = target_pod(e.target_ref.as_ref());
+            e.addresses.iter().map(move |a| ServiceEndpoint {
+                address: a.clone(),
+                ready,
+                pod_name: pod_name.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Flattens a core/v1 Endpoints object: `addresses` are ready,
+/// `notReadyAddresses` are not; every subset counts (Porch reads only
+/// `subsets[0]`, spec §10 item 13).
+pub fn endpoints_from_core(e: &Endpoints) -> Vec<ServiceEndpoint> {
+    let mut out = Vec::new();
+    for subset in e.subsets.iter().flatten() {
+        for (list, ready) in [
+            (&subset.addresses, true),
+            (&subset.not_ready_addresses, false),
+        ] {
+            for a in list.iter().flatten() {
+                out.push(ServiceEndpoint {
+                    address: a.ip.clone(),
+                    ready,
+                    pod_name: target_pod(a.target_ref.as_ref()),
+                });
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

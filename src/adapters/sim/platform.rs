@@ -9,8 +9,11 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::cluster::{Selector, SimCluster};
-use crate::domain::pod_cache::UnixTime;
-use crate::ports::{ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform};
+use crate::domain::pod_cache::template::observe_pod;
+use crate::domain::pod_cache::{ObservedPhase, UnixTime};
+use crate::ports::{
+    ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform, ServiceEndpoint,
+};
 
 struct Inner {
     cluster: SimCluster,
@@ -115,6 +118,33 @@ impl PodPlatform for SimPlatform {
 
     async fn delete_service(&self, name: &str) -> Result<(), PlatformError> {
         self.with_cluster(|c| c.delete_service(name))
+    }
+
+    /// The simulated endpoints controller: the service's pod (same name, as
+    /// the pod cache names them), as a ready address once it is ready.
+    async fn service_endpoints(&self, name: &str) -> Result<Vec<ServiceEndpoint>, PlatformError> {
+        self.with_cluster(|c| {
+            if c.get_service(name).is_err() {
+                return Ok(Vec::new());
+            }
+            Ok(c.pods()
+                .filter(|p| p.metadata.name.as_deref() == Some(name))
+                .filter_map(|p| {
+                    let seen = observe_pod(p)?;
+                    let ready = matches!(seen.phase, ObservedPhase::Ready { .. });
+                    let address = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.pod_ip.clone())
+                        .unwrap_or_else(|| name.to_string());
+                    Some(ServiceEndpoint {
+                        address,
+                        ready,
+                        pod_name: Some(name.to_string()),
+                    })
+                })
+                .collect())
+        })
     }
 
     async fn patch_pod_annotations(

@@ -173,18 +173,13 @@ pub fn replay(
                         let overrides = TemplateOverrides::from_settings(&c.settings);
                         let pod = build_pod(
                             &pod_template,
-                            &PodBuild {
-                                pod_name: &c.pod_name,
-                                namespace: NAMESPACE,
-                                image: &c.image,
-                                entrypoint: &entrypoint,
-                                template_version: &c.template_version,
-                                reclaim_after: c.reclaim_after,
-                                max_request_body_size: 6 << 20,
-                                wrapper_image: None,
-                                image_pull_secrets: &[],
-                                overrides: &overrides,
-                            },
+                            &PodBuild::for_creation(
+                                &c,
+                                NAMESPACE,
+                                &entrypoint,
+                                &overrides,
+                                6 << 20,
+                            ),
                         )
                         .map_err(|e| fail(e.to_string()))?;
                         match cluster.create_pod(pod) {

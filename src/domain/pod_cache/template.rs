@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::machine::{ObservedPhase, ObservedPod};
+use super::machine::{ObservedPhase, ObservedPod, PodCreation};
 use super::time::UnixTime;
 use super::{
     FUNCTION_CONTAINER, FunctionSettings, IMAGE_LABEL, INLINE_TEMPLATE_VERSION,
@@ -212,6 +212,37 @@ pub struct PodBuild<'a> {
     pub image_pull_secrets: &'a [String],
     /// Per-function overrides.
     pub overrides: &'a TemplateOverrides,
+}
+
+impl<'a> PodBuild<'a> {
+    /// The build parameters of a [`Command::CreatePod`](super::Command::CreatePod):
+    /// name, image, template version and initial reclaim-after from
+    /// `creation`, in `namespace`, with the image's `entrypoint`, the
+    /// `overrides` derived from the creation's settings
+    /// ([`TemplateOverrides::from_settings`]) and the wrapper's message limit
+    /// `max_request_body_size` (bytes). No wrapper image and no pull secrets:
+    /// set those with struct-update syntax where they apply. The one place
+    /// that turns a creation command into a build (driver, simulator, tests).
+    pub fn for_creation(
+        creation: &'a PodCreation,
+        namespace: &'a str,
+        entrypoint: &'a [String],
+        overrides: &'a TemplateOverrides,
+        max_request_body_size: usize,
+    ) -> Self {
+        Self {
+            pod_name: &creation.pod_name,
+            namespace,
+            image: &creation.image,
+            entrypoint,
+            template_version: &creation.template_version,
+            reclaim_after: creation.reclaim_after,
+            max_request_body_size,
+            wrapper_image: None,
+            image_pull_secrets: &[],
+            overrides,
+        }
+    }
 }
 
 /// Where the template keeps the pieces the runner patches.

@@ -1,0 +1,789 @@
+//! The driver: one task per runner that owns the [`PodCache`] state
+//! machine, feeds it inputs (requests, pod watch events, timers, the
+//! outcomes of background work) and carries out its commands.
+//!
+//! Kubernetes work never runs on the driver task itself: pod creation, the
+//! readiness wait for service endpoints, deletions, reclaim-after patches,
+//! GC listings and template re-reads are spawned tasks that report back
+//! through the driver's channel. Deletions and patches are detached from any
+//! request, so a cancelled call never leaves a pod half-deleted. A request
+//! for a function with a ready pod is answered from memory: no API call.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+
+use super::connections::ConnectionPool;
+use super::{AddressMode, PodRuntimeConfig, TemplateSource};
+use crate::adapters::oci::PullSecretSync;
+use crate::domain::pod_cache::template::{
+    PodBuild, TemplateOverrides, Templates, build_pod, build_service, has_template_version,
+    inline_templates, observe_pod, service_endpoint, templates_from_config_map,
+};
+use crate::domain::pod_cache::{
+    Assignment, Command, IMAGE_LABEL, Input, ObservedPhase, ObservedPod, PodCache, PodCacheError,
+    PodCreation, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, SlotState, UnixTime, WRAPPER_PORT,
+};
+use crate::ports::{ImageInspector, PlatformError, PodEvent, PodEventStream, PodPlatform};
+
+/// The reply channel of one connection request.
+pub(super) type ReplyTx = oneshot::Sender<Result<Assignment, PodCacheError>>;
+
+/// What the driver task receives.
+pub(super) enum Msg {
+    /// A caller needs a pod for `image`.
+    Request {
+        id: RequestId,
+        image: String,
+        reply: ReplyTx,
+    },
+    /// The caller is done with request `id` (call finished, failed or cancelled).
+    Release { id: RequestId },
+    /// A call to `pod_name` failed with UNAVAILABLE: evict the pod.
+    Unavailable { pod_name: String },
+    /// The creation task of `slot` ended.
+    Created {
+        slot: SlotId,
+        pod_name: String,
+        result: Result<(), String>,
+    },
+    /// The endpoint wait of `slot` ended.
+    Endpoint {
+        slot: SlotId,
+        pod_name: String,
+        result: Result<String, String>,
+    },
+    /// A GC listing ended.
+    Listed(Result<Vec<Pod>, PlatformError>),
+    /// A template re-read ended.
+    Template(Result<Box<Templates>, String>),
+    /// Stop: waiters fail, new requests are refused.
+    Shutdown,
+}
+
+/// The wall clock as the pod cache's time.
+pub(super) fn now() -> UnixTime {
+    UnixTime::from_duration(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
+}
+
+/// The monotonic instant at which wall-clock time `t` is reached.
+fn instant_at(t: UnixTime) -> Instant {
+    Instant::now() + t.saturating_since(now())
+}
+
+/// The next GC tick, or never when GC is disabled.
+async fn next_gc(gc: &mut Option<tokio::time::Interval>) {
+    match gc {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// What the background tasks share.
+pub(super) struct Ctx {
+    pub(super) config: PodRuntimeConfig,
+    pub(super) platform: Arc<dyn PodPlatform>,
+    pub(super) inspector: Arc<dyn ImageInspector>,
+    pub(super) pull_secret: Option<Arc<PullSecretSync>>,
+    pub(super) pool: Arc<ConnectionPool>,
+}
+
+/// A pod being created: its slot, whether the pod and service objects exist,
+/// and the pod once the watch reported it ready.
+struct Creating {
+    slot: SlotId,
+    deadline: UnixTime,
+    created: bool,
+    ready_pod: Option<Pod>,
+    checking: bool,
+}
+
+/// The driver task's state.
+pub(super) struct Driver {
+    ctx: Arc<Ctx>,
+    cache: PodCache,
+    templates: Arc<Templates>,
+    replies: HashMap<RequestId, ReplyTx>,
+    creating: HashMap<String, Creating>,
+    warming: Option<HashSet<String>>,
+    ready: watch::Sender<bool>,
+    tx: mpsc::UnboundedSender<Msg>,
+    listing: bool,
+}
+
+/// Loads the pod and service templates (`--function-pod-template`, or the
+/// inline ones built on `WRAPPER_SERVER_IMAGE`).
+///
+/// Errors: the ConfigMap cannot be read or its templates are unusable
+/// (Porch's messages).
+pub(super) async fn load_templates(
+    platform: &dyn PodPlatform,
+    source: &TemplateSource,
+    wrapper_image: &str,
+) -> Result<Templates, String> {
+    match source {
+        TemplateSource::Inline => Ok(inline_templates(wrapper_image)),
+        TemplateSource::ConfigMap { namespace, name } => {
+            let data = platform
+                .read_config_map(namespace, name)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "could not get the ConfigMap {namespace}/{name} holding the function pod template: {e}"
+                    )
+                })?;
+            templates_from_config_map(name, &data.data, &data.resource_version)
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// The endpoint of a ready pod in `mode`: the service DNS name, or the pod
+/// IP (bracketed for IPv6), with the wrapper port.
+fn endpoint_of(pod: &Pod, name: &str, namespace: &str, mode: AddressMode) -> Option<String> {
+    match mode {
+        AddressMode::Service => Some(service_endpoint(name, namespace)),
+        AddressMode::PodIp => {
+            let ip = pod.status.as_ref()?.pod_ip.as_deref()?;
+            Some(if ip.contains(':') {
+                format!("[{ip}]:{WRAPPER_PORT}")
+            } else {
+                format!("{ip}:{WRAPPER_PORT}")
+            })
+        }
+    }
+}
+
+/// Why a pod reached phase Failed, from its status.
+fn failure_reason(pod: &Pod) -> String {
+    let status = pod.status.as_ref();
+    let mut parts = vec![format!(
+        "pod phase {}",
+        status.and_then(|s| s.phase.as_deref()).unwrap_or("Failed")
+    )];
+    if let Some(r) = status.and_then(|s| s.reason.as_deref()) {
+        parts.push(format!("reason {r}"));
+    }
+    if let Some(m) = status.and_then(|s| s.message.as_deref()) {
+        parts.push(m.to_string());
+    }
+    parts.join(", ")
+}
+
+impl Driver {
+    /// A driver over `ctx` with `templates`, reporting readiness on `ready`.
+    pub(super) fn new(
+        ctx: Arc<Ctx>,
+        templates: Templates,
+        ready: watch::Sender<bool>,
+        tx: mpsc::UnboundedSender<Msg>,
+    ) -> Self {
+        let cache = PodCache::new(ctx.config.policy.clone(), templates.version.clone());
+        Self {
+            ctx,
+            cache,
+            templates: Arc::new(templates),
+            replies: HashMap::new(),
+            creating: HashMap::new(),
+            warming: None,
+            ready,
+            tx,
+            listing: false,
+        }
+    }
+
+    /// Observed pods with, in pod-IP mode, the pod IP as the ready endpoint.
+    fn observe(&self, pods: &[Pod]) -> Vec<ObservedPod> {
+        let (ns, mode) = (&self.ctx.config.namespace, self.ctx.config.address_mode);
+        pods.iter()
+            .filter_map(|p| {
+                let mut o = observe_pod(p)?;
+                if let ObservedPhase::Ready { endpoint } = &mut o.phase {
+                    match endpoint_of(p, &o.name, ns, mode) {
+                        Some(e) => *endpoint = e,
+                        None => o.phase = ObservedPhase::Pending,
+                    }
+                }
+                Some(o)
+            })
+            .collect()
+    }
+
+    /// Startup adoption (Porch `retrieveFunctionPods`, by the machine's
+    /// rules) over `pods`, then warm-up of `images`. Services of adopted
+    /// pods are re-created in the background if missing.
+    pub(super) fn start(&mut self, pods: Option<Vec<Pod>>, images: Vec<String>) {
+        if let Some(pods) = pods {
+            let observed = self.observe(&pods);
+            self.feed(Input::Adopt { observed });
+            let adopted: Vec<String> = self.cache.slots().map(|s| s.pod_name.to_string()).collect();
+            for name in adopted {
+                tracing::info!(pod = %name, "adopted function pod");
+                let ctx = self.ctx.clone();
+                let templates = self.templates.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = ensure_service(&ctx, &templates, &name).await {
+                        tracing::warn!(pod = %name, "cannot ensure the service of an adopted pod: {e}");
+                    }
+                });
+            }
+        }
+        let mut warming = HashSet::new();
+        if !images.is_empty() {
+            let before: HashSet<String> = self.creating.keys().cloned().collect();
+            self.feed(Input::WarmUp { images });
+            warming.extend(
+                self.creating
+                    .keys()
+                    .filter(|k| !before.contains(*k))
+                    .cloned(),
+            );
+        }
+        self.warming = Some(warming);
+        self.check_warm();
+    }
+
+    /// Marks the runtime ready once every warm-up pod is ready or given up.
+    fn check_warm(&mut self) {
+        let Some(warming) = &mut self.warming else {
+            return;
+        };
+        let cache = &self.cache;
+        warming.retain(|name| {
+            cache
+                .slots()
+                .any(|s| s.pod_name == name.as_str() && s.state == SlotState::Pending)
+        });
+        if warming.is_empty() {
+            self.warming = None;
+            self.ready.send_replace(true);
+            tracing::info!("pod runtime ready");
+        }
+    }
+
+    /// Runs the driver until [`Msg::Shutdown`] or until every sender is gone.
+    pub(super) async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Msg>,
+        mut pods: PodEventStream,
+    ) {
+        let ctx = self.ctx.clone();
+        let config = &ctx.config;
+        let scan = config.scan_interval;
+        let shortest_ttl = std::iter::once(config.policy.defaults.ttl)
+            .chain(config.policy.functions.values().filter_map(|e| e.ttl))
+            .min()
+            .unwrap_or(Duration::from_secs(60));
+        let tick_period = (shortest_ttl / 2)
+            .min(if scan.is_zero() { shortest_ttl } else { scan })
+            .max(Duration::from_millis(100));
+        let mut gc = (!scan.is_zero()).then(|| {
+            let mut i = tokio::time::interval_at(Instant::now() + scan, scan);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        });
+        if gc.is_none() {
+            tracing::warn!(
+                "--scan-interval is 0: garbage collection of idle function pods is disabled"
+            );
+        }
+        let mut next_tick = Instant::now() + tick_period;
+        loop {
+            let wake = self
+                .cache
+                .poll_timeout()
+                .map(instant_at)
+                .map_or(next_tick, |t| t.min(next_tick));
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    None | Some(Msg::Shutdown) => {
+                        self.feed(Input::Shutdown);
+                        break;
+                    }
+                    Some(m) => self.on_msg(m),
+                },
+                event = pods.next() => match event {
+                    Some(e) => self.on_event(e),
+                    None => {
+                        tracing::warn!("the pod watch ended; restarting it");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        match self.ctx.platform.watch_pods(IMAGE_LABEL).await {
+                            Ok(s) => pods = s,
+                            Err(e) => tracing::warn!("cannot restart the pod watch: {e}"),
+                        }
+                    }
+                },
+                () = tokio::time::sleep_until(wake) => {
+                    if Instant::now() >= next_tick {
+                        next_tick = Instant::now() + tick_period;
+                    }
+                    self.feed(Input::Tick);
+                }
+                () = next_gc(&mut gc) => {
+                    self.start_scan();
+                }
+            }
+        }
+        tracing::info!("pod runtime stopped");
+    }
+
+    /// Feeds one input at the current time and carries out the commands.
+    fn feed(&mut self, input: Input) {
+        self.cache.handle(now(), input);
+        while let Some(cmd) = self.cache.poll_command() {
+            self.execute(cmd);
+        }
+        if self.warming.is_some() {
+            self.check_warm();
+        }
+    }
+
+    fn execute(&mut self, cmd: Command) {
+        match cmd {
+            Command::CreatePod(c) => {
+                tracing::info!(pod = %c.pod_name, image = %c.image, "creating function pod");
+                self.creating.insert(
+                    c.pod_name.clone(),
+                    Creating {
+                        slot: c.slot,
+                        deadline: c.deadline,
+                        created: false,
+                        ready_pod: None,
+                        checking: false,
+                    },
+                );
+                let (ctx, templates, tx) =
+                    (self.ctx.clone(), self.templates.clone(), self.tx.clone());
+                tokio::spawn(async move {
+                    let deadline = instant_at(c.deadline);
+                    let result = match tokio::time::timeout_at(
+                        deadline,
+                        create_pod_and_service(&ctx, &templates, &c),
+                    )
+                    .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => {
+                            Err("pod creation did not finish before the pod-ready deadline".into())
+                        }
+                    };
+                    let _ = tx.send(Msg::Created {
+                        slot: c.slot,
+                        pod_name: c.pod_name,
+                        result,
+                    });
+                });
+            }
+            Command::Reply { request, result } => {
+                if let Some(reply) = self.replies.remove(&request) {
+                    // A dropped receiver means the caller went away; its
+                    // release message follows and returns the load unit.
+                    let _ = reply.send(result);
+                }
+            }
+            Command::DeletePod { pod_name } => {
+                tracing::info!(pod = %pod_name, "deleting function pod and its service");
+                self.creating.remove(&pod_name);
+                self.ctx.pool.remove(&pod_name);
+                let platform = self.ctx.platform.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = platform.delete_pod(&pod_name).await {
+                        tracing::warn!(pod = %pod_name, "cannot delete the pod (GC retries): {e}");
+                    }
+                    if let Err(e) = platform.delete_service(&pod_name).await {
+                        tracing::warn!(service = %pod_name, "cannot delete the service: {e}");
+                    }
+                });
+            }
+            Command::PersistReclaimAfter {
+                pod_name,
+                reclaim_after,
+            } => {
+                let platform = self.ctx.platform.clone();
+                tokio::spawn(async move {
+                    let annotations = BTreeMap::from([(
+                        RECLAIM_AFTER_ANNOTATION.to_string(),
+                        reclaim_after.to_annotation(),
+                    )]);
+                    match platform.patch_pod_annotations(&pod_name, annotations).await {
+                        Ok(()) => {}
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => {
+                            tracing::warn!(pod = %pod_name, "cannot extend reclaim-after: {e}")
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    fn on_msg(&mut self, msg: Msg) {
+        match msg {
+            Msg::Request { id, image, reply } => {
+                self.replies.insert(id, reply);
+                self.feed(Input::Request { request: id, image });
+            }
+            Msg::Release { id } => {
+                self.replies.remove(&id);
+                self.feed(Input::CallFinished { request: id });
+            }
+            Msg::Unavailable { pod_name } => {
+                tracing::warn!(pod = %pod_name, "wrapper unavailable: evicting the pod");
+                self.ctx.pool.remove(&pod_name);
+                self.feed(Input::PodGone {
+                    pod_name,
+                    failed: true,
+                });
+            }
+            Msg::Created {
+                slot,
+                pod_name,
+                result,
+            } => {
+                let mine = self.creating.get(&pod_name).is_some_and(|c| c.slot == slot);
+                match result {
+                    Ok(()) if mine => {
+                        if let Some(c) = self.creating.get_mut(&pod_name) {
+                            c.created = true;
+                        }
+                        self.maybe_ready(&pod_name);
+                    }
+                    // Given up meanwhile: the machine deletes what was created.
+                    Ok(()) => self.feed(Input::PodFailed {
+                        slot,
+                        reason: "abandoned".into(),
+                    }),
+                    Err(reason) => {
+                        if mine {
+                            self.creating.remove(&pod_name);
+                        }
+                        tracing::warn!(pod = %pod_name, "function pod creation failed: {reason}");
+                        self.feed(Input::PodFailed { slot, reason });
+                    }
+                }
+            }
+            Msg::Endpoint {
+                slot,
+                pod_name,
+                result,
+            } => {
+                if self.creating.get(&pod_name).is_some_and(|c| c.slot == slot) {
+                    self.creating.remove(&pod_name);
+                }
+                match result {
+                    Ok(endpoint) => {
+                        tracing::info!(pod = %pod_name, %endpoint, "function pod ready");
+                        self.feed(Input::PodReady { slot, endpoint });
+                    }
+                    Err(reason) => self.feed(Input::PodFailed { slot, reason }),
+                }
+            }
+            Msg::Listed(result) => {
+                self.listing = false;
+                match result {
+                    Ok(pods) => {
+                        let observed = self.observe(&pods);
+                        self.feed(Input::Gc { observed });
+                    }
+                    Err(e) => tracing::warn!("cannot list function pods for GC: {e}"),
+                }
+            }
+            Msg::Template(result) => match result {
+                Ok(t) if t.version != self.templates.version => {
+                    tracing::info!(version = %t.version, "the function pod template changed");
+                    let version = t.version.clone();
+                    self.templates = Arc::from(t);
+                    self.feed(Input::TemplateChanged { version });
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    "cannot re-read the function pod template (keeping the previous one): {e}"
+                ),
+            },
+            Msg::Shutdown => unreachable!("handled by the loop"),
+        }
+    }
+
+    fn on_event(&mut self, event: PodEvent) {
+        match event {
+            PodEvent::Applied(pod) => {
+                let Some(seen) = observe_pod(&pod) else {
+                    return;
+                };
+                if let Some(c) = self.creating.get_mut(&seen.name) {
+                    let slot = c.slot;
+                    match seen.phase {
+                        ObservedPhase::Pending => {}
+                        ObservedPhase::Ready { .. } => {
+                            c.ready_pod = Some(pod);
+                            self.maybe_ready(&seen.name);
+                        }
+                        ObservedPhase::Failed => {
+                            self.creating.remove(&seen.name);
+                            let reason = failure_reason(&pod);
+                            tracing::warn!(pod = %seen.name, "function pod failed while starting: {reason}");
+                            self.feed(Input::PodFailed { slot, reason });
+                        }
+                        ObservedPhase::Terminating => {
+                            self.creating.remove(&seen.name);
+                            self.feed(Input::PodFailed {
+                                slot,
+                                reason: "the pod is being deleted".into(),
+                            });
+                        }
+                    }
+                    return;
+                }
+                match seen.phase {
+                    ObservedPhase::Failed => {
+                        self.ctx.pool.remove(&seen.name);
+                        self.feed(Input::PodGone {
+                            pod_name: seen.name,
+                            failed: true,
+                        })
+                    }
+                    ObservedPhase::Terminating => {
+                        self.ctx.pool.remove(&seen.name);
+                        self.feed(Input::PodGone {
+                            pod_name: seen.name,
+                            failed: false,
+                        })
+                    }
+                    _ => {}
+                }
+            }
+            PodEvent::Deleted(pod) => {
+                let Some(name) = pod.metadata.name else {
+                    return;
+                };
+                self.ctx.pool.remove(&name);
+                if let Some(c) = self.creating.remove(&name) {
+                    self.feed(Input::PodFailed {
+                        slot: c.slot,
+                        reason: "the pod was deleted before it was ready".into(),
+                    });
+                } else {
+                    self.feed(Input::PodGone {
+                        pod_name: name,
+                        failed: false,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Once both the objects exist and the pod is ready: report it (pod-IP
+    /// mode) or wait for the service to publish it (service mode).
+    fn maybe_ready(&mut self, name: &str) {
+        let Some(c) = self.creating.get_mut(name) else {
+            return;
+        };
+        if !c.created || c.checking {
+            return;
+        }
+        let Some(pod) = c.ready_pod.clone() else {
+            return;
+        };
+        let slot = c.slot;
+        let ns = self.ctx.config.namespace.clone();
+        match self.ctx.config.address_mode {
+            AddressMode::PodIp => {
+                self.creating.remove(name);
+                match endpoint_of(&pod, name, &ns, AddressMode::PodIp) {
+                    Some(endpoint) => {
+                        tracing::info!(pod = %name, %endpoint, "function pod ready");
+                        self.feed(Input::PodReady { slot, endpoint });
+                    }
+                    None => self.feed(Input::PodFailed {
+                        slot,
+                        reason: "the pod is ready but has no status.podIP".into(),
+                    }),
+                }
+            }
+            AddressMode::Service => {
+                c.checking = true;
+                let deadline = instant_at(c.deadline);
+                let (platform, tx, name) =
+                    (self.ctx.platform.clone(), self.tx.clone(), name.to_string());
+                let pod_ip = pod.status.and_then(|s| s.pod_ip);
+                tokio::spawn(async move {
+                    let result = wait_for_endpoint(&*platform, &name, &ns, pod_ip, deadline).await;
+                    let _ = tx.send(Msg::Endpoint {
+                        slot,
+                        pod_name: name,
+                        result,
+                    });
+                });
+            }
+        }
+    }
+
+    /// Starts a GC listing and, for a ConfigMap template, a template re-read.
+    fn start_scan(&mut self) {
+        if !self.listing {
+            self.listing = true;
+            let (platform, tx) = (self.ctx.platform.clone(), self.tx.clone());
+            tokio::spawn(async move {
+                let _ = tx.send(Msg::Listed(platform.list_pods(IMAGE_LABEL).await));
+            });
+        }
+        if let TemplateSource::ConfigMap { .. } = &self.ctx.config.templates {
+            let (ctx, tx) = (self.ctx.clone(), self.tx.clone());
+            tokio::spawn(async move {
+                let t = load_templates(
+                    &*ctx.platform,
+                    &ctx.config.templates,
+                    &ctx.config.wrapper_image,
+                )
+                .await;
+                let _ = tx.send(Msg::Template(t.map(Box::new)));
+            });
+        }
+    }
+}
+
+/// Creates the pod of `c` and its service, idempotently: an existing pod of
+/// that name is used only if it is ours, for the same image and template
+/// version, and neither terminating nor failed (Porch takes any, spec §10
+/// item 29); an existing service is used if it selects the pod.
+async fn create_pod_and_service(
+    ctx: &Ctx,
+    templates: &Templates,
+    c: &PodCreation,
+) -> Result<(), String> {
+    let config = &ctx.config;
+    let mut secrets = Vec::new();
+    if let Some(sync) = &ctx.pull_secret {
+        sync.ensure()
+            .await
+            .map_err(|e| format!("cannot sync the registry pull secret: {e}"))?;
+        secrets.push(sync.name().to_string());
+    }
+    let meta = ctx
+        .inspector
+        .inspect(&c.image)
+        .await
+        .map_err(|e| format!("unable to get the entrypoint for {}: {e}", c.image))?;
+    let overrides = TemplateOverrides::from_settings(&c.settings);
+    let build = PodBuild {
+        wrapper_image: Some(&config.wrapper_image),
+        image_pull_secrets: &secrets,
+        ..PodBuild::for_creation(
+            c,
+            &config.namespace,
+            &meta.entrypoint,
+            &overrides,
+            config.max_message_bytes,
+        )
+    };
+    let pod =
+        build_pod(&templates.pod, &build).map_err(|e| format!("unable to apply the pod: {e}"))?;
+    match ctx.platform.create_pod(pod).await {
+        Ok(_) => {}
+        Err(PlatformError::AlreadyExists { .. }) => {
+            let existing = ctx
+                .platform
+                .get_pod(&c.pod_name)
+                .await
+                .map_err(|e| format!("pod {} exists but cannot be read: {e}", c.pod_name))?;
+            let seen = observe_pod(&existing);
+            let labelled = existing
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(IMAGE_LABEL))
+                .is_some_and(|v| *v == c.pod_name);
+            let usable = labelled
+                && has_template_version(&existing, &c.template_version)
+                && seen.is_some_and(|s| {
+                    s.image == c.image
+                        && !matches!(s.phase, ObservedPhase::Failed | ObservedPhase::Terminating)
+                });
+            if !usable {
+                return Err(format!(
+                    "a pod named {} already exists and is not a usable pod for {} with template version {}",
+                    c.pod_name, c.image, c.template_version
+                ));
+            }
+        }
+        Err(e) => return Err(format!("unable to apply the pod: {e}")),
+    }
+    ensure_service(ctx, templates, &c.pod_name).await
+}
+
+/// Creates the service of pod `name` unless one exists that selects it.
+async fn ensure_service(ctx: &Ctx, templates: &Templates, name: &str) -> Result<(), String> {
+    let service = build_service(&templates.service, name, &ctx.config.namespace);
+    let existing = match ctx.platform.create_service(service).await {
+        Ok(_) => return Ok(()),
+        Err(PlatformError::AlreadyExists { .. }) => ctx
+            .platform
+            .get_service(name)
+            .await
+            .map_err(|e| format!("service {name} exists but cannot be read: {e}"))?,
+        Err(e) => return Err(format!("unable to create the service {name}: {e}")),
+    };
+    let selects = existing
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .and_then(|s| s.get(IMAGE_LABEL))
+        .is_some_and(|v| v == name);
+    if selects {
+        Ok(())
+    } else {
+        Err(format!(
+            "a service named {name} already exists and does not select pod {name} ({IMAGE_LABEL}={name})"
+        ))
+    }
+}
+
+/// Waits until service `name` publishes a ready endpoint for pod `name`
+/// (matched by `targetRef`, or by `pod_ip`), polling with a backoff from
+/// 20 ms to 500 ms, until `deadline`. Returns the service endpoint.
+async fn wait_for_endpoint(
+    platform: &dyn PodPlatform,
+    name: &str,
+    namespace: &str,
+    pod_ip: Option<String>,
+    deadline: Instant,
+) -> Result<String, String> {
+    let mut delay = Duration::from_millis(20);
+    loop {
+        let last = match platform.service_endpoints(name).await {
+            Ok(eps) => {
+                let found = eps.iter().any(|e| {
+                    e.ready
+                        && (e.pod_name.as_deref() == Some(name)
+                            || pod_ip.as_deref() == Some(e.address.as_str()))
+                });
+                if found {
+                    return Ok(service_endpoint(name, namespace));
+                }
+                format!("{} endpoint(s), none ready for pod {name}", eps.len())
+            }
+            Err(e @ PlatformError::Forbidden(_)) => {
+                return Err(format!("cannot read the endpoints of service {name}: {e}"));
+            }
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() + delay >= deadline {
+            return Err(format!(
+                "error occurred when waiting the pod and service to be ready. If the error is caused by timeout, you may want to examine the pod/service in namespace {namespace:?}. Error: service {name} has no ready endpoint for its pod ({last})"
+            ));
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,427 @@
+//! The pod evaluator: runs functions in function pods on Kubernetes (Porch
+//! spec §5), as a [`FunctionEvaluator`].
+//!
+//! [`PodEvaluator::start`] loads the pod template, opens a watch on the
+//! labelled pods of the pod namespace, adopts the pods an earlier run or
+//! another replica left (by the pod cache's rules), starts warm-up and spawns
+//! the [driver](driver) task that owns the pod-cache state machine. Each call
+//! then asks the driver for a pod (answered from memory when one is ready),
+//! calls the wrapper server in it over a pooled connection
+//! ([`connections`]), and releases the pod. A call that fails with
+//! `UNAVAILABLE` evicts its pod, so the next call gets a fresh one.
+
+pub mod connections;
+mod driver;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot, watch};
+use tonic::Code;
+
+use crate::adapters::grpc::pb::EvaluateFunctionRequest;
+use crate::adapters::oci::PullSecretSync;
+use crate::domain::evaluation::{EvalError, EvaluationRequest, EvaluationResponse};
+use crate::domain::image::resolve_image;
+use crate::domain::pod_cache::{ErrorClass, IMAGE_LABEL, PodCacheError, PodCachePolicy, RequestId};
+use crate::ports::{FunctionEvaluator, ImageInspector, PodPlatform};
+use connections::{ConnectionPool, Resolver};
+use driver::{Ctx, Driver, Msg};
+
+/// How the runner addresses the wrapper server in a function pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AddressMode {
+    /// `<service>.<namespace>.svc.cluster.local:9446` through the pod's
+    /// ClusterIP service (Porch's way; needed behind service meshes). The
+    /// pod counts as ready once the service publishes it as a ready endpoint.
+    #[default]
+    Service,
+    /// `<pod IP>:9446`, straight to the pod; ready as soon as the pod is.
+    PodIp,
+}
+
+impl FromStr for AddressMode {
+    type Err = String;
+
+    /// Parses `service` or `pod-ip`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "service" => Ok(AddressMode::Service),
+            "pod-ip" => Ok(AddressMode::PodIp),
+            other => Err(format!(
+                "unknown address mode {other:?}: use service or pod-ip"
+            )),
+        }
+    }
+}
+
+/// Where the function pod and service templates come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// Porch's inline templates, version `inline-v1`.
+    Inline,
+    /// A ConfigMap with keys `template` and `serviceTemplate` (Porch Gen B
+    /// `--function-pod-template`), re-read every scan interval; its
+    /// `resourceVersion` is the template version.
+    ConfigMap {
+        /// The runner's namespace.
+        namespace: String,
+        /// The ConfigMap's name.
+        name: String,
+    },
+}
+
+/// Everything the pod runtime is configured with.
+#[derive(Debug, Clone)]
+pub struct PodRuntimeConfig {
+    /// `--pod-namespace`.
+    pub namespace: String,
+    /// Per-function settings, pod-ready timeout and replica token.
+    pub policy: PodCachePolicy,
+    /// The pod and service templates.
+    pub templates: TemplateSource,
+    /// `WRAPPER_SERVER_IMAGE`: the image of the init container that provides
+    /// the wrapper server.
+    pub wrapper_image: String,
+    /// Images to start one pod for at startup (`--pod-cache-config` with
+    /// `--warm-up-pod-cache`).
+    pub warm_up: Vec<String>,
+    /// `--scan-interval`: GC period (and template re-read period); zero
+    /// disables GC.
+    pub scan_interval: Duration,
+    /// `--pod-address-mode`.
+    pub address_mode: AddressMode,
+    /// `--max-request-body-size`, bytes: passed to the wrapper and used as
+    /// the client's message limit.
+    pub max_message_bytes: usize,
+    /// Bound on connecting to a wrapper server.
+    pub connect_timeout: Duration,
+    /// `--default-image-prefix`, applied to short image names.
+    pub default_image_prefix: String,
+}
+
+/// Why the pod runtime cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum PodRuntimeError {
+    /// The pod template could not be loaded.
+    #[error("failed to initialize pod evaluator: failed to generate a base pod template: {0}")]
+    Template(String),
+    /// The pod watch could not be opened.
+    #[error(
+        "failed to initialize pod evaluator: cannot watch pods in namespace {namespace:?}: {detail}"
+    )]
+    Watch {
+        /// The pod namespace.
+        namespace: String,
+        /// The platform's error.
+        detail: String,
+    },
+}
+
+/// The pod runtime as a [`FunctionEvaluator`]: never answers NotFound (any
+/// image can run in a pod), so it goes last in a chain.
+pub struct PodEvaluator {
+    tx: mpsc::UnboundedSender<Msg>,
+    pool: Arc<ConnectionPool>,
+    ready: watch::Receiver<bool>,
+    next_id: AtomicU64,
+    prefix: String,
+}
+
+impl std::fmt::Debug for PodEvaluator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodEvaluator")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Returns the request's load unit to the driver however the call ends
+/// (success, error, or the caller's future being dropped).
+struct Release {
+    tx: mpsc::UnboundedSender<Msg>,
+    id: RequestId,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Release { id: self.id });
+    }
+}
+
+impl PodEvaluator {
+    /// Starts the pod runtime: loads the template, opens the pod watch,
+    /// lists existing pods for adoption (a failed listing only skips
+    /// adoption, as in Porch), starts warm-up and spawns the driver. Returns
+    /// at once; [`ready`](Self::ready) resolves when adoption and warm-up
+    /// are done. Needs a Tokio runtime.
+    ///
+    /// Errors: [`PodRuntimeError`] when the template cannot be loaded or the
+    /// pods cannot be watched.
+    pub async fn start(
+        config: PodRuntimeConfig,
+        platform: Arc<dyn PodPlatform>,
+        inspector: Arc<dyn ImageInspector>,
+        pull_secret: Option<Arc<PullSecretSync>>,
+        resolver: Box<dyn Resolver>,
+    ) -> Result<Self, PodRuntimeError> {
+        let templates =
+            driver::load_templates(&*platform, &config.templates, &config.wrapper_image)
+                .await
+                .map_err(PodRuntimeError::Template)?;
+        let watch_stream =
+            platform
+                .watch_pods(IMAGE_LABEL)
+                .await
+                .map_err(|e| PodRuntimeError::Watch {
+                    namespace: config.namespace.clone(),
+                    detail: e.to_string(),
+                })?;
+        let existing = match platform.list_pods(IMAGE_LABEL).await {
+            Ok(pods) => Some(pods),
+            Err(e) => {
+                tracing::warn!("cannot list existing function pods; adoption skipped: {e}");
+                None
+            }
+        };
+        let pool = Arc::new(ConnectionPool::new(
+            resolver,
+            config.connect_timeout,
+            config.max_message_bytes,
+        ));
+        let prefix = config.default_image_prefix.clone();
+        let warm_up = config.warm_up.clone();
+        let ctx = Arc::new(Ctx {
+            config,
+            platform,
+            inspector,
+            pull_secret,
+            pool: pool.clone(),
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready) = watch::channel(false);
+        let mut driver = Driver::new(ctx, templates, ready_tx, tx.clone());
+        driver.start(existing, warm_up);
+        tokio::spawn(driver.run(rx, watch_stream));
+        Ok(Self {
+            tx,
+            pool,
+            ready,
+            next_id: AtomicU64::new(1),
+            prefix,
+        })
+    }
+
+    /// Resolves once startup adoption and warm-up are done (warm-up pods
+    /// ready or given up); health reports NOT_SERVING until then.
+    pub fn ready(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut ready = self.ready.clone();
+        async move {
+            let _ = ready.wait_for(|r| *r).await;
+        }
+    }
+
+    /// Stops the driver: waiting callers get UNAVAILABLE, new calls are
+    /// refused; pods are left for GC and other replicas.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Msg::Shutdown);
+    }
+
+    /// Asks the driver for a pod for `image`.
+    async fn acquire(
+        &self,
+        id: RequestId,
+        image: &str,
+    ) -> Result<crate::domain::pod_cache::Assignment, EvalError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Request {
+                id,
+                image: image.to_string(),
+                reply,
+            })
+            .map_err(|_| EvalError::Unavailable("the pod runtime has stopped".into()))?;
+        match rx.await {
+            Ok(Ok(a)) => Ok(a),
+            Ok(Err(e)) => Err(pod_error(image, &e)),
+            Err(_) => Err(EvalError::Unavailable("the pod runtime has stopped".into())),
+        }
+    }
+}
+
+impl Drop for PodEvaluator {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Maps a pod-cache error to an evaluation error by its class, with Porch's
+/// `unable to get the grpc client to the pod for <image>` prefix.
+fn pod_error(image: &str, e: &PodCacheError) -> EvalError {
+    let message = format!("unable to get the grpc client to the pod for {image}: {e}");
+    match e.class() {
+        ErrorClass::ResourceExhausted => EvalError::Exhausted(message),
+        ErrorClass::DeadlineExceeded => EvalError::NotReadyInTime(message),
+        ErrorClass::Cancelled => EvalError::Cancelled {
+            image: image.to_string(),
+        },
+        ErrorClass::InvalidArgument => EvalError::InvalidInput(message),
+        ErrorClass::Unavailable => EvalError::Unavailable(message),
+        ErrorClass::Internal => EvalError::Internal(message),
+    }
+}
+
+#[async_trait]
+impl FunctionEvaluator for PodEvaluator {
+    /// Gets a pod for the (resolved) image, then forwards the request
+    /// unchanged to its wrapper server; `request.timeout` covers both.
+    async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
+        let started = Instant::now();
+        let image = resolve_image(&request.image, &self.prefix);
+        let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let _release = Release {
+            tx: self.tx.clone(),
+            id,
+        };
+        let acquire = self.acquire(id, &image);
+        let assignment = match request.timeout {
+            Some(t) => {
+                tokio::time::timeout(t, acquire)
+                    .await
+                    .map_err(|_| EvalError::Timeout {
+                        image: request.image.clone(),
+                        after: t,
+                    })??
+            }
+            None => acquire.await?,
+        };
+        let mut client = self
+            .pool
+            .client(&assignment.pod_name, &assignment.endpoint)
+            .map_err(|e| {
+                EvalError::Unavailable(format!(
+                    "unable to get the grpc client to the pod for {image}: {e}"
+                ))
+            })?;
+        let mut call = tonic::Request::new(EvaluateFunctionRequest {
+            resource_list: request.resource_list,
+            image: request.image.clone(),
+        });
+        if let Some(t) = request.timeout {
+            call.set_timeout(t.saturating_sub(started.elapsed()));
+        }
+        let result = client.evaluate_function(call).await;
+        tracing::debug!(image = %request.image, pod = %assignment.pod_name, elapsed = ?started.elapsed(), "evaluated in pod");
+        match result {
+            Ok(r) => {
+                let r = r.into_inner();
+                if !r.log.is_empty() {
+                    tracing::warn!(
+                        "evaluating {} succeeded, but stderr is: {}",
+                        request.image,
+                        String::from_utf8_lossy(&r.log)
+                    );
+                }
+                Ok(EvaluationResponse {
+                    resource_list: r.resource_list,
+                    log: r.log,
+                })
+            }
+            Err(status) => Err(self.call_error(
+                &request.image,
+                request.timeout,
+                &assignment.pod_name,
+                &status,
+            )),
+        }
+    }
+}
+
+impl PodEvaluator {
+    /// Maps a failed wrapper call; UNAVAILABLE or a broken connection (the
+    /// wrapper or its pod is gone) also evicts the pod.
+    fn call_error(
+        &self,
+        image: &str,
+        timeout: Option<Duration>,
+        pod: &str,
+        status: &tonic::Status,
+    ) -> EvalError {
+        let message = status.message();
+        // tonic reports a connection that broke mid-call as UNKNOWN with the
+        // transport error as its source; a status sent by the wrapper has none.
+        let lost = status.code() == Code::Unavailable
+            || (status.code() == Code::Unknown && std::error::Error::source(status).is_some());
+        match status.code() {
+            _ if lost => {
+                self.pool.remove(pod);
+                let _ = self.tx.send(Msg::Unavailable {
+                    pod_name: pod.to_string(),
+                });
+                EvalError::Unavailable(format!(
+                    "unable to evaluate {image} with pod evaluator: function pod {pod} is unavailable ({message}); the pod was evicted and the next call starts a fresh one"
+                ))
+            }
+            Code::DeadlineExceeded => EvalError::Timeout {
+                image: image.to_string(),
+                after: timeout.unwrap_or_default(),
+            },
+            Code::Cancelled => EvalError::Cancelled {
+                image: image.to_string(),
+            },
+            Code::InvalidArgument => EvalError::InvalidInput(message.to_string()),
+            Code::ResourceExhausted => EvalError::Exhausted(format!(
+                "unable to evaluate {image} with pod evaluator: {message}"
+            )),
+            code => EvalError::Internal(format!(
+                "unable to evaluate {image} with pod evaluator: rpc error: code = {code:?} desc = {message}"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_modes_parse() {
+        assert_eq!("service".parse(), Ok(AddressMode::Service));
+        assert_eq!("pod-ip".parse(), Ok(AddressMode::PodIp));
+        assert!("ip".parse::<AddressMode>().is_err());
+    }
+
+    #[test]
+    fn pod_cache_errors_keep_their_class() {
+        let e = PodCacheError::Exhausted {
+            image: "i".into(),
+            pods: 1,
+            max_load_per_pod: 2,
+        };
+        let mapped = pod_error("i", &e);
+        assert!(matches!(mapped, EvalError::Exhausted(_)), "{mapped:?}");
+        assert!(
+            mapped
+                .to_string()
+                .starts_with("unable to get the grpc client to the pod for i: no capacity")
+        );
+        let gone = PodCacheError::PodGone {
+            image: "i".into(),
+            pod: "p".into(),
+            failed: true,
+        };
+        assert!(matches!(pod_error("i", &gone), EvalError::Unavailable(_)));
+        let late = PodCacheError::CreationTimedOut {
+            image: "i".into(),
+            pod: "p".into(),
+            after: Duration::from_secs(1),
+        };
+        assert!(matches!(
+            pod_error("i", &late),
+            EvalError::NotReadyInTime(_)
+        ));
+    }
+}

@@ -1,0 +1,613 @@
+//! The pod evaluator end to end on the test bed: the real `krm-fn-runner
+//! serve` with the pod runtime, a real kube-apiserver and etcd, a real OCI
+//! registry holding the function images' metadata, and the test kubelet
+//! running the real `wrapper-server` with the real catalog functions.
+//!
+//! Each scenario runs on its own control plane and ends by waiting for the
+//! runner's GC to remove every pod and service it made, then checks that no
+//! wrapper process is left.
+
+mod common;
+mod k8s_support;
+#[path = "k8s_support/kubelet.rs"]
+mod kubelet;
+mod registry_support;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use common::{Runner, catalog_dir, catalog_version};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
+use k8s_support::ControlPlane;
+use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use kubelet::{Kubelet, PATIENCE, Plan};
+use registry_support::{Setup, TestRegistry};
+use tonic::Code;
+
+const NS: &str = "porch-fn-system";
+const FUNCTIONS: [&str; 2] = ["set-namespace", "starlark"];
+
+/// The whole bed; fields drop in order: wrappers first, the API server last.
+struct Bed {
+    kubelet: Kubelet,
+    registry: TestRegistry,
+    client: Client,
+    plane: ControlPlane,
+    dir: tempfile::TempDir,
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
+async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn set_namespace_rl(namespace: &str) -> Vec<u8> {
+    format!(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    k: v\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: {namespace}\n"
+    )
+    .into_bytes()
+}
+
+/// A ResourceList on which starlark spins for a while (about a second or
+/// more on a debug CI machine).
+fn slow_starlark_rl() -> Vec<u8> {
+    "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: slow\n  source: |\n    def spin():\n      n = 0\n      for i in range(30000000):\n        n += i\n      return n\n    spin()\n"
+        .as_bytes()
+        .to_vec()
+}
+
+impl Bed {
+    async fn start() -> Bed {
+        let plane = ControlPlane::start().await;
+        let client = plane.client().await.expect("client");
+        create_namespace(&client, NS).await;
+        create_namespace(&client, "porch-system").await;
+        let registry = TestRegistry::start(Setup::anonymous());
+        for f in FUNCTIONS {
+            registry
+                .push_image(
+                    &format!("{f}:{}", catalog_version(f)),
+                    "amd64",
+                    Some(&["/usr/local/bin/function"]),
+                    None,
+                    f,
+                )
+                .await;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = Kubelet::start(
+            client.clone(),
+            NS,
+            catalog_dir().join("bin"),
+            dir.path().join("wrappers.map"),
+        );
+        Bed {
+            kubelet,
+            registry,
+            client,
+            plane,
+            dir,
+        }
+    }
+
+    /// The image of catalog function `f` in the test registry.
+    fn image(&self, f: &str) -> String {
+        format!("{}/{f}:{}", self.registry.addr, catalog_version(f))
+    }
+
+    /// Starts `serve` with the pod runtime only, short TTL (3 s) and scan
+    /// interval (1 s), plus `extra` flags (replacing the defaults they name).
+    fn runner(&self, extra: &[&str]) -> Runner {
+        let kubeconfig = format!("--kubeconfig={}", self.plane.kubeconfig_file().display());
+        let map = format!(
+            "--wrapper-address-map={}",
+            self.dir.path().join("wrappers.map").display()
+        );
+        let registry = format!("--plain-http-registry={}", self.registry.addr);
+        let cache_config = format!(
+            "--pod-cache-config={}",
+            self.dir.path().join("absent.yaml").display()
+        );
+        let mut args = vec![
+            "--disable-runtimes=exec",
+            &kubeconfig,
+            "--pod-namespace",
+            NS,
+            &map,
+            &registry,
+            &cache_config,
+            "--warm-up-pod-cache=false",
+            "--pod-ttl=3s",
+            "--scan-interval=1s",
+            "--log-level=3",
+        ];
+        let flag = |a: &str| a.split('=').next().unwrap_or(a).to_string();
+        args.retain(|a| {
+            !extra
+                .iter()
+                .any(|e| a.starts_with("--") && flag(e) == flag(a))
+        });
+        args.extend_from_slice(extra);
+        Runner::start_with_env(
+            &args,
+            &[("WRAPPER_SERVER_IMAGE", "example.com/wrapper:test")],
+        )
+    }
+
+    async fn pods(&self) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .expect("list pods")
+            .items
+    }
+
+    async fn pod_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .pods()
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        names.sort();
+        names
+    }
+
+    async fn services(&self) -> Vec<String> {
+        Api::<Service>::namespaced(self.client.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .expect("list services")
+            .items
+            .into_iter()
+            .filter_map(|s| s.metadata.name)
+            .collect()
+    }
+
+    /// Waits until the namespace has no pods and no services left (GC), then
+    /// checks that no wrapper process is running.
+    async fn assert_clean(&self, runner: &Runner) {
+        eventually("GC to remove every pod and service", PATIENCE, || async {
+            (self.pods().await.is_empty() && self.services().await.is_empty()).then_some(())
+        })
+        .await;
+        eventually("every wrapper process to stop", PATIENCE, || async {
+            (self.kubelet.processes() == 0).then_some(())
+        })
+        .await;
+        let _ = runner;
+    }
+}
+
+async fn call(
+    runner: &Runner,
+    image: &str,
+    rl: Vec<u8>,
+) -> Result<krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse, tonic::Status> {
+    let mut client = runner.client().await;
+    client
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: rl.into(),
+            image: image.to_string(),
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+fn output(r: &krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse) -> String {
+    String::from_utf8_lossy(&r.resource_list).into_owned()
+}
+
+fn annotation(pod: &Pod, key: &str) -> Option<String> {
+    pod.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cold_start_then_reuse() {
+    let bed = Bed::start().await;
+    let runner = bed.runner(&["--pod-ttl=4s"]);
+    let image = bed.image("set-namespace");
+
+    let started = Instant::now();
+    let first = call(&runner, &image, set_namespace_rl("cold")).await;
+    let cold = started.elapsed();
+    let first = first.unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+    assert!(
+        output(&first).contains("namespace: cold"),
+        "{}",
+        output(&first)
+    );
+    let pods = bed.pod_names().await;
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    assert_eq!(bed.services().await, pods, "one service named like its pod");
+    let pod = &bed.pods().await[0];
+    let reclaim: u64 = annotation(pod, "fn.kpt.dev/reclaim-after")
+        .expect("reclaim-after")
+        .parse()
+        .unwrap();
+    assert_eq!(
+        annotation(pod, "fn.kpt.dev/template-version").as_deref(),
+        Some("inline-v1")
+    );
+
+    // Reuse after half a TTL: same pod, nothing created, and the
+    // reclaim-after moves forward in the background.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let started = Instant::now();
+    let second = call(&runner, &image, set_namespace_rl("warm"))
+        .await
+        .unwrap();
+    let warm = started.elapsed();
+    assert!(output(&second).contains("namespace: warm"));
+    assert_eq!(bed.pod_names().await, pods, "second call created nothing");
+    assert_eq!(bed.kubelet.started(), 1);
+    eprintln!("cold call {cold:?}, warm call {warm:?}");
+    let extended = eventually("reclaim-after to be extended", PATIENCE, || async {
+        let pod = bed.pods().await.into_iter().next()?;
+        let r: u64 = annotation(&pod, "fn.kpt.dev/reclaim-after")?.parse().ok()?;
+        (r > reclaim).then_some(r)
+    })
+    .await;
+    assert!(extended > reclaim);
+
+    bed.assert_clean(&runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_pods_are_replaced_and_never_served() {
+    let bed = Bed::start().await;
+    let runner = bed.runner(&[]);
+    let image = bed.image("set-namespace");
+
+    // A pod that fails while starting: its waiter gets a clear error.
+    bed.kubelet.plan("set-namespace", Plan::Fail);
+    let err = call(&runner, &image, set_namespace_rl("a"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message()
+            .contains("unable to get the grpc client to the pod"),
+        "{err:?}"
+    );
+    assert!(err.message().contains("Failed"), "{err:?}");
+    // The next call gets a fresh pod.
+    let ok = call(&runner, &image, set_namespace_rl("b")).await.unwrap();
+    assert!(output(&ok).contains("namespace: b"));
+    assert_eq!(bed.kubelet.started(), 1);
+
+    // A serving pod that fails is evicted and deleted; the next call runs
+    // on a new pod.
+    let serving = bed.kubelet.running_pods();
+    assert_eq!(serving.len(), 1);
+    bed.kubelet.fail(&serving[0]).await;
+    eventually("the failed pod to be deleted", PATIENCE, || async {
+        (!bed.pod_names().await.contains(&serving[0])).then_some(())
+    })
+    .await;
+    let ok = call(&runner, &image, set_namespace_rl("c")).await.unwrap();
+    assert!(output(&ok).contains("namespace: c"));
+    assert_eq!(bed.kubelet.started(), 2);
+    assert!(!bed.kubelet.running_pods().contains(&serving[0]));
+
+    bed.assert_clean(&runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gc_deletes_expired_pods_and_services_only() {
+    let bed = Bed::start().await;
+    let runner = bed.runner(&["--pod-ttl=2s"]);
+    // Things in the namespace that are not the runner's.
+    let foreign_pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "not-a-function", "labels": {"app": "other"}},
+        "spec": {"containers": [{"name": "c", "image": "example.com/other:v1"}]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), NS);
+    pods.create(&PostParams::default(), &foreign_pod)
+        .await
+        .unwrap();
+    let foreign_svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "other-service"},
+        "spec": {"ports": [{"port": 80}], "selector": {"app": "other"}},
+    }))
+    .unwrap();
+    let services: Api<Service> = Api::namespaced(bed.client.clone(), NS);
+    services
+        .create(&PostParams::default(), &foreign_svc)
+        .await
+        .unwrap();
+
+    for f in FUNCTIONS {
+        let rl = if f == "starlark" {
+            b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: noop\n  source: |\n    pass\n".to_vec()
+        } else {
+            set_namespace_rl("gc")
+        };
+        call(&runner, &bed.image(f), rl)
+            .await
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    assert_eq!(
+        bed.pod_names().await.len(),
+        3,
+        "two function pods and the foreign one"
+    );
+    eventually(
+        "GC to delete both function pods and services",
+        PATIENCE,
+        || async {
+            let pods = bed.pod_names().await;
+            let svcs = bed.services().await;
+            (pods == ["not-a-function"] && svcs == ["other-service"]).then_some(())
+        },
+    )
+    .await;
+    // Still there a few scans later.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(bed.pod_names().await, ["not-a-function"]);
+    assert_eq!(bed.services().await, ["other-service"]);
+
+    pods.delete("not-a-function", &DeleteParams::default())
+        .await
+        .unwrap();
+    services
+        .delete("other-service", &DeleteParams::default())
+        .await
+        .unwrap();
+    bed.assert_clean(&runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn burst_creates_as_many_pods_as_the_policy_allows() {
+    let bed = Bed::start().await;
+    let runner = bed.runner(&[
+        "--max-parallel-pods-per-function=3",
+        "--max-waitlist-length=2",
+        "--pod-address-mode=pod-ip",
+    ]);
+    let image = bed.image("set-namespace");
+    let mut calls = Vec::new();
+    for i in 0..50 {
+        let (runner, image) = (&runner, image.clone());
+        calls.push(async move { call(runner, &image, set_namespace_rl(&format!("ns-{i}"))).await });
+    }
+    let results = futures_join_all(calls).await;
+    for (i, r) in results.iter().enumerate() {
+        let r = r
+            .as_ref()
+            .unwrap_or_else(|e| panic!("call {i}: {e}\n{}", runner.log()));
+        assert!(output(r).contains(&format!("namespace: ns-{i}\n")));
+    }
+    let pods = bed.pod_names().await;
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    assert_eq!(bed.kubelet.started(), 3);
+    assert_eq!(pods.iter().collect::<HashSet<_>>().len(), 3);
+    bed.assert_clean(&runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn full_pods_answer_resource_exhausted() {
+    let bed = Bed::start().await;
+    let runner = bed.runner(&["--max-parallel-pods-per-function=1", "--max-load-per-pod=4"]);
+    let image = bed.image("starlark");
+    let mut calls = Vec::new();
+    for _ in 0..12 {
+        let (runner, image) = (&runner, image.clone());
+        calls.push(async move { call(runner, &image, slow_starlark_rl()).await });
+    }
+    let results = futures_join_all(calls).await;
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    let exhausted: Vec<&tonic::Status> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .filter(|e| e.code() == Code::ResourceExhausted)
+        .collect();
+    assert_eq!(ok, 4, "{results:?}");
+    assert_eq!(exhausted.len(), 8, "{results:?}");
+    assert!(
+        exhausted[0].message().contains("no capacity"),
+        "{:?}",
+        exhausted[0]
+    );
+    assert_eq!(bed.kubelet.started(), 1);
+    bed.assert_clean(&runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_deleted_behind_our_back_is_recreated() {
+    let bed = Bed::start().await;
+    let runner = bed.runner(&["--pod-address-mode=pod-ip"]);
+    let image = bed.image("set-namespace");
+    call(&runner, &image, set_namespace_rl("a")).await.unwrap();
+    let first = bed.pod_names().await;
+    assert_eq!(first.len(), 1);
+    bed.kubelet.vanish(&first[0]).await;
+    eventually("the pod to be gone", PATIENCE, || async {
+        bed.pod_names().await.is_empty().then_some(())
+    })
+    .await;
+    let ok = call(&runner, &image, set_namespace_rl("b")).await.unwrap();
+    assert!(output(&ok).contains("namespace: b"));
+    let second = bed.pod_names().await;
+    assert_eq!(second.len(), 1);
+    assert_ne!(second, first);
+    assert_eq!(bed.kubelet.started(), 2);
+    bed.assert_clean(&runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_that_never_becomes_ready_fails_within_the_deadline() {
+    let bed = Bed::start().await;
+    let runner = bed.runner(&["--pod-ready-timeout=3s"]);
+    let image = bed.image("set-namespace");
+    bed.kubelet.plan("set-namespace", Plan::NeverReady);
+    let started = Instant::now();
+    let err = call(&runner, &image, set_namespace_rl("a"))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(err.message().contains("was not ready within 3s"), "{err:?}");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    // The stuck pod is deleted; the next call gets a working one.
+    let ok = call(&runner, &image, set_namespace_rl("b")).await.unwrap();
+    assert!(output(&ok).contains("namespace: b"));
+    bed.assert_clean(&runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrapper_killed_mid_call_fails_clearly_and_the_next_call_gets_a_fresh_pod() {
+    let bed = Bed::start().await;
+    let runner = bed.runner(&[]);
+    let image = bed.image("starlark");
+    let slow = {
+        let (runner, image) = (&runner, image.clone());
+        async move { call(runner, &image, slow_starlark_rl()).await }
+    };
+    let kill = async {
+        let pod = eventually("the wrapper to run", PATIENCE, || async {
+            bed.kubelet.running_pods().into_iter().next()
+        })
+        .await;
+        // Let the call reach the function, then crash the wrapper.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        bed.kubelet.kill_wrapper(&pod);
+        pod
+    };
+    let (result, killed) = tokio::join!(slow, kill);
+    let err = result.expect_err("the call cannot succeed without its wrapper");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains(&killed) && err.message().contains("evicted"),
+        "{err:?}"
+    );
+    eventually("the crashed pod to be deleted", PATIENCE, || async {
+        (!bed.pod_names().await.contains(&killed)).then_some(())
+    })
+    .await;
+    let ok = call(&runner, &bed.image("starlark"), b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: noop\n  source: |\n    pass\n".to_vec())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+    assert!(output(&ok).contains("ResourceList"));
+    assert_eq!(bed.kubelet.started(), 2);
+    bed.assert_clean(&runner).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_runner_adopts_the_pods_it_left() {
+    let bed = Bed::start().await;
+    let image = bed.image("set-namespace");
+    let mut first = bed.runner(&["--pod-ttl=20s", "--pod-address-mode=pod-ip"]);
+    call(&first, &image, set_namespace_rl("a")).await.unwrap();
+    let pods = bed.pod_names().await;
+    assert_eq!(pods.len(), 1);
+    assert!(first.terminate(Duration::from_secs(10)).is_some());
+    assert_eq!(bed.pod_names().await, pods, "pods outlive the runner");
+
+    let second = bed.runner(&["--pod-ttl=20s", "--pod-address-mode=pod-ip"]);
+    let ok = call(&second, &image, set_namespace_rl("b")).await.unwrap();
+    assert!(output(&ok).contains("namespace: b"));
+    assert_eq!(
+        bed.pod_names().await,
+        pods,
+        "the pod was adopted, not replaced"
+    );
+    assert_eq!(bed.kubelet.started(), 1);
+    assert!(
+        second.log().contains("adopted function pod"),
+        "{}",
+        second.log()
+    );
+    // Shorten the wait for GC: a runner with a 1 s TTL deletes the pod once
+    // its reclaim-after (up to 30 s ahead) passes; expire it by hand instead.
+    let pods_api: Api<Pod> = Api::namespaced(bed.client.clone(), NS);
+    let patch = serde_json::json!({"metadata": {"annotations": {"fn.kpt.dev/reclaim-after": "1"}}});
+    pods_api
+        .patch(
+            &pods[0],
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    drop(second);
+    let third = bed.runner(&[]);
+    bed.assert_clean(&third).await;
+}
+
+/// Runs futures concurrently and collects their outputs in order.
+async fn futures_join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut set = Vec::new();
+    for f in futures {
+        set.push(Box::pin(f));
+    }
+    let mut out = Vec::with_capacity(set.len());
+    // Poll all together: join them through a select-free join.
+    let joined = join_vec(set).await;
+    out.extend(joined);
+    out
+}
+
+async fn join_vec<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
+    use std::pin::Pin;
+    use std::task::Poll;
+    let mut results: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in futures.iter_mut().enumerate() {
+            if results[i].is_none() {
+                match Pin::new(f).poll(cx) {
+                    Poll::Ready(v) => results[i] = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    results
+        .into_iter()
+        .map(|r| r.expect("every future finished"))
+        .collect()
+}
+
+#[allow(dead_code)]
+async fn config_maps(client: &Client, ns: &str) -> Vec<ConfigMap> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}

@@ -1,0 +1,416 @@
+//! A test kubelet for the pod evaluator's test bed: it watches the function
+//! pods of one namespace on the real API server and, for each, starts the
+//! real `wrapper-server` binary as a local process on its own loopback port
+//! with the catalog function the pod's image names, then publishes the pod
+//! through the API server as a kubelet and the endpoints controller would:
+//! pod status (podIP, phase Running, Ready) and an EndpointSlice for the
+//! pod's service. The runner reaches the wrapper through its
+//! `--wrapper-address-map` file, which this kubelet keeps up to date for
+//! both address modes (service DNS name and pod IP).
+//!
+//! On request it makes the next pod of a function fail or never become
+//! ready, fails a running pod, or kills a wrapper process (a crash).
+//!
+//! Pods are never bound to a node (there is no scheduler), so the API
+//! server deletes them at once; the pod IPs are fake but valid (10.244/16),
+//! since the API server rejects loopback addresses in EndpointSlices.
+//!
+//! Include it with `#[path = "k8s_support/kubelet.rs"] mod kubelet;` next to
+//! `mod common;`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio_stream::StreamExt;
+
+use crate::common::Runner;
+
+/// What happens to the next pod of a function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Phase Failed at once (an image that cannot run).
+    Fail,
+    /// Stays Pending forever.
+    NeverReady,
+}
+
+struct Wrapper {
+    process: Runner,
+    ip: String,
+}
+
+#[derive(Default)]
+struct State {
+    wrappers: HashMap<String, Wrapper>,
+    handled: HashSet<String>,
+    plans: HashMap<String, Vec<Plan>>,
+    started: u64,
+    next_ip: u32,
+}
+
+struct Inner {
+    client: Client,
+    namespace: String,
+    functions: PathBuf,
+    map_file: PathBuf,
+    state: Mutex<State>,
+}
+
+/// The running test kubelet; stops its wrappers and its watch when dropped.
+pub struct Kubelet {
+    inner: Arc<Inner>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The function name of an image: its last path segment without tag or digest.
+pub fn function_of(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    let last = last.split('@').next().unwrap_or(last);
+    last.split(':').next().unwrap_or(last).to_string()
+}
+
+fn function_image(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == "function")
+        .and_then(|c| c.image.clone())
+}
+
+/// The `--max-request-body-size` value the runner put into the pod's args.
+fn body_size(pod: &Pod) -> String {
+    let args = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == "function"))
+        .and_then(|c| c.args.clone())
+        .unwrap_or_default();
+    args.iter()
+        .position(|a| a == "--max-request-body-size")
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| "6291456".into())
+}
+
+impl Kubelet {
+    /// Starts watching the function pods of `namespace`; wrappers run the
+    /// binaries in `functions` (named like the functions) and are announced
+    /// in `map_file`.
+    pub fn start(client: Client, namespace: &str, functions: PathBuf, map_file: PathBuf) -> Self {
+        let inner = Arc::new(Inner {
+            client,
+            namespace: namespace.to_string(),
+            functions,
+            map_file,
+            state: Mutex::new(State::default()),
+        });
+        inner.write_map();
+        let task = tokio::spawn(inner.clone().run());
+        Kubelet { inner, task }
+    }
+
+    /// The next pod of `function` gets `plan` (plans queue up per function).
+    pub fn plan(&self, function: &str, plan: Plan) {
+        self.inner
+            .state
+            .lock()
+            .unwrap()
+            .plans
+            .entry(function.to_string())
+            .or_default()
+            .push(plan);
+    }
+
+    /// Wrapper processes running now.
+    pub fn processes(&self) -> usize {
+        let mut state = self.inner.state.lock().unwrap();
+        state
+            .wrappers
+            .retain(|_, w| crate::common::alive(w.process.pid()));
+        state.wrappers.len()
+    }
+
+    /// Wrapper processes started so far.
+    pub fn started(&self) -> u64 {
+        self.inner.state.lock().unwrap().started
+    }
+
+    /// Pods with a running wrapper.
+    pub fn running_pods(&self) -> Vec<String> {
+        let mut pods: Vec<String> = self
+            .inner
+            .state
+            .lock()
+            .unwrap()
+            .wrappers
+            .keys()
+            .cloned()
+            .collect();
+        pods.sort();
+        pods
+    }
+
+    /// Kills the wrapper of `pod` and its function processes with SIGKILL,
+    /// as a crash would; the pod object is left as it is.
+    pub fn kill_wrapper(&self, pod: &str) {
+        let wrapper = self.inner.state.lock().unwrap().wrappers.remove(pod);
+        if let Some(w) = wrapper {
+            kill_tree(w.process.pid());
+        }
+        self.inner.write_map();
+    }
+
+    /// Stops the wrapper of `pod` and sets the pod's phase to Failed.
+    pub async fn fail(&self, pod: &str) {
+        self.inner.stop(pod);
+        self.inner.set_failed(pod).await;
+    }
+
+    /// Deletes `pod` through the API server, behind the runner's back.
+    pub async fn vanish(&self, pod: &str) {
+        let pods: Api<Pod> = Api::namespaced(self.inner.client.clone(), &self.inner.namespace);
+        pods.delete(pod, &DeleteParams::default())
+            .await
+            .expect("delete the pod");
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.task.abort();
+        let wrappers: Vec<Wrapper> = self
+            .inner
+            .state
+            .lock()
+            .unwrap()
+            .wrappers
+            .drain()
+            .map(|(_, w)| w)
+            .collect();
+        for w in wrappers {
+            kill_tree(w.process.pid());
+        }
+    }
+}
+
+/// SIGKILLs `pid` and its descendants (the function processes of a wrapper).
+fn kill_tree(pid: u32) {
+    let mut children = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(pid) {
+                children.push(child);
+            }
+        }
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    for c in children {
+        kill_tree(c);
+    }
+}
+
+impl Inner {
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn slices(&self) -> Api<EndpointSlice> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Rewrites the address map: service name and pod IP of every wrapper.
+    fn write_map(&self) {
+        let state = self.state.lock().unwrap();
+        let mut text = String::from("# test kubelet: wrapper endpoints\n");
+        for (pod, w) in &state.wrappers {
+            let addr = &w.process.address;
+            text.push_str(&format!(
+                "{pod}.{}.svc.cluster.local:9446 {addr}\n{}:9446 {addr}\n",
+                self.namespace, w.ip
+            ));
+        }
+        let tmp = self.map_file.with_extension("tmp");
+        std::fs::write(&tmp, text).expect("write the address map");
+        std::fs::rename(&tmp, &self.map_file).expect("replace the address map");
+    }
+
+    async fn run(self: Arc<Self>) {
+        let config = watcher::Config::default().labels("fn.kpt.dev/image");
+        let mut events = Box::pin(watcher(self.pods(), config).default_backoff());
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(pod)) | Ok(watcher::Event::InitApply(pod)) => {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        self.gone(&name).await;
+                        continue;
+                    }
+                    let new = self.state.lock().unwrap().handled.insert(name.clone());
+                    if new {
+                        let me = self.clone();
+                        tokio::spawn(async move { me.admit(pod).await });
+                    }
+                }
+                Ok(watcher::Event::Delete(pod)) => {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    self.gone(&name).await;
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("test kubelet: watch error: {e}"),
+            }
+        }
+    }
+
+    /// Stops the wrapper of `name`, forgets the pod and removes its slice.
+    async fn gone(&self, name: &str) {
+        self.stop(name);
+        self.state.lock().unwrap().handled.remove(name);
+        let _ = self
+            .slices()
+            .delete(&format!("{name}-kubelet"), &DeleteParams::default())
+            .await;
+    }
+
+    fn stop(&self, name: &str) {
+        let wrapper = self.state.lock().unwrap().wrappers.remove(name);
+        if let Some(w) = wrapper {
+            kill_tree(w.process.pid());
+            self.write_map();
+        }
+    }
+
+    async fn set_failed(&self, name: &str) {
+        let status = serde_json::json!({"status": {
+            "phase": "Failed",
+            "reason": "TestKubelet",
+            "message": "failed on request of the test",
+            "conditions": [{"type": "Ready", "status": "False"}],
+        }});
+        let _ = self
+            .pods()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await;
+    }
+
+    /// Runs a new pod: its wrapper, its status, its endpoint.
+    async fn admit(&self, pod: Pod) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let Some(image) = function_image(&pod) else {
+            return;
+        };
+        let function = function_of(&image);
+        let plan = {
+            let mut state = self.state.lock().unwrap();
+            state
+                .plans
+                .get_mut(&function)
+                .and_then(|p| (!p.is_empty()).then(|| p.remove(0)))
+        };
+        match plan {
+            Some(Plan::Fail) => return self.set_failed(&name).await,
+            Some(Plan::NeverReady) => return,
+            None => {}
+        }
+        let binary = self.functions.join(&function);
+        let size = body_size(&pod);
+        let process = tokio::task::spawn_blocking(move || {
+            Runner::start_wrapper(&[
+                "--max-request-body-size",
+                &size,
+                "--shutdown-grace-period=1s",
+                "--",
+                binary.to_str().unwrap(),
+            ])
+        })
+        .await
+        .expect("start wrapper-server");
+        let ip = {
+            let mut state = self.state.lock().unwrap();
+            state.next_ip += 1;
+            state.started += 1;
+            let n = state.next_ip;
+            format!("10.244.{}.{}", n / 250, n % 250 + 1)
+        };
+        {
+            let mut state = self.state.lock().unwrap();
+            if !state.handled.contains(&name) {
+                // Deleted while the wrapper started.
+                kill_tree(process.pid());
+                return;
+            }
+            state.wrappers.insert(
+                name.clone(),
+                Wrapper {
+                    process,
+                    ip: ip.clone(),
+                },
+            );
+        }
+        self.write_map();
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        let cond =
+            |t: &str| serde_json::json!({"type": t, "status": "True", "lastTransitionTime": now});
+        let status = serde_json::json!({"status": {
+            "phase": "Running",
+            "startTime": now,
+            "hostIP": "10.0.0.1",
+            "hostIPs": [{"ip": "10.0.0.1"}],
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
+            "containerStatuses": [{
+                "name": "function", "image": image, "imageID": "", "ready": true, "started": true,
+                "restartCount": 0, "state": {"running": {"startedAt": now}},
+            }],
+        }});
+        if let Err(e) = self
+            .pods()
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            eprintln!("test kubelet: cannot set the status of {name}: {e}");
+            return;
+        }
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": format!("{name}-kubelet"),
+                "labels": {
+                    "kubernetes.io/service-name": name,
+                    "endpointslice.kubernetes.io/managed-by": "test-kubelet",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{
+                "addresses": [ip],
+                "conditions": {"ready": true, "serving": true, "terminating": false},
+                "targetRef": {"kind": "Pod", "namespace": self.namespace, "name": name},
+            }],
+            "ports": [{"name": "", "port": 9446, "protocol": "TCP"}],
+        }))
+        .unwrap();
+        if let Err(e) = self.slices().create(&PostParams::default(), &slice).await {
+            eprintln!("test kubelet: cannot publish the endpoint of {name}: {e}");
+        }
+    }
+}
+
+/// How long to wait for conditions in the test bed.
+pub const PATIENCE: Duration = Duration::from_secs(30);
