@@ -147,7 +147,8 @@ pub struct PodSettings {
     pub warm_up: bool,
     /// `--pod-cache-config`: read if it exists.
     pub pod_cache_config: PathBuf,
-    /// `--function-pod-template`: ConfigMap name in the runner's namespace, or empty.
+    /// `--function-pod-template`: ConfigMap name in the runner's namespace,
+    /// `<namespace>/<name>` elsewhere, or empty for the inline templates.
     pub function_pod_template: String,
     /// `--max-waitlist-length` (≤ 0 means 2, as in Porch).
     pub max_waitlist_length: i64,
@@ -326,13 +327,16 @@ pub async fn start_pod_runtime(
             warm_up = c.warm_up_images();
         }
     }
-    let templates = if s.function_pod_template.is_empty() {
-        TemplateSource::Inline
-    } else {
-        TemplateSource::ConfigMap {
+    let templates = match s.function_pod_template.split_once('/') {
+        _ if s.function_pod_template.is_empty() => TemplateSource::Inline,
+        Some((namespace, name)) => TemplateSource::ConfigMap {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        },
+        None => TemplateSource::ConfigMap {
             namespace: runner_namespace(),
             name: s.function_pod_template.clone(),
-        }
+        },
     };
     let resolver: Box<dyn Resolver> = match &s.wrapper_address_map {
         Some(path) => Box::new(MapFileResolver::new(path.clone())),

@@ -563,6 +563,192 @@ async fn a_restarted_runner_adopts_the_pods_it_left() {
     bed.assert_clean(&third).await;
 }
 
+/// The runner's health: the overall status (`""`).
+async fn health(runner: &Runner) -> i32 {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    HealthClient::new(runner.channel().await)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health check")
+        .into_inner()
+        .status
+}
+
+const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn warm_up_from_the_pod_cache_config_before_serving() {
+    let bed = Bed::start().await;
+    let (ns_image, star_image) = (bed.image("set-namespace"), bed.image("starlark"));
+    let config = bed.dir.path().join("pod-cache-config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "- name: {ns_image}\n  timeToLive: 3s\n  maxWaitlistLength: 2\n  maxParallelPodsPerFunction: 2\n- name: {star_image}\n  timeToLive: 3s\n"
+        ),
+    )
+    .unwrap();
+    // The starlark pod never gets ready: health stays NOT_SERVING until its
+    // pod-ready deadline gives up on it.
+    bed.kubelet.plan("starlark", Plan::NeverReady);
+    let started = Instant::now();
+    let runner = bed.runner(&[
+        "--warm-up-pod-cache=true",
+        &format!("--pod-cache-config={}", config.display()),
+        "--pod-ready-timeout=4s",
+    ]);
+    assert_eq!(health(&runner).await, NOT_SERVING);
+    eventually("the set-namespace pod to be warmed", PATIENCE, || async {
+        (bed.kubelet.started() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        health(&runner).await,
+        NOT_SERVING,
+        "starlark is still warming"
+    );
+    eventually("health to report SERVING", PATIENCE, || async {
+        (health(&runner).await == SERVING).then_some(())
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let warmed = bed.kubelet.running_pods();
+    assert_eq!(warmed.len(), 1);
+    assert!(warmed[0].starts_with("set-namespace-"), "{warmed:?}");
+    // The first call runs on the warm pod.
+    let ok = call(&runner, &ns_image, set_namespace_rl("w"))
+        .await
+        .unwrap();
+    assert!(output(&ok).contains("namespace: w"));
+    assert_eq!(bed.kubelet.started(), 1);
+    assert_eq!(bed.kubelet.running_pods(), warmed);
+    bed.assert_clean(&runner).await;
+}
+
+fn template_config_map(revision: &str) -> ConfigMap {
+    use krm_fn_runner::domain::pod_cache::template::{
+        default_pod_template, default_service_template,
+    };
+    let mut pod = serde_json::to_value(default_pod_template("example.com/wrapper:test")).unwrap();
+    pod["metadata"]["annotations"]["test.kpt.dev/revision"] = revision.into();
+    let service = serde_json::to_value(default_service_template()).unwrap();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "fn-template"},
+        "data": {
+            "template": serde_json::to_string(&pod).unwrap(),
+            "serviceTemplate": serde_json::to_string(&service).unwrap(),
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_template_config_map_replaces_pods_on_next_use() {
+    let bed = Bed::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(bed.client.clone(), "porch-system");
+    let v1 = cms
+        .create(&PostParams::default(), &template_config_map("1"))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let runner = bed.runner(&["--function-pod-template=porch-system/fn-template"]);
+    let image = bed.image("set-namespace");
+    call(&runner, &image, set_namespace_rl("a")).await.unwrap();
+    let first = bed.pods().await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        annotation(&first[0], "fn.kpt.dev/template-version"),
+        Some(v1.clone())
+    );
+    assert_eq!(
+        annotation(&first[0], "test.kpt.dev/revision").as_deref(),
+        Some("1")
+    );
+
+    let v2 = cms
+        .replace(
+            "fn-template",
+            &PostParams::default(),
+            &template_config_map("2"),
+        )
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    assert_ne!(v1, v2);
+    // The runner re-reads the template every scan interval (1 s).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    call(&runner, &image, set_namespace_rl("b")).await.unwrap();
+    assert_eq!(bed.kubelet.started(), 2, "the next use replaced the pod");
+    let fresh = bed
+        .pods()
+        .await
+        .into_iter()
+        .find(|p| annotation(p, "fn.kpt.dev/template-version") == Some(v2.clone()))
+        .expect("a pod of the new template");
+    assert_eq!(
+        annotation(&fresh, "test.kpt.dev/revision").as_deref(),
+        Some("2")
+    );
+    bed.assert_clean(&runner).await;
+    cms.delete("fn-template", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_share_the_namespace_under_load() {
+    let bed = Bed::start().await;
+    let flags = [
+        "--pod-ttl=2s",
+        "--max-parallel-pods-per-function=2",
+        "--max-waitlist-length=1",
+    ];
+    let a = bed.runner(&flags);
+    let b = bed.runner(&flags);
+    let image = bed.image("set-namespace");
+    let until = Instant::now() + Duration::from_secs(7);
+    let mut workers = Vec::new();
+    for w in 0..6 {
+        let runner = if w % 2 == 0 { &a } else { &b };
+        let image = image.clone();
+        workers.push(async move {
+            let mut done = 0u32;
+            while Instant::now() < until {
+                let ns = format!("w{w}-{done}");
+                let r = call(runner, &image, set_namespace_rl(&ns)).await;
+                let r = r.unwrap_or_else(|e| panic!("worker {w} call {done}: {e}"));
+                assert!(output(&r).contains(&format!("namespace: {ns}\n")));
+                done += 1;
+                if done.is_multiple_of(5) {
+                    // Idle gaps let GC run while the other replica works.
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                }
+            }
+            done
+        });
+    }
+    let done: u32 = futures_join_all(workers).await.into_iter().sum();
+    assert!(done > 30, "only {done} calls");
+    let pods = bed.pod_names().await;
+    assert!(pods.len() <= 4, "at most two pods per replica: {pods:?}");
+    assert!(bed.kubelet.started() >= 2, "both replicas made pods");
+    assert!(!a.log().contains("already exists") && !b.log().contains("already exists"));
+    bed.assert_clean(&a).await;
+    drop(b);
+}
+
 /// Runs futures concurrently and collects their outputs in order.
 async fn futures_join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut set = Vec::new();
@@ -601,13 +787,4 @@ async fn join_vec<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
         .into_iter()
         .map(|r| r.expect("every future finished"))
         .collect()
-}
-
-#[allow(dead_code)]
-async fn config_maps(client: &Client, ns: &str) -> Vec<ConfigMap> {
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
 }

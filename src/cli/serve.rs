@@ -71,7 +71,7 @@ pub struct PodArgs {
     /// Per-function pod settings and warm-up list.
     #[arg(long, default_value = "/pod-cache-config/pod-cache-config.yaml")]
     pub pod_cache_config: PathBuf,
-    /// ConfigMap holding `template` and `serviceTemplate` for function pods.
+    /// ConfigMap holding `template` and `serviceTemplate` for function pods (in the runner's namespace, or NAMESPACE/NAME).
     #[arg(long, default_value = "")]
     pub function_pod_template: String,
     /// Load on a pod before another pod is started.
