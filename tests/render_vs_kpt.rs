@@ -1,0 +1,1142 @@
+//! `krm-fn-runner render` against the real `kpt fn render`, on the same
+//! packages and the same function binaries.
+//!
+//! Every package is copied twice; `kpt fn render --allow-exec` (the binary
+//! from `scripts/build-kpt.sh`, found through `KRM_FN_KPT_BIN`, which
+//! `scripts/test.sh` exports) renders one copy and `krm-fn-runner render
+//! --allow-exec` the other. The Kptfiles run the catalog function binaries
+//! installed by `scripts/install-catalog-functions.sh` through `exec:`, so both
+//! tools run exactly the same functions. Compared:
+//!
+//! - the exit status (and that it is the one the package is written for);
+//! - the set of files in the package afterwards;
+//! - every KRM file as parsed YAML, every other file byte for byte;
+//! - comments: each comment of an input file that kpt keeps in its output
+//!   file must be in ours too;
+//! - `results.yaml` (`--results-dir`): exit code, and per item the
+//!   `image`/`exec`, `exitCode`, and each result's `severity` and `message`;
+//! - on failure, that no resource file was written (by either tool).
+//!
+//! The packages are `tests/render_packages/*` (Kptfiles say
+//! `exec: ${CATALOG}/<function>`; the copy gets the absolute path of the
+//! installed binary) and, when `KRM_FN_CATALOG_FIXTURES` points at the
+//! catalog's fixtures, the catalog's example and test packages of the
+//! installed functions (`image:` rewritten to `exec:` in the copy).
+//!
+//! Differences from kpt are either bugs or listed in [`KNOWN_DIFFERENCES`],
+//! each with its reason; a listed difference that no longer shows up fails
+//! the test too, so the list stays accurate.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use krm_fn_runner::domain::codec;
+use serde_json::{Value, json};
+
+// ---------------------------------------------------------------------------
+// Known differences
+// ---------------------------------------------------------------------------
+
+/// What part of a render a difference is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Aspect {
+    /// The exit status.
+    Exit,
+    /// A file exists after one tool's render and not after the other's.
+    Files,
+    /// A file's content (parsed YAML for KRM files, bytes otherwise).
+    Content,
+    /// A comment kpt keeps is missing from our output.
+    Comments,
+    /// `results.yaml`.
+    Results,
+    /// The stdout of an out-of-place render (`-o stdout`, `-o unwrap`).
+    Stdout,
+}
+
+/// Why a difference is accepted for now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// kpt behaviour we deliberately do not copy (a quirk in the spec); the
+    /// test asserts our behaviour instead.
+    Quirk,
+    /// Our bug, with a minimal reproduction in the reason; remove the entry
+    /// when it is fixed (the test then insists).
+    Bug,
+}
+
+/// One reviewed, expected difference between kpt's and our render.
+struct Known {
+    /// Package (directory name; catalog cases as `examples/<case>` or
+    /// `tests/<fn>/<case>`; out-of-place runs get a `@stdout`/`@unwrap` suffix).
+    package: &'static str,
+    /// What differs.
+    aspect: Aspect,
+    /// Package-relative file (empty when not about one file).
+    file: &'static str,
+    /// When non-empty, every line of the difference must contain this text
+    /// (so an unrelated difference in the same place is not hidden).
+    marker: &'static str,
+    /// Quirk or bug.
+    class: Class,
+    /// Why.
+    reason: &'static str,
+}
+
+const OVERLAP: &str = "kpt quirk (spec §3.5): an object matching two selectors is passed to the \
+    function twice, so kpt fails with `resource at path \"web.yaml\" and index \"0\" already \
+    exists` (and writes an empty results list); we pass it once and the render succeeds \
+    (asserted in `selectors_overlap`)";
+const SEVERITY: &str = "bug: a result without `severity` is written to results.yaml as \
+    `severity: info`; kpt keeps it absent (a function emitting `results: [{message: hello}]` \
+    shows it; apply-setters does that)";
+const SEQINDENT: &str = "bug: `-o stdout` omits the reader annotation \
+    `internal.config.kubernetes.io/seqindent` that kpt keeps on every item (spec §3.7)";
+const UNWRAP_PATH: &str = "bug: `-o unwrap` keeps `internal.config.kubernetes.io/path` and \
+    `config.kubernetes.io/path` on every object; kpt strips all reader annotations (path, index, \
+    seqindent)";
+
+/// Reviewed differences from kpt v1.0.0-beta.54. Each must still occur.
+const KNOWN_DIFFERENCES: &[Known] = &[
+    // selectors-overlap: the kpt quirk.
+    Known {
+        package: "selectors-overlap",
+        aspect: Aspect::Exit,
+        file: "",
+        marker: "",
+        class: Class::Quirk,
+        reason: OVERLAP,
+    },
+    Known {
+        package: "selectors-overlap",
+        aspect: Aspect::Content,
+        file: "web.yaml",
+        marker: ".metadata.namespace: kpt (absent) / ours \"web\"",
+        class: Class::Quirk,
+        reason: OVERLAP,
+    },
+    Known {
+        package: "selectors-overlap",
+        aspect: Aspect::Results,
+        file: "results.yaml",
+        marker: "[0].items: kpt [] / ours [{",
+        class: Class::Quirk,
+        reason: OVERLAP,
+    },
+    // Results without severity (apply-setters emits them).
+    Known {
+        package: "configpath",
+        aspect: Aspect::Results,
+        file: "results.yaml",
+        marker: ".severity: kpt null / ours \"info\"",
+        class: Class::Bug,
+        reason: SEVERITY,
+    },
+    Known {
+        package: "multi-doc-comments",
+        aspect: Aspect::Results,
+        file: "results.yaml",
+        marker: ".severity: kpt null / ours \"info\"",
+        class: Class::Bug,
+        reason: SEVERITY,
+    },
+    Known {
+        package: "multi-doc-comments@stdout",
+        aspect: Aspect::Results,
+        file: "results.yaml",
+        marker: ".severity: kpt null / ours \"info\"",
+        class: Class::Bug,
+        reason: SEVERITY,
+    },
+    Known {
+        package: "multi-doc-comments@unwrap",
+        aspect: Aspect::Results,
+        file: "results.yaml",
+        marker: ".severity: kpt null / ours \"info\"",
+        class: Class::Bug,
+        reason: SEVERITY,
+    },
+    Known {
+        package: "examples/apply-setters-simple",
+        aspect: Aspect::Results,
+        file: "results.yaml",
+        marker: ".severity: kpt null / ours \"info\"",
+        class: Class::Bug,
+        reason: SEVERITY,
+    },
+    Known {
+        package: "tests/apply-setters/no-matches-error",
+        aspect: Aspect::Results,
+        file: "results.yaml",
+        marker: ".severity: kpt null / ours \"info\"",
+        class: Class::Bug,
+        reason: SEVERITY,
+    },
+    // -o stdout without seqindent.
+    Known {
+        package: "subpackages@stdout",
+        aspect: Aspect::Stdout,
+        file: "",
+        marker: ".internal.config.kubernetes.io/seqindent: kpt \"",
+        class: Class::Bug,
+        reason: SEQINDENT,
+    },
+    Known {
+        package: "multi-doc-comments@stdout",
+        aspect: Aspect::Stdout,
+        file: "",
+        marker: ".internal.config.kubernetes.io/seqindent: kpt \"",
+        class: Class::Bug,
+        reason: SEQINDENT,
+    },
+    Known {
+        package: "generator@stdout",
+        aspect: Aspect::Stdout,
+        file: "",
+        marker: ".internal.config.kubernetes.io/seqindent: kpt \"",
+        class: Class::Bug,
+        reason: SEQINDENT,
+    },
+    // -o unwrap keeping path annotations.
+    Known {
+        package: "subpackages@unwrap",
+        aspect: Aspect::Stdout,
+        file: "",
+        marker: "path",
+        class: Class::Bug,
+        reason: UNWRAP_PATH,
+    },
+    Known {
+        package: "multi-doc-comments@unwrap",
+        aspect: Aspect::Stdout,
+        file: "",
+        marker: "path",
+        class: Class::Bug,
+        reason: UNWRAP_PATH,
+    },
+    Known {
+        package: "generator@unwrap",
+        aspect: Aspect::Stdout,
+        file: "",
+        marker: "path",
+        class: Class::Bug,
+        reason: UNWRAP_PATH,
+    },
+];
+
+impl Known {
+    /// True when `d` is this difference.
+    fn matches(&self, d: &Difference) -> bool {
+        self.package == d.package
+            && self.aspect == d.aspect
+            && self.file == d.file
+            && (self.marker.is_empty() || d.detail.lines().all(|l| l.contains(self.marker)))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Environment
+// ---------------------------------------------------------------------------
+
+/// The kpt binary built by `scripts/build-kpt.sh`.
+fn kpt_bin() -> PathBuf {
+    let path = std::env::var_os("KRM_FN_KPT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "KRM_FN_KPT_BIN is not set: these tests compare against the real kpt CLI. \
+             Run them through scripts/test.sh, or export KRM_FN_KPT_BIN=\"$(scripts/build-kpt.sh)\""
+            )
+        });
+    assert!(
+        path.is_file(),
+        "KRM_FN_KPT_BIN={} does not exist: run scripts/build-kpt.sh",
+        path.display()
+    );
+    path
+}
+
+/// The directory of the installed catalog function binaries.
+fn catalog_bin() -> PathBuf {
+    common::catalog_dir().join("bin")
+}
+
+/// The catalog functions installed as binaries.
+const INSTALLED: &[&str] = &[
+    "apply-replacements",
+    "apply-setters",
+    "list-setters",
+    "set-namespace",
+    "starlark",
+];
+
+// ---------------------------------------------------------------------------
+// Staging packages
+// ---------------------------------------------------------------------------
+
+/// Copies `src` to `dest` recursively (without `.expected`), rewriting every
+/// `Kptfile` with `rewrite`.
+fn stage(src: &Path, dest: &Path, rewrite: &dyn Fn(&str) -> String) {
+    std::fs::create_dir_all(dest).unwrap();
+    for entry in std::fs::read_dir(src).unwrap().flatten() {
+        let name = entry.file_name();
+        if name == ".expected" {
+            continue;
+        }
+        let from = entry.path();
+        let to = dest.join(&name);
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            stage(&from, &to, rewrite);
+        } else if kind.is_file() {
+            if name == "Kptfile" {
+                let text = std::fs::read_to_string(&from).unwrap();
+                std::fs::write(&to, rewrite(&text)).unwrap();
+            } else {
+                std::fs::copy(&from, &to).unwrap();
+            }
+        }
+    }
+}
+
+/// `${CATALOG}` → the directory of the installed binaries.
+fn substitute_catalog(text: &str) -> String {
+    text.replace("${CATALOG}", &catalog_bin().display().to_string())
+}
+
+/// The function name of a catalog image (`gcr.io/kpt-fn/starlark:v0.4` → `starlark`).
+fn function_name(image: &str) -> &str {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    last.split([':', '@']).next().unwrap_or(last)
+}
+
+/// Catalog images used by a Kptfile (`image:` lines).
+fn kptfile_images(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let t = l.trim_start().trim_start_matches("- ").trim_start();
+            t.strip_prefix("image:")
+                .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\'').to_string())
+        })
+        .collect()
+}
+
+/// `image: <catalog image>` → `exec: <installed binary>`.
+fn image_to_exec(text: &str) -> String {
+    let bin = catalog_bin();
+    let mut out = String::new();
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n');
+        let indent = body.len() - body.trim_start().len();
+        let rest = &body[indent..];
+        let (dash, field) = match rest.strip_prefix("- ") {
+            Some(f) => ("- ", f.trim_start()),
+            None => ("", rest),
+        };
+        match field.strip_prefix("image:") {
+            Some(image) => {
+                let image = image.trim().trim_matches(|c| c == '"' || c == '\'');
+                let pad = rest.len() - dash.len() - field.len();
+                out.push_str(&body[..indent]);
+                out.push_str(dash);
+                out.push_str(&" ".repeat(pad));
+                out.push_str(&format!(
+                    "exec: {}",
+                    bin.join(function_name(image)).display()
+                ));
+                out.push_str(&line[body.len()..]);
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Running
+// ---------------------------------------------------------------------------
+
+/// Which renderer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tool {
+    Kpt,
+    Ours,
+}
+
+/// The outcome of one render.
+struct Run {
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: String,
+    results: Option<Value>,
+}
+
+/// Renders `pkg` with `tool` (`--allow-exec`, results into `results_dir`),
+/// from `cwd`, with `extra` arguments.
+fn render(tool: Tool, pkg: &Path, cwd: &Path, results_dir: &Path, extra: &[&str]) -> Run {
+    let mut cmd = match tool {
+        Tool::Kpt => {
+            let mut c = Command::new(kpt_bin());
+            c.args(["fn", "render"]);
+            c
+        }
+        Tool::Ours => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
+            c.arg("render");
+            c
+        }
+    };
+    cmd.arg(pkg)
+        .arg("--allow-exec")
+        .arg("--results-dir")
+        .arg(results_dir)
+        .args(extra)
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {tool:?}: {e}"));
+    let results = std::fs::read(results_dir.join("results.yaml"))
+        .ok()
+        .map(|b| {
+            codec::from_yaml_slice::<Value>(&b)
+                .unwrap_or_else(|e| panic!("{tool:?} wrote an unreadable results.yaml: {e}"))
+        });
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        results,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Comparing
+// ---------------------------------------------------------------------------
+
+/// One observed difference.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Difference {
+    package: String,
+    aspect: Aspect,
+    file: String,
+    detail: String,
+}
+
+/// Every file under `dir` (package-relative path → bytes), hidden ones
+/// included; directories are entries ending in `/` with no content.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            if p.is_dir() {
+                out.insert(format!("{rel}/"), Vec::new());
+                stack.push(p);
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// kpt's `MatchAllKRM`: `Kptfile`, `*.yaml`, `*.yml`, `*.json`.
+fn is_krm_file(rel: &str) -> bool {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    name == "Kptfile" || [".yaml", ".yml", ".json"].iter().any(|s| name.ends_with(s))
+}
+
+/// The non-empty documents of a YAML file.
+fn parse(bytes: &[u8]) -> Result<Vec<Value>, String> {
+    codec::from_yaml_documents::<Value>(bytes)
+        .map(|docs| docs.into_iter().filter(|d| !d.is_null()).collect())
+        .map_err(|e| e.to_string())
+}
+
+/// The column where an inline comment starts on `line`, if any.
+fn inline_comment(line: &str) -> Option<usize> {
+    let (mut single, mut double) = (false, false);
+    let mut prev = ' ';
+    for (i, c) in line.char_indices() {
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single && prev != '\\' => double = !double,
+            '#' if !single && !double && prev.is_whitespace() => return Some(i),
+            _ => {}
+        }
+        prev = c;
+    }
+    None
+}
+
+/// Comment texts of a YAML file with their multiplicity (full-line comments
+/// and inline comments, trimmed).
+fn comments(text: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let t = line.trim();
+        let comment = if t.starts_with('#') {
+            Some(t.to_string())
+        } else {
+            inline_comment(line).map(|i| line[i..].trim().to_string())
+        };
+        if let Some(c) = comment.filter(|c| c.len() > 1) {
+            *out.entry(c).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// The parts of `results.yaml` compared: exit code; per item the function,
+/// exit code, and each result's severity and message.
+fn results_summary(results: &Value) -> Value {
+    let items = results["items"].as_array().cloned().unwrap_or_default();
+    let items: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let results: Vec<Value> = item["results"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|r| json!({"severity": r["severity"], "message": r["message"]}))
+                .collect();
+            json!({
+                "image": item["image"],
+                "exec": item["exec"],
+                "exitCode": item["exitCode"],
+                "results": results,
+            })
+        })
+        .collect();
+    json!({"exitCode": results["exitCode"], "items": items})
+}
+
+/// Where two parsed document lists differ, as JSON paths and values.
+fn describe_mismatch(kpt: &[Value], ours: &[Value]) -> String {
+    fn walk(path: String, k: &Value, o: &Value, out: &mut Vec<String>) {
+        match (k, o) {
+            (Value::Object(km), Value::Object(om)) => {
+                let keys = km.keys().chain(om.keys().filter(|x| !km.contains_key(*x)));
+                for key in keys {
+                    match (km.get(key), om.get(key)) {
+                        (Some(kv), Some(ov)) if kv == ov => {}
+                        (Some(kv), Some(ov)) => walk(format!("{path}.{key}"), kv, ov, out),
+                        (kv, ov) => out.push(format!(
+                            "{path}.{key}: kpt {} / ours {}",
+                            kv.map_or("(absent)".into(), Value::to_string),
+                            ov.map_or("(absent)".into(), Value::to_string)
+                        )),
+                    }
+                }
+            }
+            (Value::Array(ka), Value::Array(oa)) if ka.len() == oa.len() => {
+                for (i, (kv, ov)) in ka.iter().zip(oa).enumerate() {
+                    if kv != ov {
+                        walk(format!("{path}[{i}]"), kv, ov, out);
+                    }
+                }
+            }
+            _ => out.push(format!("{path}: kpt {k} / ours {o}")),
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        String::new(),
+        &Value::Array(kpt.to_vec()),
+        &Value::Array(ours.to_vec()),
+        &mut out,
+    );
+    out.join("\n")
+}
+
+/// Removes `status` from the root Kptfile in `tree` after checking that ours
+/// records the render outcome there (kpt ≥ 2026-03 does; beta.54 predates it).
+fn take_root_status(tree: &mut BTreeMap<String, Vec<u8>>, tool: Tool, succeeded: bool) {
+    let Some(bytes) = tree.get_mut("Kptfile") else {
+        return;
+    };
+    let mut docs = parse(bytes).expect("root Kptfile parses");
+    let Some(Value::Object(kptfile)) = docs.first_mut() else {
+        return;
+    };
+    let status = kptfile.remove("status");
+    if tool == Tool::Ours {
+        let status = status.unwrap_or_else(|| {
+            panic!("our render did not record its outcome in the root Kptfile status")
+        });
+        let rendered = status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Rendered"))
+            .unwrap_or_else(|| panic!("no Rendered condition in the Kptfile status: {status}"));
+        let want = if succeeded { "True" } else { "False" };
+        assert_eq!(
+            rendered["status"],
+            want,
+            "Rendered condition after a {} render: {rendered}",
+            if succeeded { "successful" } else { "failed" }
+        );
+    }
+    *bytes = codec::to_yaml_string(&docs[0]).unwrap().into_bytes();
+}
+
+/// Compares the package trees, results and exit status of the two renders.
+#[allow(clippy::too_many_arguments)]
+fn compare_renders(
+    package: &str,
+    input: &BTreeMap<String, Vec<u8>>,
+    kpt_dir: &Path,
+    kpt: &Run,
+    ours_dir: &Path,
+    ours: &Run,
+    diffs: &mut Vec<Difference>,
+) {
+    let mut diff = |aspect, file: &str, detail: String| {
+        diffs.push(Difference {
+            package: package.to_string(),
+            aspect,
+            file: file.to_string(),
+            detail,
+        })
+    };
+    if kpt.code != ours.code {
+        diff(
+            Aspect::Exit,
+            "",
+            format!(
+                "kpt exited {} and we exited {}\n--- kpt stderr\n{}\n--- our stderr\n{}",
+                kpt.code, ours.code, kpt.stderr, ours.stderr
+            ),
+        );
+    }
+
+    let mut kpt_tree = files(kpt_dir);
+    let mut our_tree = files(ours_dir);
+    take_root_status(&mut kpt_tree, Tool::Kpt, kpt.code == 0);
+    take_root_status(&mut our_tree, Tool::Ours, ours.code == 0);
+
+    // Failure: nothing written (the root Kptfile may change only in status).
+    for (tool, run, tree) in [(Tool::Kpt, kpt, &kpt_tree), (Tool::Ours, ours, &our_tree)] {
+        if run.code == 0 {
+            continue;
+        }
+        let before: BTreeSet<&String> = input.keys().collect();
+        let after: BTreeSet<&String> = tree.keys().collect();
+        assert_eq!(
+            before, after,
+            "{package}: {tool:?} failed but created or deleted files"
+        );
+        for (rel, bytes) in tree {
+            if rel == "Kptfile" {
+                assert_eq!(
+                    parse(bytes).unwrap(),
+                    parse(&input[rel]).unwrap(),
+                    "{package}: {tool:?} failed but changed the root Kptfile beyond its status"
+                );
+            } else {
+                assert!(
+                    bytes == &input[rel],
+                    "{package}: {tool:?} failed but wrote {rel}:\n{}",
+                    String::from_utf8_lossy(bytes)
+                );
+            }
+        }
+    }
+
+    let names: BTreeSet<&String> = kpt_tree.keys().chain(our_tree.keys()).collect();
+    for rel in names {
+        let (k, o) = match (kpt_tree.get(rel), our_tree.get(rel)) {
+            (Some(k), Some(o)) => (k, o),
+            (Some(_), None) => {
+                diff(Aspect::Files, rel, "only kpt has this file".into());
+                continue;
+            }
+            (None, Some(_)) => {
+                diff(Aspect::Files, rel, "only we have this file".into());
+                continue;
+            }
+            (None, None) => unreachable!(),
+        };
+        if is_krm_file(rel) {
+            match (parse(k), parse(o)) {
+                (Ok(kd), Ok(od)) if kd == od => {
+                    if k != o {
+                        println!("[{package}] {rel}: same YAML as kpt's, formatted differently");
+                    }
+                }
+                (Ok(kd), Ok(od)) => diff(Aspect::Content, rel, describe_mismatch(&kd, &od)),
+                (Err(_), _) if k == o => {}
+                (kr, or) => diff(
+                    Aspect::Content,
+                    rel,
+                    format!("kpt: {:?}\nours: {:?}", kr.err(), or.err()),
+                ),
+            }
+        } else if k != o {
+            diff(
+                Aspect::Content,
+                rel,
+                format!(
+                    "--- kpt\n{}\n--- ours\n{}",
+                    String::from_utf8_lossy(k),
+                    String::from_utf8_lossy(o)
+                ),
+            );
+        }
+        if let Some(source) = input.get(rel).filter(|_| is_krm_file(rel)) {
+            let source = comments(&String::from_utf8_lossy(source));
+            let kept = comments(&String::from_utf8_lossy(k));
+            let ours = comments(&String::from_utf8_lossy(o));
+            let missing: Vec<&String> = source
+                .iter()
+                .filter(|(c, n)| {
+                    let need = (**n).min(kept.get(*c).copied().unwrap_or(0));
+                    ours.get(*c).copied().unwrap_or(0) < need
+                })
+                .map(|(c, _)| c)
+                .collect();
+            if !missing.is_empty() {
+                diff(
+                    Aspect::Comments,
+                    rel,
+                    format!(
+                        "comments kpt keeps but we drop: {missing:?}\n--- ours\n{}",
+                        String::from_utf8_lossy(o)
+                    ),
+                );
+            }
+        }
+    }
+
+    match (&kpt.results, &ours.results) {
+        (Some(k), Some(o)) => {
+            let (k, o) = (results_summary(k), results_summary(o));
+            if k != o {
+                diff(
+                    Aspect::Results,
+                    "results.yaml",
+                    describe_mismatch(&[k], &[o]),
+                );
+            }
+        }
+        (None, None) => {}
+        (k, o) => diff(
+            Aspect::Results,
+            "results.yaml",
+            format!(
+                "kpt wrote results.yaml: {}, we did: {}",
+                k.is_some(),
+                o.is_some()
+            ),
+        ),
+    }
+}
+
+/// Fails on any difference not in [`KNOWN_DIFFERENCES`] and on any listed
+/// difference for `packages` that did not occur.
+fn check_against_known(packages: &[String], diffs: &[Difference]) {
+    let known = |d: &Difference| KNOWN_DIFFERENCES.iter().find(|k| k.matches(d));
+    let unexpected: Vec<String> = diffs
+        .iter()
+        .filter(|d| known(d).is_none())
+        .map(|d| format!("[{}] {:?} {}:\n{}", d.package, d.aspect, d.file, d.detail))
+        .collect();
+    let vanished: Vec<String> = KNOWN_DIFFERENCES
+        .iter()
+        .filter(|k| packages.iter().any(|p| p == k.package))
+        .filter(|k| !diffs.iter().any(|d| k.matches(d)))
+        .map(|k| {
+            format!(
+                "[{}] {:?} {} ({:?}: {})",
+                k.package, k.aspect, k.file, k.class, k.reason
+            )
+        })
+        .collect();
+    for d in diffs {
+        if let Some(k) = known(d) {
+            println!(
+                "known difference [{}] {:?} {} ({:?}): {}",
+                d.package, d.aspect, d.file, k.class, k.reason
+            );
+        }
+    }
+    assert!(
+        unexpected.is_empty() && vanished.is_empty(),
+        "differences from kpt not in KNOWN_DIFFERENCES:\n\n{}\n\n\
+         listed in KNOWN_DIFFERENCES but no longer observed (remove them):\n{}",
+        unexpected.join("\n\n"),
+        vanished.join("\n")
+    );
+}
+
+/// Renders `src` (staged with `rewrite`) with both tools in place and
+/// compares; returns both exit codes and the directory holding our result
+/// (`<tempdir>/ours/pkg`; the tempdir lives as long as the returned guard).
+fn compare_in_place(
+    package: &str,
+    src: &Path,
+    rewrite: &dyn Fn(&str) -> String,
+    diffs: &mut Vec<Difference>,
+) -> (i32, i32, tempfile::TempDir) {
+    let work = tempfile::tempdir().unwrap();
+    let (kpt_dir, ours_dir) = (work.path().join("kpt/pkg"), work.path().join("ours/pkg"));
+    stage(src, &kpt_dir, rewrite);
+    stage(src, &ours_dir, rewrite);
+    let input = files(&kpt_dir);
+    let kpt = render(
+        Tool::Kpt,
+        &kpt_dir,
+        work.path(),
+        &work.path().join("kpt/results"),
+        &[],
+    );
+    let ours = render(
+        Tool::Ours,
+        &ours_dir,
+        work.path(),
+        &work.path().join("ours/results"),
+        &[],
+    );
+    compare_renders(package, &input, &kpt_dir, &kpt, &ours_dir, &ours, diffs);
+    (kpt.code, ours.code, work)
+}
+
+/// Renders `src` with both tools with `-o <mode>` (`stdout` or `unwrap`) and
+/// compares exit status, stdout (parsed; plus comments), results, and that
+/// neither tool touched the package.
+fn compare_out_of_place(
+    package: &str,
+    src: &Path,
+    mode: &str,
+    rewrite: &dyn Fn(&str) -> String,
+    diffs: &mut Vec<Difference>,
+) -> (i32, i32) {
+    let name = format!("{package}@{mode}");
+    let work = tempfile::tempdir().unwrap();
+    let (kpt_dir, ours_dir) = (work.path().join("kpt/pkg"), work.path().join("ours/pkg"));
+    stage(src, &kpt_dir, rewrite);
+    stage(src, &ours_dir, rewrite);
+    let input = files(&kpt_dir);
+    let args = ["--output", mode];
+    let kpt = render(
+        Tool::Kpt,
+        &kpt_dir,
+        work.path(),
+        &work.path().join("kpt/results"),
+        &args,
+    );
+    let ours = render(
+        Tool::Ours,
+        &ours_dir,
+        work.path(),
+        &work.path().join("ours/results"),
+        &args,
+    );
+    for (tool, dir) in [(Tool::Kpt, &kpt_dir), (Tool::Ours, &ours_dir)] {
+        assert!(
+            files(dir) == input,
+            "{name}: {tool:?} changed the package although the output went to {mode}"
+        );
+    }
+    let mut diff = |aspect, file: &str, detail: String| {
+        diffs.push(Difference {
+            package: name.clone(),
+            aspect,
+            file: file.to_string(),
+            detail,
+        })
+    };
+    if kpt.code != ours.code {
+        diff(
+            Aspect::Exit,
+            "",
+            format!(
+                "kpt exited {} and we exited {}\n--- kpt stderr\n{}\n--- our stderr\n{}",
+                kpt.code, ours.code, kpt.stderr, ours.stderr
+            ),
+        );
+    }
+    match (parse(&kpt.stdout), parse(&ours.stdout)) {
+        (Ok(k), Ok(o)) if k == o => {}
+        (Ok(k), Ok(o)) => diff(Aspect::Stdout, "", describe_mismatch(&k, &o)),
+        (k, o) => diff(
+            Aspect::Stdout,
+            "",
+            format!("kpt: {:?}\nours: {:?}", k.err(), o.err()),
+        ),
+    }
+    let (kept, ours_comments) = (
+        comments(&String::from_utf8_lossy(&kpt.stdout)),
+        comments(&String::from_utf8_lossy(&ours.stdout)),
+    );
+    let mut source: BTreeMap<String, usize> = BTreeMap::new();
+    for (rel, bytes) in &input {
+        if is_krm_file(rel) {
+            for (c, n) in comments(&String::from_utf8_lossy(bytes)) {
+                *source.entry(c).or_default() += n;
+            }
+        }
+    }
+    let missing: Vec<&String> = source
+        .iter()
+        .filter(|(c, n)| {
+            let need = (**n).min(kept.get(*c).copied().unwrap_or(0));
+            ours_comments.get(*c).copied().unwrap_or(0) < need
+        })
+        .map(|(c, _)| c)
+        .collect();
+    if !missing.is_empty() {
+        diff(
+            Aspect::Comments,
+            "",
+            format!("comments kpt keeps on {mode} but we drop: {missing:?}"),
+        );
+    }
+    match (&kpt.results, &ours.results) {
+        (Some(k), Some(o)) if results_summary(k) == results_summary(o) => {}
+        (None, None) => {}
+        (k, o) => diff(
+            Aspect::Results,
+            "results.yaml",
+            describe_mismatch(
+                &k.iter().map(results_summary).collect::<Vec<_>>(),
+                &o.iter().map(results_summary).collect::<Vec<_>>(),
+            ),
+        ),
+    }
+    (kpt.code, ours.code)
+}
+
+/// The source directory of one of `tests/render_packages`.
+fn own_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/render_packages")
+        .join(name)
+}
+
+/// Compares one package of `tests/render_packages`, which must render with
+/// `expected_exit` under kpt; `check_ours` then inspects our rendered copy.
+fn own_package_with(name: &str, expected_exit: i32, check_ours: &dyn Fn(&Path, i32)) {
+    let mut diffs = Vec::new();
+    let (kpt_code, our_code, work) =
+        compare_in_place(name, &own_source(name), &substitute_catalog, &mut diffs);
+    assert_eq!(
+        kpt_code, expected_exit,
+        "kpt's exit status for {name} is not the one the package is written for"
+    );
+    check_ours(&work.path().join("ours/pkg"), our_code);
+    check_against_known(&[name.to_string()], &diffs);
+}
+
+/// Compares one package of `tests/render_packages` (see [`own_package_with`]).
+fn own_package(name: &str, expected_exit: i32) {
+    own_package_with(name, expected_exit, &|_, _| {});
+}
+
+#[test]
+fn subpackages() {
+    own_package("subpackages", 0);
+}
+
+#[test]
+fn selectors() {
+    own_package("selectors", 0);
+}
+
+/// kpt quirk (spec §3.5): an object matching two selectors is handed to the
+/// function twice, and the render fails with a duplicate path/index. We pass
+/// it once; the render succeeds.
+#[test]
+fn selectors_overlap() {
+    own_package_with("selectors-overlap", 1, &|pkg, code| {
+        assert_eq!(
+            code, 0,
+            "an object matching two selectors must not fail the render"
+        );
+        let docs = parse(&std::fs::read(pkg.join("web.yaml")).unwrap()).unwrap();
+        let namespaces: Vec<(&str, &Value)> = docs
+            .iter()
+            .map(|d| (d["kind"].as_str().unwrap(), &d["metadata"]["namespace"]))
+            .collect();
+        assert_eq!(
+            namespaces,
+            [
+                ("Deployment", &json!("web")),
+                ("Service", &json!("web")),
+                ("ConfigMap", &Value::Null)
+            ],
+            "the selected objects (the Deployment by both selectors) get the namespace"
+        );
+    });
+}
+
+#[test]
+fn configpath() {
+    own_package("configpath", 0);
+}
+
+#[test]
+fn validators_pass() {
+    own_package("validators-pass", 0);
+}
+
+#[test]
+fn validator_fail() {
+    own_package("validator-fail", 1);
+}
+
+#[test]
+fn mutator_fail() {
+    own_package("mutator-fail", 1);
+}
+
+#[test]
+fn exec_exit_code() {
+    own_package("exec-exit-code", 1);
+}
+
+#[test]
+fn generator() {
+    own_package("generator", 0);
+}
+
+#[test]
+fn deletion() {
+    own_package("deletion", 0);
+}
+
+#[test]
+fn multi_doc_comments() {
+    own_package("multi-doc-comments", 0);
+}
+
+#[test]
+fn seqindent() {
+    own_package("seqindent", 0);
+}
+
+#[test]
+fn non_krm() {
+    own_package("non-krm", 0);
+}
+
+/// `-o stdout` and `-o unwrap` on a package with subpackages, one with
+/// comments and generated/deleted resources, and one that fails.
+#[test]
+fn out_of_place_outputs() {
+    let mut diffs = Vec::new();
+    let mut names = Vec::new();
+    for (package, expected_exit) in [
+        ("subpackages", 0),
+        ("multi-doc-comments", 0),
+        ("generator", 0),
+        ("mutator-fail", 1),
+    ] {
+        for mode in ["stdout", "unwrap"] {
+            let (kpt_code, _) = compare_out_of_place(
+                package,
+                &own_source(package),
+                mode,
+                &substitute_catalog,
+                &mut diffs,
+            );
+            assert_eq!(
+                kpt_code, expected_exit,
+                "kpt's exit status for {package} -o {mode}"
+            );
+            names.push(format!("{package}@{mode}"));
+        }
+    }
+    check_against_known(&names, &diffs);
+}
+
+/// The catalog's example and test packages whose Kptfile pipelines use
+/// only installed functions (`image:` rewritten to `exec:`).
+fn catalog_cases(root: &Path) -> Vec<(String, PathBuf)> {
+    let mut dirs = Vec::new();
+    for top in ["examples", "tests"] {
+        let Ok(entries) = std::fs::read_dir(root.join(top)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.join("Kptfile").is_file() {
+                dirs.push(p);
+            } else if p.is_dir() {
+                for sub in std::fs::read_dir(&p).unwrap().flatten() {
+                    if sub.path().join("Kptfile").is_file() {
+                        dirs.push(sub.path());
+                    }
+                }
+            }
+        }
+    }
+    let mut cases: Vec<(String, PathBuf)> = dirs
+        .into_iter()
+        .filter(|d| {
+            let images = kptfile_images(&std::fs::read_to_string(d.join("Kptfile")).unwrap());
+            !images.is_empty() && images.iter().all(|i| INSTALLED.contains(&function_name(i)))
+        })
+        .map(|d| (d.strip_prefix(root).unwrap().display().to_string(), d))
+        .collect();
+    cases.sort();
+    cases
+}
+
+/// The exit code a catalog case expects (`.expected/config.yaml`, default 0).
+fn catalog_expected_exit(case: &Path) -> i32 {
+    std::fs::read(case.join(".expected/config.yaml"))
+        .ok()
+        .and_then(|b| codec::from_yaml_slice::<Value>(&b).ok())
+        .and_then(|v| v["exitCode"].as_i64())
+        .unwrap_or(0) as i32
+}
+
+#[test]
+fn catalog_packages() {
+    let Some(root) = std::env::var_os("KRM_FN_CATALOG_FIXTURES") else {
+        println!(
+            "KRM_FN_CATALOG_FIXTURES is not set: the catalog's packages are not compared here \
+             (.ci/run sets it)"
+        );
+        return;
+    };
+    let cases = catalog_cases(Path::new(&root));
+    assert!(
+        cases.len() >= 15,
+        "expected the catalog's packages for {INSTALLED:?}, found {cases:?}"
+    );
+    let mut diffs = Vec::new();
+    for (name, dir) in &cases {
+        let (kpt_code, _, _work) = compare_in_place(name, dir, &image_to_exec, &mut diffs);
+        assert_eq!(
+            kpt_code,
+            catalog_expected_exit(dir),
+            "kpt's exit status for {name} is not the one the case expects"
+        );
+    }
+    let names: Vec<String> = cases.into_iter().map(|(n, _)| n).collect();
+    println!("compared {} catalog packages: {names:?}", names.len());
+    check_against_known(&names, &diffs);
+}
+
+#[test]
+fn comment_extraction() {
+    let text = "# head\na: 'x # not a comment' # inline\nb: \"y#z\"\nc: [1, 2] # flow\n  # indented\nd: e#f\n";
+    let found: Vec<(String, usize)> = comments(text).into_iter().collect();
+    assert_eq!(
+        found,
+        [
+            ("# flow".to_string(), 1),
+            ("# head".to_string(), 1),
+            ("# indented".to_string(), 1),
+            ("# inline".to_string(), 1),
+        ]
+    );
+}
