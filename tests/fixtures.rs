@@ -351,11 +351,12 @@ async fn run_case(
             Ok(r) => {
                 let out = ResourceList::parse(&r.into_inner().resource_list)
                     .expect("function output is a ResourceList");
-                results.extend(
-                    out.results
-                        .iter()
-                        .map(|r| (r.severity.to_string(), r.message.clone())),
-                );
+                results.extend(out.results.iter().map(|r| {
+                    (
+                        r.severity.unwrap_or_default().to_string(),
+                        r.message.clone(),
+                    )
+                }));
                 if !step.validator {
                     let before = std::mem::take(&mut items);
                     write_back(work, &before, out.items);

@@ -26,7 +26,7 @@ use crate::adapters::runtime::{
 use crate::domain::codec;
 use crate::domain::exec_config::ExecConfig;
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
-use crate::domain::render::{RenderEvents, RenderOptions, StepRecord, StepStart};
+use crate::domain::render::{RenderErrorKind, RenderEvents, RenderOptions, StepRecord, StepStart};
 
 /// Flags of `render`.
 #[derive(Debug, Args)]
@@ -118,7 +118,13 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             outcome.executed, total, outcome.packages
         );
     }
-    if let Some(results) = &args.results_dir {
+    // kpt fails while loading a root package whose pipeline is invalid,
+    // before any results file exists.
+    let root_invalid = matches!(
+        outcome.error.as_ref().map(|e| &e.kind),
+        Some(RenderErrorKind::InvalidRootKptfile(_))
+    );
+    if let Some(results) = args.results_dir.as_ref().filter(|_| !root_invalid) {
         let path = results.join("results.yaml");
         let written = std::fs::create_dir_all(results).and_then(|_| {
             let text = codec::to_yaml_string(&outcome.result_list())

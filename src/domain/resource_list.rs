@@ -145,7 +145,9 @@ impl ResourceList {
 
     /// True when any result has severity `error`.
     pub fn has_error_results(&self) -> bool {
-        self.results.iter().any(|r| r.severity == Severity::Error)
+        self.results
+            .iter()
+            .any(|r| r.severity == Some(Severity::Error))
     }
 }
 
@@ -228,9 +230,10 @@ pub struct ResultItem {
     /// Human-readable message (required by the spec; empty when absent).
     #[serde(default)]
     pub message: String,
-    /// Severity; absent reads as `info`.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub severity: Severity,
+    /// Severity; `None` when the function gave none (printed and counted
+    /// as `info`, kept absent when results are stored, as kpt does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<Severity>,
     /// The object the result is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_ref: Option<ResourceRef>,
@@ -294,7 +297,7 @@ impl fmt::Display for ResultItem {
     /// `[<severity>] <apiVersion/kind/namespace/name> <field path>: <message>`,
     /// with empty parts omitted.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}]", self.severity)?;
+        write!(f, "[{}]", self.severity.unwrap_or_default())?;
         if let Some(r) = &self.resource_ref {
             let id: Vec<&str> = [&r.api_version, &r.kind, &r.namespace, &r.name]
                 .into_iter()
@@ -356,8 +359,8 @@ results:
             "ns"
         );
         assert_eq!(rl.results.len(), 2);
-        assert_eq!(rl.results[0].severity, Severity::Error);
-        assert_eq!(rl.results[1].severity, Severity::Info);
+        assert_eq!(rl.results[0].severity, Some(Severity::Error));
+        assert_eq!(rl.results[1].severity.unwrap_or_default(), Severity::Info);
         assert_eq!(rl.results[0].file.as_ref().unwrap().index, Some(1));
         assert!(rl.has_error_results());
     }
@@ -377,7 +380,7 @@ results:
             b"kind: ResourceList\nitems: []\nresults:\n  items:\n  - message: m\n    severity: warning\n",
         )
         .unwrap();
-        assert_eq!(rl.results[0].severity, Severity::Warning);
+        assert_eq!(rl.results[0].severity, Some(Severity::Warning));
     }
 
     #[test]

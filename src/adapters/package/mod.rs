@@ -360,15 +360,22 @@ impl PackageDir {
     ///
     /// Errors: none in practice (values read from YAML always emit).
     pub fn wrapped(&self, items: &[Value]) -> Result<String, codec::CodecError> {
-        let list = ResourceList::new(items.to_vec());
+        let mut items = items.to_vec();
+        for item in &mut items {
+            // kpt annotates the objects it read, not generated ones.
+            if let Some(doc) = key_of(item).and_then(|(p, i)| self.sources.get(&p, i)) {
+                ann::set(item, ann::SEQ_INDENT, preserve::sequence_indent(&doc.text));
+            }
+        }
+        let list = ResourceList::new(items);
         list.to_yaml_with(|_, item| {
             self.sources
                 .format(key_of(item).as_ref().map(|(p, i)| (p.as_str(), *i)), item)
         })
     }
 
-    /// `items` as a multi-document YAML stream (kpt's `-o unwrap`): index,
-    /// id and sequence-indent annotations removed, path annotations kept.
+    /// `items` as a multi-document YAML stream (kpt's `-o unwrap`): every
+    /// reader annotation (path, index, id, sequence indent) removed.
     pub fn unwrapped(&self, items: &[Value]) -> String {
         let mut out = String::new();
         for (n, item) in items.iter().enumerate() {
@@ -376,17 +383,7 @@ impl PackageDir {
                 out.push_str("---\n");
             }
             let key = key_of(item);
-            let mut value = item.clone();
-            ann::remove_all(
-                &mut value,
-                &[
-                    ann::INDEX,
-                    ann::LEGACY_INDEX,
-                    ann::SEQ_INDENT,
-                    ann::ID,
-                    ann::LEGACY_ID,
-                ],
-            );
+            let value = clean(item);
             out.push_str(
                 &self
                     .sources

@@ -159,13 +159,18 @@ fn output_modes_keep_comments() {
     let pkg = PackageDir::read(dir.path()).unwrap();
     let wrapped = pkg.wrapped(pkg.items()).unwrap();
     let list = ResourceList::parse(wrapped.as_bytes()).unwrap();
-    assert_eq!(list.items, pkg.items());
+    assert_eq!(list.items.len(), pkg.items().len());
+    assert_eq!(
+        ann::get(&list.items[4], ann::SEQ_INDENT).as_deref(),
+        Some("wide")
+    );
+    assert_eq!(ann::path(&list.items[4]).as_deref(), Some("web.yaml"));
     assert!(wrapped.contains("# kpt-set: ${replicas}"));
     let unwrapped = pkg.unwrapped(pkg.items());
     let docs: Vec<Value> = codec::from_yaml_documents(unwrapped.as_bytes()).unwrap();
     assert_eq!(docs.len(), 5);
     assert!(ann::get(&docs[3], ann::INDEX).is_none());
-    assert_eq!(ann::path(&docs[3]).as_deref(), Some("web.yaml"));
+    assert!(ann::path(&docs[3]).is_none());
     assert!(unwrapped.contains("# keep me"));
 
     let out = dir.path().join("out");

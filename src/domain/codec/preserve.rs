@@ -218,6 +218,35 @@ fn new_node(value: &Value) -> Result<YamlNode, CodecError> {
     Err(CodecError::new(format!("cannot build a node for {value}")))
 }
 
+/// The block-sequence style of a document, as kyaml derives it for the
+/// `internal.config.kubernetes.io/seqindent` annotation: `"wide"` when the
+/// first block sequence under a mapping key is indented deeper than the key
+/// (`key:\n  - a`), `"compact"` when it is not (`key:\n- a`) or when there
+/// is no block sequence under a key.
+pub fn sequence_indent(text: &str) -> &'static str {
+    let mut lines = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    let mut previous: Option<&str> = None;
+    for line in lines.by_ref() {
+        let trimmed = line.trim_start();
+        if let Some(key) = previous
+            && (trimmed.starts_with("- ") || trimmed == "-")
+        {
+            let key_indent = key.len() - key.trim_start().len();
+            let item_indent = line.len() - trimmed.len();
+            return if item_indent > key_indent {
+                "wide"
+            } else {
+                "compact"
+            };
+        }
+        let code = trimmed.split(" #").next().unwrap_or(trimmed).trim_end();
+        previous = code.ends_with(':').then_some(line);
+    }
+    "compact"
+}
+
 /// Indents every non-empty line of `text` by `indent`, and starts the first
 /// line with `first` instead (e.g. `"- "` to make a block sequence item).
 ///
@@ -344,6 +373,15 @@ spec:
         assert_eq!(docs, ["a: 1\n", "b: |\n  ---x\n", "c: 3\n"]);
         assert_eq!(split_documents("---\na: 1\n"), ["", "a: 1\n"]);
         assert!(is_blank_document("# only a comment\n\n"));
+    }
+
+    #[test]
+    fn sequence_style_is_detected_like_kyaml() {
+        assert_eq!(sequence_indent("a:\n  - x\n"), "wide");
+        assert_eq!(sequence_indent("a:\n- x\n"), "compact");
+        assert_eq!(sequence_indent("m:\n  k: # c\n  - x\n"), "compact");
+        assert_eq!(sequence_indent("m:\n  k:\n    - x\n"), "wide");
+        assert_eq!(sequence_indent("a: 1\n"), "compact");
     }
 
     #[test]

@@ -33,9 +33,10 @@ pub struct StructuredResult {
     /// Human-readable message.
     #[serde(default)]
     pub message: String,
-    /// `error`, `warning` or `info` (absent reads as `info`).
-    #[serde(default)]
-    pub severity: Severity,
+    /// `error`, `warning` or `info`; absent (`None`) reads as `info` and
+    /// stays absent when stored, as in kpt's results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<Severity>,
     /// The object the result is about (kept as `{}` when the function sent an empty one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_ref: Option<ResourceRef>,
@@ -116,7 +117,7 @@ impl std::fmt::Display for StructuredResult {
     /// kpt's one-line rendering:
     /// `[<severity>] <apiVersion/kind/namespace/name> <field.path>: <message>`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "[{}]", self.severity)?;
+        write!(f, "[{}]", self.severity.unwrap_or_default())?;
         if let Some(r) = &self.resource_ref {
             let id: Vec<&str> = [&r.api_version, &r.kind, &r.namespace, &r.name]
                 .into_iter()
@@ -298,7 +299,7 @@ impl StepRecord {
             error_results: self
                 .results
                 .iter()
-                .filter(|x| x.severity == Severity::Error)
+                .filter(|x| x.severity == Some(Severity::Error))
                 .cloned()
                 .collect(),
             results: r.results,
@@ -463,11 +464,11 @@ mod tests {
             },
             results: vec![StructuredResult {
                 message: "m".into(),
-                severity: if exit != 0 {
+                severity: Some(if exit != 0 {
                     Severity::Error
                 } else {
                     Severity::Info
-                },
+                }),
                 ..Default::default()
             }],
             execution_error: err.map(str::to_string),
@@ -537,7 +538,7 @@ mod tests {
     fn stored_results_are_narrowed() {
         let item = ResultItem {
             message: "m".into(),
-            severity: Severity::Warning,
+            severity: Some(Severity::Warning),
             resource_ref: Some(ResourceRef::default()),
             field: Some(FieldRef {
                 path: "spec.replicas".into(),

@@ -34,6 +34,9 @@ pub struct SourceDoc {
 #[derive(Debug, Default)]
 pub struct SourceMap {
     docs: HashMap<(String, usize), SourceDoc>,
+    /// Documents by `kind` and `metadata.name`, to find an object a
+    /// function moved to another file.
+    identities: HashMap<(String, String), Vec<DocKey>>,
     /// Last value formatted per document and its text: objects a step did not
     /// change are formatted once per render, not once per step.
     cache: Mutex<HashMap<DocKey, (Value, Arc<str>)>>,
@@ -46,6 +49,7 @@ impl Clone for SourceMap {
     fn clone(&self) -> Self {
         Self {
             docs: self.docs.clone(),
+            identities: self.identities.clone(),
             cache: Mutex::default(),
         }
     }
@@ -67,7 +71,13 @@ impl SourceMap {
     /// Records the document at `path` (root-relative, slash-separated) and
     /// `index` (0-based among the file's non-empty documents).
     pub fn insert(&mut self, path: impl Into<String>, index: usize, doc: SourceDoc) {
-        self.docs.insert((path.into(), index), doc);
+        let key = (path.into(), index);
+        let identity = identity(&doc.value);
+        self.identities
+            .entry(identity)
+            .or_default()
+            .push(key.clone());
+        self.docs.insert(key, doc);
     }
 
     /// The document at `path`/`index`, if one was read there.
@@ -88,23 +98,32 @@ impl SourceMap {
     /// YAML text for `item`, which claims to come from the document at `key`
     /// (root-relative path, index).
     ///
-    /// When a document was read there and has the same `kind`, its text is
-    /// edited into `item` (comments and layout kept); otherwise — a new
-    /// object, a moved one, or an edit the editor cannot make faithfully —
-    /// `item` is emitted by the codec. Never fails for a JSON value: an
+    /// When a document was read there and has the same `kind` — or else
+    /// when exactly one document has the same `kind` and name (an object a
+    /// function moved to another file, which keeps its comments as in kpt) —
+    /// its text is edited into `item` (comments and layout kept); otherwise
+    /// — a new object, or an edit the editor cannot make faithfully — `item`
+    /// is emitted by the codec. Never fails for a JSON value: an
     /// emit failure (impossible for values read from YAML) yields the JSON
     /// text, which is valid YAML too. Output ends with a newline.
     pub fn format(&self, key: Option<(&str, usize)>, item: &Value) -> Arc<str> {
-        let Some((path, index)) = key else {
-            return emit(item);
+        let at_path = key
+            .map(|(path, index)| (path.to_string(), index))
+            .filter(|k| {
+                self.docs
+                    .get(k)
+                    .is_some_and(|d| ann::kind(&d.value) == ann::kind(item))
+            });
+        let key = match at_path {
+            Some(k) => k,
+            None => match self.identities.get(&identity(item)).map(Vec::as_slice) {
+                Some([only]) => only.clone(),
+                _ => return emit(item),
+            },
         };
-        let key = (path.to_string(), index);
         let Some(doc) = self.docs.get(&key) else {
             return emit(item);
         };
-        if ann::kind(&doc.value) != ann::kind(item) {
-            return emit(item);
-        }
         if let Ok(cache) = self.cache.lock()
             && let Some((value, text)) = cache.get(&key)
             && value == item
@@ -150,6 +169,11 @@ pub fn root_key(dir: &str, item: &Value) -> Option<(String, usize)> {
     Some((ann::join_path(&[dir, path.trim_start_matches('/')]), index))
 }
 
+/// `kind` and `metadata.name` of an object.
+fn identity(item: &Value) -> (String, String) {
+    (ann::kind(item).to_string(), ann::name(item).to_string())
+}
+
 fn emit(item: &Value) -> Arc<str> {
     let text = codec::to_yaml_string(item).unwrap_or_else(|_| item.to_string());
     with_newline(text).into()
@@ -193,9 +217,12 @@ mod tests {
         assert!(text.contains("name: cm # keep\n  namespace: prod\n"));
         // Same value again: served from the cache, same text.
         assert_eq!(m.format(Some(("app/cm.yaml", 0)), &v), text);
+        // Moved to another file: found by kind and name, comments kept.
+        assert!(m.format(Some(("elsewhere.yaml", 3)), &v).contains("# keep"));
         let other = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
         assert!(!m.format(Some(("app/cm.yaml", 0)), &other).contains('#'));
-        assert!(!m.format(None, &v).contains('#'));
+        let unknown = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "new"}});
+        assert!(!m.format(None, &unknown).contains('#'));
     }
 
     #[test]

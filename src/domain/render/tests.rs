@@ -128,7 +128,7 @@ fn failure(exit: i32, stderr: &'static str, message: &str) -> EvalError {
     let mut out = ResourceList::new(vec![]);
     out.results.push(ResultItem {
         message: message.into(),
-        severity: Severity::Error,
+        severity: Some(Severity::Error),
         ..Default::default()
     });
     EvalError::FunctionFailed(Box::new(FunctionFailure::new(
@@ -690,7 +690,7 @@ async fn results_and_render_status_shapes() {
         let mut rl = ResourceList::new(call.resource_list.items.clone());
         rl.results.push(ResultItem {
             message: "all good".into(),
-            severity: Severity::Info,
+            severity: Some(Severity::Info),
             ..Default::default()
         });
         Ok(rl)

@@ -57,7 +57,7 @@ pub fn generate(rl: &mut ResourceList, package_path: Option<&str>) {
     for _ in &contexts {
         rl.results.push(ResultItem {
             message: "generated package context".into(),
-            severity: Severity::Info,
+            severity: Some(Severity::Info),
             file: Some(FileRef {
                 path: PACKAGE_CONTEXT_FILE.into(),
                 index: None,

@@ -26,7 +26,7 @@ use crate::domain::resource_list::{ResourceList, ResultItem, Severity};
 fn result(message: impl Into<String>, severity: Severity) -> ResultItem {
     ResultItem {
         message: message.into(),
-        severity,
+        severity: Some(severity),
         ..Default::default()
     }
 }
@@ -433,7 +433,7 @@ mod tests {
             Some(empty),
         );
         assert!(run(&mut r));
-        assert_eq!(r.results[0].severity, Severity::Warning);
+        assert_eq!(r.results[0].severity, Some(Severity::Warning));
         let mut r = rl(
             vec![],
             Some(

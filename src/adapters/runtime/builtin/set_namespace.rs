@@ -238,7 +238,7 @@ fn config_error(rl: &mut ResourceList, message: String) {
         .unwrap_or(-1);
     rl.results.push(ResultItem {
         message,
-        severity: Severity::Error,
+        severity: Some(Severity::Error),
         resource_ref: Some(ResourceRef {
             api_version: str_at(&fc, &["apiVersion"]).to_string(),
             kind: str_at(&fc, &["kind"]).to_string(),
@@ -361,7 +361,7 @@ impl Walk<'_> {
 fn info(message: String) -> ResultItem {
     ResultItem {
         message,
-        severity: Severity::Info,
+        severity: Some(Severity::Info),
         ..Default::default()
     }
 }
