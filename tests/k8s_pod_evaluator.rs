@@ -254,14 +254,30 @@ async fn cold_start_then_reuse() {
         Some("inline-v1")
     );
 
-    // Reuse after half a TTL: same pod, nothing created, and the
+    // Reuse later: same pod, nothing created, and the
     // reclaim-after moves forward in the background.
-    tokio::time::sleep(Duration::from_millis(2200)).await;
+    // The API server is frozen during the call: the request path must not
+    // need it.
+    // Created at t0 with reclaim-after ceil(t0 + 6 s) ≤ t0 + 7 s; a use
+    // after t0 + 3 s finds it less than a TTL (4 s) ahead and extends it.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let mut client = runner.client().await;
+    bed.plane.pause_apiserver();
     let started = Instant::now();
-    let second = call(&runner, &image, set_namespace_rl("warm"))
-        .await
-        .unwrap();
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.evaluate_function(EvaluateFunctionRequest {
+            resource_list: set_namespace_rl("warm").into(),
+            image: image.clone(),
+        }),
+    )
+    .await;
     let warm = started.elapsed();
+    bed.plane.resume_apiserver();
+    let second = second
+        .expect("the warm call does not wait for the API server")
+        .expect("warm call")
+        .into_inner();
     assert!(output(&second).contains("namespace: warm"));
     assert_eq!(bed.pod_names().await, pods, "second call created nothing");
     assert_eq!(bed.kubelet.started(), 1);

@@ -17,6 +17,7 @@
 //!
 //! Include it with `#[path = "k8s_support/kubelet.rs"] mod kubelet;` next to
 //! `mod common;`.
+#![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -155,6 +156,12 @@ impl Kubelet {
             .collect();
         pods.sort();
         pods
+    }
+
+    /// The loopback address the wrapper of `pod` listens on.
+    pub fn wrapper_address(&self, pod: &str) -> Option<String> {
+        let state = self.inner.state.lock().unwrap();
+        state.wrappers.get(pod).map(|w| w.process.address.clone())
     }
 
     /// Kills the wrapper of `pod` and its function processes with SIGKILL,

@@ -170,6 +170,26 @@ impl ControlPlane {
         plane
     }
 
+    /// Freezes the API server process (SIGSTOP): connections stay open but
+    /// nothing is answered, so any API call made meanwhile hangs. Undo with
+    /// [`resume_apiserver`](Self::resume_apiserver).
+    pub fn pause_apiserver(&self) {
+        self.signal_apiserver("-STOP");
+    }
+
+    /// Lets a paused API server go on (SIGCONT).
+    pub fn resume_apiserver(&self) {
+        self.signal_apiserver("-CONT");
+    }
+
+    fn signal_apiserver(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.apiserver.0.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} kube-apiserver failed");
+    }
+
     /// A kubeconfig for this control plane (also what `KUBECONFIG` would point at).
     pub fn kubeconfig_yaml(&self) -> String {
         format!(

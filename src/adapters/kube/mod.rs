@@ -386,6 +386,36 @@ mod tests {
     }
 
     #[test]
+    fn endpoints_from_slices_and_core_endpoints() {
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s"},
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.0.0.1"], "targetRef": {"kind": "Pod", "name": "a"}},
+                {"addresses": ["10.0.0.2"], "conditions": {"ready": false}},
+            ],
+        }))
+        .unwrap();
+        let eps = endpoints_from_slices(&[slice]);
+        assert_eq!(eps.len(), 2);
+        assert!(eps[0].ready && eps[0].pod_name.as_deref() == Some("a"));
+        assert!(!eps[1].ready && eps[1].pod_name.is_none());
+        let core: Endpoints = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s"},
+            "subsets": [
+                {"addresses": [{"ip": "10.0.0.3", "targetRef": {"kind": "Pod", "name": "b"}}]},
+                {"notReadyAddresses": [{"ip": "10.0.0.4"}]},
+            ],
+        }))
+        .unwrap();
+        let eps = endpoints_from_core(&core);
+        assert_eq!(eps.len(), 2, "every subset counts");
+        assert!(eps[0].ready && eps[0].pod_name.as_deref() == Some("b"));
+        assert!(!eps[1].ready && eps[1].address == "10.0.0.4");
+        assert!(endpoints_from_core(&Endpoints::default()).is_empty());
+    }
+
+    #[test]
     fn statuses_become_typed_errors() {
         assert!(classify("Pod", "p", api_error(404, "NotFound")).is_not_found());
         assert!(matches!(

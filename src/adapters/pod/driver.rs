@@ -1,6 +1,8 @@
-//! The driver: one task per runner that owns the [`PodCache`] state
-//! machine, feeds it inputs (requests, pod watch events, timers, the
-//! outcomes of background work) and carries out its commands.
+//! The driver: the [`PodCache`] state machine of one runner behind a lock,
+//! fed by one task (pod watch events, timers, the outcomes of background
+//! work) and by the callers themselves (requests and releases, so a request
+//! for a ready pod is answered on the caller's task without a task switch),
+//! carrying out the machine's commands.
 //!
 //! Kubernetes work never runs on the driver task itself: pod creation, the
 //! readiness wait for service endpoints, deletions, reclaim-after patches,
@@ -34,7 +36,8 @@ use crate::ports::{ImageInspector, PlatformError, PodEvent, PodEventStream, PodP
 /// The reply channel of one connection request.
 pub(super) type ReplyTx = oneshot::Sender<Result<Assignment, PodCacheError>>;
 
-/// What the driver task receives.
+/// What the driver handles: requests and releases on the caller's task
+/// ([`Shared::handle`]), the rest through the driver task's channel.
 pub(super) enum Msg {
     /// A caller needs a pod for `image`.
     Request {
@@ -120,6 +123,47 @@ pub(super) struct Driver {
     ready: watch::Sender<bool>,
     tx: mpsc::UnboundedSender<Msg>,
     listing: bool,
+    runtime: tokio::runtime::Handle,
+    deadline_added: bool,
+}
+
+/// The driver behind a lock, shared by the driver task (events, timers,
+/// background results) and the callers (requests and releases, handled on
+/// the caller's task so that a request for a ready pod costs no task switch).
+pub(super) struct Shared {
+    driver: std::sync::Mutex<Driver>,
+    /// Wakes the driver task when a new creation deadline may be earlier
+    /// than the one it sleeps until.
+    wake: tokio::sync::Notify,
+}
+
+impl Shared {
+    /// Shares `driver`.
+    pub(super) fn new(driver: Driver) -> Self {
+        Self {
+            driver: std::sync::Mutex::new(driver),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Driver> {
+        // Every driver method leaves the state consistent between inputs;
+        // a panic elsewhere while holding the lock does not break that.
+        self.driver.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Handles `msg` on the calling task, waking the driver task if the
+    /// pod cache now has an earlier deadline.
+    pub(super) fn handle(&self, msg: Msg) {
+        let added = {
+            let mut d = self.lock();
+            d.on_msg(msg);
+            std::mem::take(&mut d.deadline_added)
+        };
+        if added {
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// Loads the pod and service templates (`--function-pod-template`, or the
@@ -182,7 +226,9 @@ fn failure_reason(pod: &Pod) -> String {
 }
 
 impl Driver {
-    /// A driver over `ctx` with `templates`, reporting readiness on `ready`.
+    /// A driver over `ctx` with `templates`, reporting readiness on `ready`
+    /// and posting background results to `tx`. Must be called inside a
+    /// Tokio runtime, where its background tasks will run.
     pub(super) fn new(
         ctx: Arc<Ctx>,
         templates: Templates,
@@ -200,6 +246,8 @@ impl Driver {
             ready,
             tx,
             listing: false,
+            runtime: tokio::runtime::Handle::current(),
+            deadline_added: false,
         }
     }
 
@@ -232,7 +280,7 @@ impl Driver {
                 tracing::info!(pod = %name, "adopted function pod");
                 let ctx = self.ctx.clone();
                 let templates = self.templates.clone();
-                tokio::spawn(async move {
+                self.runtime.spawn(async move {
                     if let Err(e) = ensure_service(&ctx, &templates, &name).await {
                         tracing::warn!(pod = %name, "cannot ensure the service of an adopted pod: {e}");
                     }
@@ -272,13 +320,15 @@ impl Driver {
         }
     }
 
-    /// Runs the driver until [`Msg::Shutdown`] or until every sender is gone.
+    /// Runs the driver task until [`Msg::Shutdown`] or until every sender
+    /// is gone: pod events, timers and background results are fed to the
+    /// shared driver.
     pub(super) async fn run(
-        mut self,
+        shared: std::sync::Arc<Shared>,
         mut rx: mpsc::UnboundedReceiver<Msg>,
         mut pods: PodEventStream,
     ) {
-        let ctx = self.ctx.clone();
+        let ctx = shared.lock().ctx.clone();
         let config = &ctx.config;
         let scan = config.scan_interval;
         let shortest_ttl = std::iter::once(config.policy.defaults.ttl)
@@ -300,25 +350,28 @@ impl Driver {
         }
         let mut next_tick = Instant::now() + tick_period;
         loop {
-            let wake = self
-                .cache
-                .poll_timeout()
-                .map(instant_at)
-                .map_or(next_tick, |t| t.min(next_tick));
+            let wake = {
+                let mut d = shared.lock();
+                d.deadline_added = false;
+                d.cache
+                    .poll_timeout()
+                    .map(instant_at)
+                    .map_or(next_tick, |t| t.min(next_tick))
+            };
             tokio::select! {
                 msg = rx.recv() => match msg {
                     None | Some(Msg::Shutdown) => {
-                        self.feed(Input::Shutdown);
+                        shared.lock().feed(Input::Shutdown);
                         break;
                     }
-                    Some(m) => self.on_msg(m),
+                    Some(m) => shared.lock().on_msg(m),
                 },
                 event = pods.next() => match event {
-                    Some(e) => self.on_event(e),
+                    Some(e) => shared.lock().on_event(e),
                     None => {
                         tracing::warn!("the pod watch ended; restarting it");
                         tokio::time::sleep(Duration::from_millis(500)).await;
-                        match self.ctx.platform.watch_pods(IMAGE_LABEL).await {
+                        match ctx.platform.watch_pods(IMAGE_LABEL).await {
                             Ok(s) => pods = s,
                             Err(e) => tracing::warn!("cannot restart the pod watch: {e}"),
                         }
@@ -328,11 +381,12 @@ impl Driver {
                     if Instant::now() >= next_tick {
                         next_tick = Instant::now() + tick_period;
                     }
-                    self.feed(Input::Tick);
+                    shared.lock().feed(Input::Tick);
                 }
                 () = next_gc(&mut gc) => {
-                    self.start_scan();
+                    shared.lock().start_scan();
                 }
+                () = shared.wake.notified() => {}
             }
         }
         tracing::info!("pod runtime stopped");
@@ -353,6 +407,7 @@ impl Driver {
         match cmd {
             Command::CreatePod(c) => {
                 tracing::info!(pod = %c.pod_name, image = %c.image, "creating function pod");
+                self.deadline_added = true;
                 self.creating.insert(
                     c.pod_name.clone(),
                     Creating {
@@ -365,7 +420,7 @@ impl Driver {
                 );
                 let (ctx, templates, tx) =
                     (self.ctx.clone(), self.templates.clone(), self.tx.clone());
-                tokio::spawn(async move {
+                self.runtime.spawn(async move {
                     let deadline = instant_at(c.deadline);
                     let result = match tokio::time::timeout_at(
                         deadline,
@@ -395,23 +450,14 @@ impl Driver {
             Command::DeletePod { pod_name } => {
                 tracing::info!(pod = %pod_name, "deleting function pod and its service");
                 self.creating.remove(&pod_name);
-                self.ctx.pool.remove(&pod_name);
-                let platform = self.ctx.platform.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = platform.delete_pod(&pod_name).await {
-                        tracing::warn!(pod = %pod_name, "cannot delete the pod (GC retries): {e}");
-                    }
-                    if let Err(e) = platform.delete_service(&pod_name).await {
-                        tracing::warn!(service = %pod_name, "cannot delete the service: {e}");
-                    }
-                });
+                self.spawn_delete(pod_name);
             }
             Command::PersistReclaimAfter {
                 pod_name,
                 reclaim_after,
             } => {
                 let platform = self.ctx.platform.clone();
-                tokio::spawn(async move {
+                self.runtime.spawn(async move {
                     let annotations = BTreeMap::from([(
                         RECLAIM_AFTER_ANNOTATION.to_string(),
                         reclaim_after.to_annotation(),
@@ -426,6 +472,21 @@ impl Driver {
                 });
             }
         }
+    }
+
+    /// Deletes pod `pod_name` and its service in the background, whatever
+    /// happens to the request that caused it.
+    fn spawn_delete(&self, pod_name: String) {
+        self.ctx.pool.remove(&pod_name);
+        let platform = self.ctx.platform.clone();
+        self.runtime.spawn(async move {
+            if let Err(e) = platform.delete_pod(&pod_name).await {
+                tracing::warn!(pod = %pod_name, "cannot delete the pod (GC retries): {e}");
+            }
+            if let Err(e) = platform.delete_service(&pod_name).await {
+                tracing::warn!(service = %pod_name, "cannot delete the service: {e}");
+            }
+        });
     }
 
     fn on_msg(&mut self, msg: Msg) {
@@ -452,6 +513,13 @@ impl Driver {
                 result,
             } => {
                 let mine = self.creating.get(&pod_name).is_some_and(|c| c.slot == slot);
+                if !mine {
+                    // The slot was given up or its pod evicted while the
+                    // task ran: whatever the task created after that is
+                    // deleted here (names are never reused, so this cannot
+                    // hit another pod).
+                    self.spawn_delete(pod_name.clone());
+                }
                 match result {
                     Ok(()) if mine => {
                         if let Some(c) = self.creating.get_mut(&pod_name) {
@@ -459,7 +527,7 @@ impl Driver {
                         }
                         self.maybe_ready(&pod_name);
                     }
-                    // Given up meanwhile: the machine deletes what was created.
+                    // Given up meanwhile: tell the machine, which forgets the slot.
                     Ok(()) => self.feed(Input::PodFailed {
                         slot,
                         reason: "abandoned".into(),
@@ -511,7 +579,7 @@ impl Driver {
                     "cannot re-read the function pod template (keeping the previous one): {e}"
                 ),
             },
-            Msg::Shutdown => unreachable!("handled by the loop"),
+            Msg::Shutdown => self.feed(Input::Shutdown),
         }
     }
 
@@ -617,7 +685,7 @@ impl Driver {
                 let (platform, tx, name) =
                     (self.ctx.platform.clone(), self.tx.clone(), name.to_string());
                 let pod_ip = pod.status.and_then(|s| s.pod_ip);
-                tokio::spawn(async move {
+                self.runtime.spawn(async move {
                     let result = wait_for_endpoint(&*platform, &name, &ns, pod_ip, deadline).await;
                     let _ = tx.send(Msg::Endpoint {
                         slot,
@@ -634,13 +702,13 @@ impl Driver {
         if !self.listing {
             self.listing = true;
             let (platform, tx) = (self.ctx.platform.clone(), self.tx.clone());
-            tokio::spawn(async move {
+            self.runtime.spawn(async move {
                 let _ = tx.send(Msg::Listed(platform.list_pods(IMAGE_LABEL).await));
             });
         }
         if let TemplateSource::ConfigMap { .. } = &self.ctx.config.templates {
             let (ctx, tx) = (self.ctx.clone(), self.tx.clone());
-            tokio::spawn(async move {
+            self.runtime.spawn(async move {
                 let t = load_templates(
                     &*ctx.platform,
                     &ctx.config.templates,
@@ -785,5 +853,53 @@ async fn wait_for_endpoint(
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(500));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ip: Option<&str>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Failed", "reason": "Evicted", "message": "low memory", "podIP": ip},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn endpoints_by_address_mode() {
+        let p = pod(Some("10.244.0.7"));
+        assert_eq!(
+            endpoint_of(&p, "p", "ns", AddressMode::Service).as_deref(),
+            Some("p.ns.svc.cluster.local:9446")
+        );
+        assert_eq!(
+            endpoint_of(&p, "p", "ns", AddressMode::PodIp).as_deref(),
+            Some("10.244.0.7:9446")
+        );
+        assert_eq!(
+            endpoint_of(&pod(Some("fd00::7")), "p", "ns", AddressMode::PodIp).as_deref(),
+            Some("[fd00::7]:9446")
+        );
+        assert_eq!(endpoint_of(&pod(None), "p", "ns", AddressMode::PodIp), None);
+    }
+
+    #[test]
+    fn failure_reasons_come_from_the_status() {
+        assert_eq!(
+            failure_reason(&pod(None)),
+            "pod phase Failed, reason Evicted, low memory"
+        );
+    }
+
+    #[test]
+    fn instants_follow_the_wall_clock() {
+        let soon = now() + Duration::from_secs(5);
+        let at = instant_at(soon);
+        let left = at - Instant::now();
+        assert!(left <= Duration::from_secs(5) && left > Duration::from_secs(4));
+        assert!(instant_at(UnixTime::EPOCH) <= Instant::now());
     }
 }

@@ -29,7 +29,7 @@ use crate::domain::image::resolve_image;
 use crate::domain::pod_cache::{ErrorClass, IMAGE_LABEL, PodCacheError, PodCachePolicy, RequestId};
 use crate::ports::{FunctionEvaluator, ImageInspector, PodPlatform};
 use connections::{ConnectionPool, Resolver};
-use driver::{Ctx, Driver, Msg};
+use driver::{Ctx, Driver, Msg, Shared};
 
 /// How the runner addresses the wrapper server in a function pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -124,6 +124,7 @@ pub enum PodRuntimeError {
 /// The pod runtime as a [`FunctionEvaluator`]: never answers NotFound (any
 /// image can run in a pod), so it goes last in a chain.
 pub struct PodEvaluator {
+    shared: Arc<Shared>,
     tx: mpsc::UnboundedSender<Msg>,
     pool: Arc<ConnectionPool>,
     ready: watch::Receiver<bool>,
@@ -142,13 +143,13 @@ impl std::fmt::Debug for PodEvaluator {
 /// Returns the request's load unit to the driver however the call ends
 /// (success, error, or the caller's future being dropped).
 struct Release {
-    tx: mpsc::UnboundedSender<Msg>,
+    shared: Arc<Shared>,
     id: RequestId,
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
-        let _ = self.tx.send(Msg::Release { id: self.id });
+        self.shared.handle(Msg::Release { id: self.id });
     }
 }
 
@@ -205,8 +206,10 @@ impl PodEvaluator {
         let (ready_tx, ready) = watch::channel(false);
         let mut driver = Driver::new(ctx, templates, ready_tx, tx.clone());
         driver.start(existing, warm_up);
-        tokio::spawn(driver.run(rx, watch_stream));
+        let shared = Arc::new(Shared::new(driver));
+        tokio::spawn(Driver::run(shared.clone(), rx, watch_stream));
         Ok(Self {
+            shared,
             tx,
             pool,
             ready,
@@ -237,13 +240,11 @@ impl PodEvaluator {
         image: &str,
     ) -> Result<crate::domain::pod_cache::Assignment, EvalError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Msg::Request {
-                id,
-                image: image.to_string(),
-                reply,
-            })
-            .map_err(|_| EvalError::Unavailable("the pod runtime has stopped".into()))?;
+        self.shared.handle(Msg::Request {
+            id,
+            image: image.to_string(),
+            reply,
+        });
         match rx.await {
             Ok(Ok(a)) => Ok(a),
             Ok(Err(e)) => Err(pod_error(image, &e)),
@@ -283,7 +284,7 @@ impl FunctionEvaluator for PodEvaluator {
         let image = resolve_image(&request.image, &self.prefix);
         let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let _release = Release {
-            tx: self.tx.clone(),
+            shared: self.shared.clone(),
             id,
         };
         let acquire = self.acquire(id, &image);
@@ -358,7 +359,7 @@ impl PodEvaluator {
         match status.code() {
             _ if lost => {
                 self.pool.remove(pod);
-                let _ = self.tx.send(Msg::Unavailable {
+                self.shared.handle(Msg::Unavailable {
                     pod_name: pod.to_string(),
                 });
                 EvalError::Unavailable(format!(
