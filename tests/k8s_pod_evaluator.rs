@@ -579,6 +579,28 @@ async fn a_restarted_runner_adopts_the_pods_it_left() {
     bed.assert_clean(&third).await;
 }
 
+#[test]
+fn the_pod_runtime_needs_the_wrapper_server_image() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--disable-runtimes=exec",
+        ])
+        .env_remove("WRAPPER_SERVER_IMAGE")
+        .output()
+        .expect("run serve");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "environment variable WRAPPER_SERVER_IMAGE must be set to use pod function evaluator runtime"
+        ),
+        "{stderr}"
+    );
+}
+
 /// The runner's health: the overall status (`""`).
 async fn health(runner: &Runner) -> i32 {
     use tonic_health::pb::HealthCheckRequest;
