@@ -400,13 +400,24 @@ struct Slot {
     reclaim_after: UnixTime,
 }
 
+/// How far ahead a ready pod's reclaim-after must be for the pod to take a
+/// new request: a quarter of its TTL, at most 30 s. Another replica's GC
+/// reads the annotation, and the extension a new use triggers is written in
+/// the background; the margin covers that write's latency and clock skew
+/// between replicas, so a pod is never picked just before another replica
+/// may delete it.
+fn reuse_margin(ttl: Duration) -> Duration {
+    (ttl / 4).min(Duration::from_secs(30))
+}
+
 impl Slot {
     /// A ready slot may take new requests only while its reclaim-after is
-    /// ahead: once it has passed, another replica's GC may delete the pod.
+    /// at least [`reuse_margin`] ahead: once it has passed, another
+    /// replica's GC may delete the pod.
     fn usable(&self, now: UnixTime) -> bool {
         match self.phase {
             Phase::Pending { .. } => true,
-            Phase::Ready { .. } => self.reclaim_after > now,
+            Phase::Ready { .. } => self.reclaim_after > now + reuse_margin(self.ttl),
         }
     }
 }
