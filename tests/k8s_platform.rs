@@ -152,6 +152,51 @@ async fn kube_platform_against_a_real_api_server() {
             .cluster_ip
             .is_some()
     );
+    // Endpoints: nothing published yet is an empty list; an EndpointSlice
+    // (what a real cluster's controller writes, here by hand) is read with
+    // its ready condition and pod; a core/v1 Endpoints object is the fallback.
+    assert!(platform.service_endpoints("fn-a").await.unwrap().is_empty());
+    let slice: k8s_openapi::api::discovery::v1::EndpointSlice =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "fn-a-1", "labels": {"kubernetes.io/service-name": "fn-a"}},
+            "addressType": "IPv4",
+            "endpoints": [{
+                "addresses": ["10.244.0.9"],
+                "conditions": {"ready": true},
+                "targetRef": {"kind": "Pod", "name": "fn-a", "namespace": NS},
+            }],
+            "ports": [{"name": "", "port": 9446, "protocol": "TCP"}],
+        }))
+        .unwrap();
+    Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &slice)
+        .await
+        .unwrap();
+    let eps = platform.service_endpoints("fn-a").await.unwrap();
+    assert_eq!(eps.len(), 1);
+    assert_eq!(
+        (
+            eps[0].address.as_str(),
+            eps[0].ready,
+            eps[0].pod_name.as_deref()
+        ),
+        ("10.244.0.9", true, Some("fn-a"))
+    );
+    #[allow(deprecated)]
+    let core: k8s_openapi::api::core::v1::Endpoints = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "fn-legacy"},
+        "subsets": [{"notReadyAddresses": [{"ip": "10.244.0.10"}], "ports": [{"port": 9446}]}],
+    }))
+    .unwrap();
+    #[allow(deprecated)]
+    Api::<k8s_openapi::api::core::v1::Endpoints>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &core)
+        .await
+        .unwrap();
+    let eps = platform.service_endpoints("fn-legacy").await.unwrap();
+    assert_eq!(eps.len(), 1);
+    assert!(!eps[0].ready && eps[0].address == "10.244.0.10");
+
     platform.delete_service("fn-a").await.unwrap();
     platform.delete_service("fn-a").await.unwrap();
     assert!(
