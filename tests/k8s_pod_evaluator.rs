@@ -357,6 +357,17 @@ async fn gc_deletes_expired_pods_and_services_only() {
         .create(&PostParams::default(), &foreign_svc)
         .await
         .unwrap();
+    // A function service whose pod is gone (a runner stopped between the two
+    // deletions): GC deletes it too.
+    let orphan: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "set-namespace-v045-0-orphan-1"},
+        "spec": {"ports": [{"port": 9446}], "selector": {"fn.kpt.dev/image": "set-namespace-v045-0-orphan-1"}},
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &orphan)
+        .await
+        .unwrap();
 
     for f in FUNCTIONS {
         let rl = if f == "starlark" {
@@ -374,7 +385,7 @@ async fn gc_deletes_expired_pods_and_services_only() {
         "two function pods and the foreign one"
     );
     eventually(
-        "GC to delete both function pods and services",
+        "GC to delete both function pods and services, and the orphaned service",
         PATIENCE,
         || async {
             let pods = bed.pod_names().await;

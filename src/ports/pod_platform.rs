@@ -148,6 +148,10 @@ pub trait PodPlatform: Send + Sync {
     /// Reads the service `name`. Errors: [`PlatformError::NotFound`] and the usual.
     async fn get_service(&self, name: &str) -> Result<Service, PlatformError>;
 
+    /// Lists the services of the pod namespace (GC looks for services whose
+    /// function pod is gone).
+    async fn list_services(&self) -> Result<Vec<Service>, PlatformError>;
+
     /// Deletes the service `name`. Errors: [`PlatformError::NotFound`] when already gone.
     async fn delete_service(&self, name: &str) -> Result<(), PlatformError>;
 

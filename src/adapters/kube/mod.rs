@@ -189,6 +189,14 @@ impl PodPlatform for KubePlatform {
         with_retries("Service", name, || api.get(name)).await
     }
 
+    async fn list_services(&self) -> Result<Vec<Service>, PlatformError> {
+        let api = self.services();
+        let params = ListParams::default();
+        with_retries("Service", "*", || api.list(&params))
+            .await
+            .map(|l| l.items)
+    }
+
     async fn delete_service(&self, name: &str) -> Result<(), PlatformError> {
         let (api, params) = (self.services(), DeleteParams::background());
         ignore_not_found(

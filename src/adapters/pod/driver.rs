@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
@@ -61,8 +61,11 @@ pub(super) enum Msg {
         pod_name: String,
         result: Result<String, String>,
     },
-    /// A GC listing ended.
-    Listed(Result<Vec<Pod>, PlatformError>),
+    /// A GC listing ended: the services (listed first) and the labelled pods.
+    Listed {
+        services: Result<Vec<Service>, PlatformError>,
+        pods: Result<Vec<Pod>, PlatformError>,
+    },
     /// A template re-read ended.
     Template(Result<Box<Templates>, String>),
     /// Stop: waiters fail, new requests are refused.
@@ -557,10 +560,13 @@ impl Driver {
                     Err(reason) => self.feed(Input::PodFailed { slot, reason }),
                 }
             }
-            Msg::Listed(result) => {
+            Msg::Listed { services, pods } => {
                 self.listing = false;
-                match result {
+                match pods {
                     Ok(pods) => {
+                        if let Ok(services) = services {
+                            self.delete_orphan_services(&services, &pods);
+                        }
                         let observed = self.observe(&pods);
                         self.feed(Input::Gc { observed });
                     }
@@ -697,13 +703,54 @@ impl Driver {
         }
     }
 
+    /// Deletes function services whose pod is gone (a runner stopped
+    /// between deleting a pod and its service, or the pod was deleted by
+    /// hand): services named like the value of their [`IMAGE_LABEL`]
+    /// selector, with no pod of that name in `pods` (listed after
+    /// `services`) and none being created here. Porch never deletes these.
+    fn delete_orphan_services(&self, services: &[Service], pods: &[Pod]) {
+        let live: HashSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        for svc in services {
+            let Some(name) = svc.metadata.name.as_deref() else {
+                continue;
+            };
+            let ours = svc
+                .spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .and_then(|s| s.get(IMAGE_LABEL))
+                .is_some_and(|v| v == name);
+            let busy = live.contains(name)
+                || self.creating.contains_key(name)
+                || self.cache.slots().any(|s| s.pod_name == name);
+            if ours && !busy {
+                tracing::info!(service = %name, "deleting a function service whose pod is gone");
+                let platform = self.ctx.platform.clone();
+                let name = name.to_string();
+                self.runtime.spawn(async move {
+                    if let Err(e) = platform.delete_service(&name).await {
+                        tracing::warn!(service = %name, "cannot delete the orphaned service: {e}");
+                    }
+                });
+            }
+        }
+    }
+
     /// Starts a GC listing and, for a ConfigMap template, a template re-read.
     fn start_scan(&mut self) {
         if !self.listing {
             self.listing = true;
             let (platform, tx) = (self.ctx.platform.clone(), self.tx.clone());
             self.runtime.spawn(async move {
-                let _ = tx.send(Msg::Listed(platform.list_pods(IMAGE_LABEL).await));
+                // Services first: a function's pod is created before its
+                // service, so a service listed here whose pod is missing
+                // from the later pod list has lost its pod for good.
+                let services = platform.list_services().await;
+                let pods = platform.list_pods(IMAGE_LABEL).await;
+                let _ = tx.send(Msg::Listed { services, pods });
             });
         }
         if let TemplateSource::ConfigMap { .. } = &self.ctx.config.templates {

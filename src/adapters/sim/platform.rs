@@ -116,6 +116,10 @@ impl PodPlatform for SimPlatform {
         self.with_cluster(|c| c.get_service(name))
     }
 
+    async fn list_services(&self) -> Result<Vec<Service>, PlatformError> {
+        self.with_cluster(|c| Ok(c.services().cloned().collect()))
+    }
+
     async fn delete_service(&self, name: &str) -> Result<(), PlatformError> {
         self.with_cluster(|c| c.delete_service(name))
     }
