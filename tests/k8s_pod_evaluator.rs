@@ -637,7 +637,7 @@ async fn warm_up_from_the_pod_cache_config_before_serving() {
     std::fs::write(
         &config,
         format!(
-            "- name: {ns_image}\n  timeToLive: 3s\n  maxWaitlistLength: 2\n  maxParallelPodsPerFunction: 2\n- name: {star_image}\n  timeToLive: 3s\n"
+            "- name: {ns_image}\n  timeToLive: 6s\n  maxWaitlistLength: 2\n  maxParallelPodsPerFunction: 2\n- name: {star_image}\n  timeToLive: 3s\n"
         ),
     )
     .unwrap();
@@ -648,7 +648,7 @@ async fn warm_up_from_the_pod_cache_config_before_serving() {
     let runner = bed.runner(&[
         "--warm-up-pod-cache=true",
         &format!("--pod-cache-config={}", config.display()),
-        "--pod-ready-timeout=4s",
+        "--pod-ready-timeout=3s",
     ]);
     assert_eq!(health(&runner).await, NOT_SERVING);
     eventually("the set-namespace pod to be warmed", PATIENCE, || async {
@@ -665,7 +665,7 @@ async fn warm_up_from_the_pod_cache_config_before_serving() {
     })
     .await;
     assert!(
-        started.elapsed() >= Duration::from_secs(3),
+        started.elapsed() >= Duration::from_millis(2500),
         "{:?}",
         started.elapsed()
     );
