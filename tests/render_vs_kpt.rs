@@ -512,6 +512,7 @@ fn compare_renders(
     kpt: &Run,
     ours_dir: &Path,
     ours: &Run,
+    in_place: bool,
     diffs: &mut Vec<Difference>,
 ) {
     let mut diff = |aspect, file: &str, detail: String| {
@@ -541,14 +542,16 @@ fn compare_renders(
             .and_then(|r| r["items"].as_array())
             .is_some_and(|items| !items.is_empty())
     };
-    take_root_status(package, &mut kpt_tree, Tool::Kpt, kpt.code == 0, ran(kpt));
-    take_root_status(
-        package,
-        &mut our_tree,
-        Tool::Ours,
-        ours.code == 0,
-        ran(ours),
-    );
+    if in_place {
+        take_root_status(package, &mut kpt_tree, Tool::Kpt, kpt.code == 0, ran(kpt));
+        take_root_status(
+            package,
+            &mut our_tree,
+            Tool::Ours,
+            ours.code == 0,
+            ran(ours),
+        );
+    }
 
     // Failure: nothing written (the root Kptfile may change only in status).
     for (tool, run, tree) in [(Tool::Kpt, kpt, &kpt_tree), (Tool::Ours, ours, &our_tree)] {
@@ -760,7 +763,9 @@ fn compare_in_place(
         &work.path().join("ours/results"),
         &[],
     );
-    compare_renders(package, &input, &kpt_dir, &kpt, &ours_dir, &ours, diffs);
+    compare_renders(
+        package, &input, &kpt_dir, &kpt, &ours_dir, &ours, true, diffs,
+    );
     (kpt.code, ours.code, work)
 }
 
@@ -826,7 +831,7 @@ fn compare_builtin_in_place(package: &str, src: &Path, diffs: &mut Vec<Differenc
         }
     }
     let name = format!("{package}@builtin");
-    compare_renders(&name, &input, &kpt_dir, &kpt, &ours_dir, &ours, diffs);
+    compare_renders(&name, &input, &kpt_dir, &kpt, &ours_dir, &ours, true, diffs);
     (kpt.code, ours.code)
 }
 
@@ -932,6 +937,78 @@ fn compare_out_of_place(
                 &o.iter().map(results_summary).collect::<Vec<_>>(),
             ),
         ),
+    }
+    (kpt.code, ours.code)
+}
+
+/// Renders `src` with both tools with `-o <new directory>` and compares
+/// exit status, the output directories (as for in-place renders; no Kptfile
+/// status out of place), results, and that neither tool touched the package
+/// or, on failure, created the output directory.
+fn compare_output_dir(package: &str, src: &Path, diffs: &mut Vec<Difference>) -> (i32, i32) {
+    let name = format!("{package}@dir");
+    let work = tempfile::tempdir().unwrap();
+    let (kpt_dir, ours_dir) = (work.path().join("kpt/pkg"), work.path().join("ours/pkg"));
+    let (kpt_out, ours_out) = (work.path().join("kpt/out"), work.path().join("ours/out"));
+    stage(src, &kpt_dir, &substitute_catalog);
+    stage(src, &ours_dir, &substitute_catalog);
+    let input = files(&kpt_dir);
+    let kpt_out_arg = kpt_out.display().to_string();
+    let ours_out_arg = ours_out.display().to_string();
+    let kpt = render(
+        Tool::Kpt,
+        &kpt_dir,
+        work.path(),
+        &work.path().join("kpt/results"),
+        &["--output", &kpt_out_arg],
+    );
+    let ours = render(
+        Tool::Ours,
+        &ours_dir,
+        work.path(),
+        &work.path().join("ours/results"),
+        &["--output", &ours_out_arg],
+    );
+    for (tool, dir) in [(Tool::Kpt, &kpt_dir), (Tool::Ours, &ours_dir)] {
+        assert!(
+            files(dir) == input,
+            "{name}: {tool:?} changed the package although the output went to a directory"
+        );
+    }
+    if kpt.code == 0 && ours.code == 0 {
+        if let Some(status) = std::fs::read(ours_out.join("Kptfile"))
+            .ok()
+            .and_then(|b| parse(&b).ok())
+            .and_then(|d| d.first().map(|k| k["status"].clone()))
+        {
+            assert!(
+                status.is_null(),
+                "{name}: an out-of-place render wrote Kptfile status"
+            );
+        }
+        compare_renders(
+            &name, &input, &kpt_out, &kpt, &ours_out, &ours, false, diffs,
+        );
+    } else {
+        for (tool, run, out) in [(Tool::Kpt, &kpt, &kpt_out), (Tool::Ours, &ours, &ours_out)] {
+            if run.code != 0 {
+                assert!(
+                    !out.exists() || files(out).is_empty(),
+                    "{name}: {tool:?} failed but wrote into the output directory"
+                );
+            }
+        }
+        if kpt.code != ours.code {
+            diffs.push(Difference {
+                package: name,
+                aspect: Aspect::Exit,
+                file: String::new(),
+                detail: format!(
+                    "kpt exited {} and we exited {}\n--- kpt stderr\n{}\n--- our stderr\n{}",
+                    kpt.code, ours.code, kpt.stderr, ours.stderr
+                ),
+            });
+        }
     }
     (kpt.code, ours.code)
 }
@@ -1072,7 +1149,7 @@ fn builtin_set_namespace_matches_the_binary_under_kpt() {
     check_against_known(&names, &diffs);
 }
 
-/// `-o stdout` and `-o unwrap` on a package with subpackages, one with
+/// `-o stdout`, `-o unwrap` and `-o DIR` on a package with subpackages, one with
 /// comments and generated/deleted resources, and one that fails.
 #[test]
 fn out_of_place_outputs() {
@@ -1098,6 +1175,12 @@ fn out_of_place_outputs() {
             );
             names.push(format!("{package}@{mode}"));
         }
+        let (kpt_code, _) = compare_output_dir(package, &own_source(package), &mut diffs);
+        assert_eq!(
+            kpt_code, expected_exit,
+            "kpt's exit status for {package} -o DIR"
+        );
+        names.push(format!("{package}@dir"));
     }
     check_against_known(&names, &diffs);
 }
