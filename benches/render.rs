@@ -240,14 +240,27 @@ fn check_full_render(pkg: &Path) {
     assert_eq!(docs.len(), RESOURCES / FILES);
 }
 
-/// Median time of `RUNS` renders (after a warm-up) of fresh copies of `template`.
-fn median_render(template: &Path, program: &Path, args: &[&str], work: &Path) -> Duration {
-    time_render(template, program, args, work, 0);
-    median(
-        (1..=RUNS)
-            .map(|run| time_render(template, program, args, work, run))
-            .collect(),
-    )
+/// One contender: a package template rendered by a program with arguments.
+struct Contender<'a> {
+    template: &'a Path,
+    program: &'a Path,
+    args: &'a [&'a str],
+}
+
+/// Median times of `RUNS` renders (after one warm-up each) of fresh copies,
+/// one per contender; the contenders take turns, so load that comes and
+/// goes on the machine affects them alike.
+fn median_renders(contenders: &[Contender], work: &Path) -> Vec<Duration> {
+    for c in contenders {
+        time_render(c.template, c.program, c.args, work, 0);
+    }
+    let mut samples = vec![Vec::new(); contenders.len()];
+    for run in 1..=RUNS {
+        for (c, s) in contenders.iter().zip(&mut samples) {
+            s.push(time_render(c.template, c.program, c.args, work, run));
+        }
+    }
+    samples.into_iter().map(median).collect()
 }
 
 /// The package's resources as one ResourceList, with a set-namespace config.
@@ -322,8 +335,22 @@ fn main() {
     println!(
         "render: {RESOURCES} resources in {FILES} files; medians of {RUNS} runs on fresh copies"
     );
-    let kpt_full = median_render(&full, &kpt, &["fn", "render"], work.path());
-    let ours_full = median_render(&full, &ours, &["render"], work.path());
+    let full_times = median_renders(
+        &[
+            Contender {
+                template: &full,
+                program: &kpt,
+                args: &["fn", "render"],
+            },
+            Contender {
+                template: &full,
+                program: &ours,
+                args: &["render"],
+            },
+        ],
+        work.path(),
+    );
+    let (kpt_full, ours_full) = (full_times[0], full_times[1]);
     println!(
         "3 mutators + 1 validator (exec): kpt fn render {}, krm-fn-runner render {}: ours is {:.2}x faster (target >= 2x)",
         ms(kpt_full),
@@ -331,9 +358,27 @@ fn main() {
         kpt_full.as_secs_f64() / ours_full.as_secs_f64()
     );
 
-    let ours_builtin = median_render(&builtin_pkg, &ours, &["render"], work.path());
-    let ours_exec = median_render(&exec_pkg, &ours, &["render"], work.path());
-    let kpt_exec = median_render(&exec_pkg, &kpt, &["fn", "render"], work.path());
+    let sn_times = median_renders(
+        &[
+            Contender {
+                template: &builtin_pkg,
+                program: &ours,
+                args: &["render"],
+            },
+            Contender {
+                template: &exec_pkg,
+                program: &ours,
+                args: &["render"],
+            },
+            Contender {
+                template: &exec_pkg,
+                program: &kpt,
+                args: &["fn", "render"],
+            },
+        ],
+        work.path(),
+    );
+    let (ours_builtin, ours_exec, kpt_exec) = (sn_times[0], sn_times[1], sn_times[2]);
     println!(
         "set-namespace render: builtin {}, exec binary {} (kpt with the binary {}): builtin is {:.2}x faster",
         ms(ours_builtin),
