@@ -371,7 +371,7 @@ async fn gc_deletes_expired_pods_and_services_only() {
 
     for f in FUNCTIONS {
         let rl = if f == "starlark" {
-            b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: noop\n  source: |\n    pass\n".to_vec()
+            noop_starlark_rl()
         } else {
             set_namespace_rl("gc")
         };
@@ -540,12 +540,33 @@ async fn a_wrapper_killed_mid_call_fails_clearly_and_the_next_call_gets_a_fresh_
         (!bed.pod_names().await.contains(&killed)).then_some(())
     })
     .await;
-    let ok = call(&runner, &bed.image("starlark"), b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: noop\n  source: |\n    pass\n".to_vec())
+    let ok = call(&runner, &bed.image("starlark"), noop_starlark_rl())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
     assert!(output(&ok).contains("ResourceList"));
     assert_eq!(bed.kubelet.started(), 2);
+
+    // A caller's deadline ends the call with DEADLINE_EXCEEDED; the pod is
+    // fine and keeps serving.
+    let mut client = runner.client().await;
+    let mut late = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: slow_starlark_rl().into(),
+        image: image.clone(),
+    });
+    late.set_timeout(Duration::from_millis(300));
+    let err = client.evaluate_function(late).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    let ok = call(&runner, &image, noop_starlark_rl())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+    assert!(output(&ok).contains("ResourceList"));
+    assert_eq!(bed.kubelet.started(), 2, "the pod survived the deadline");
     bed.assert_clean(&runner).await;
+}
+
+/// A starlark ResourceList that does nothing.
+fn noop_starlark_rl() -> Vec<u8> {
+    b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: noop\n  source: |\n    pass\n".to_vec()
 }
 
 #[tokio::test(flavor = "multi_thread")]

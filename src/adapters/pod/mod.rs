@@ -331,6 +331,16 @@ impl FunctionEvaluator for PodEvaluator {
                     log: r.log,
                 })
             }
+            // tonic enforces the call's own timeout as CANCELLED.
+            Err(status)
+                if status.code() == Code::Cancelled
+                    && request.timeout.is_some_and(|t| started.elapsed() >= t) =>
+            {
+                Err(EvalError::Timeout {
+                    image: request.image.clone(),
+                    after: request.timeout.unwrap_or_default(),
+                })
+            }
             Err(status) => Err(self.call_error(
                 &request.image,
                 request.timeout,
