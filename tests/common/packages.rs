@@ -4,14 +4,16 @@
 //! compare a directory with a fixture's expectation (`.expected/diff.patch`
 //! applied with `git apply` to a copy), as parsed YAML.
 //!
-//! Test-only stand-ins for the package I/O adapter: comments and formatting
-//! are not preserved, so comparisons are on parsed YAML.
+//! Reading goes through the package I/O adapter; the writer here is the
+//! plain one the `fn eval`-style harnesses use (no comments kept), so
+//! comparisons are on parsed YAML.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use krm_fn_runner::adapters::package::PackageDir;
 use krm_fn_runner::domain::codec;
 use krm_fn_runner::domain::render::annotations as ann;
 use serde_json::Value;
@@ -67,89 +69,15 @@ pub fn unreadable_files(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// `*`-wildcard match of one path segment.
-fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, tail)) => {
-            text.starts_with(head)
-                && (0..=text.len() - head.len()).any(|i| {
-                    text.is_char_boundary(head.len() + i) && glob(tail, &text[head.len() + i..])
-                })
-        }
-    }
-}
-
-/// True when a package's `.krmignore` (simple gitignore subset: one
-/// pattern per line; without `/` it matches any path segment, with `/` the
-/// package-relative path or a directory prefix of it) hides `rel`.
-fn ignored(patterns: &[String], rel: &str) -> bool {
-    patterns.iter().any(|p| {
-        let p = p.trim_end_matches('/');
-        if p.contains('/') {
-            let p = p.trim_start_matches('/');
-            rel == p || rel.starts_with(&format!("{p}/"))
-        } else {
-            rel.split('/').any(|seg| glob(p, seg))
-        }
-    })
-}
-
-/// Every object of the package (subpackages included), annotated with its
-/// root-relative path and index in both annotation forms. Files hidden by
-/// their package's `.krmignore` are left out.
+/// Every object under `dir` (subpackages included), annotated with its
+/// root-relative path and index in both annotation forms, read by the
+/// package I/O adapter (`.krmignore`, hidden files and symlinks honoured);
+/// the directory need not be a package.
 pub fn read_items(dir: &Path) -> Vec<Value> {
-    let packages: Vec<String> = walk(dir)
-        .into_iter()
-        .filter(|p| p.file_name().is_some_and(|n| n == "Kptfile"))
-        .map(|p| {
-            let d = p.parent().unwrap().strip_prefix(dir).unwrap();
-            d.display().to_string()
-        })
-        .collect();
-    let krmignore: BTreeMap<String, Vec<String>> = packages
-        .iter()
-        .map(|pkg| {
-            let text =
-                std::fs::read_to_string(dir.join(pkg).join(".krmignore")).unwrap_or_default();
-            let lines = text
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(str::to_string)
-                .collect();
-            (pkg.clone(), lines)
-        })
-        .collect();
-    let mut items = Vec::new();
-    for (rel, docs) in read_tree(dir) {
-        let owner = packages
-            .iter()
-            .filter(|p| p.is_empty() || rel.starts_with(&format!("{p}/")))
-            .max_by_key(|p| p.len())
-            .cloned()
-            .unwrap_or_default();
-        let in_pkg = if owner.is_empty() {
-            rel.as_str()
-        } else {
-            &rel[owner.len() + 1..]
-        };
-        if krmignore.get(&owner).is_some_and(|p| ignored(p, in_pkg)) {
-            continue;
-        }
-        for (i, mut doc) in docs.into_iter().enumerate() {
-            for (k, v) in [
-                (ann::PATH, rel.clone()),
-                (ann::LEGACY_PATH, rel.clone()),
-                (ann::INDEX, i.to_string()),
-                (ann::LEGACY_INDEX, i.to_string()),
-            ] {
-                ann::set(&mut doc, k, v);
-            }
-            items.push(doc);
-        }
-    }
-    items
+    PackageDir::read_objects(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .items()
+        .to_vec()
 }
 
 /// Writes rendered `items` (root-relative paths) into `dir`: one file per

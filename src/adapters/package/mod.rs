@@ -144,6 +144,15 @@ impl PackageDir {
         if !dir.join(KPTFILE_NAME).is_file() {
             return Err(PackageIoError::NoKptfile(dir.to_path_buf()));
         }
+        Self::read_objects(dir)
+    }
+
+    /// Reads the objects under `dir` as [`PackageDir::read`] does, without
+    /// requiring a root `Kptfile` (kpt's `fn eval` reads directories that are
+    /// not packages this way); [`PackageDir::package`] then fails.
+    ///
+    /// Errors: as [`PackageDir::read`], except the missing Kptfile.
+    pub fn read_objects(dir: &Path) -> Result<Self, PackageIoError> {
         let files = walk(dir)?;
         let packages: Vec<String> = files
             .iter()
