@@ -401,6 +401,43 @@ fn comments(text: &str) -> BTreeMap<String, usize> {
 
 /// The parts of `results.yaml` compared: exit code; per item the function,
 /// exit code, and each result's severity and message.
+/// Both exit codes and stderrs when the two renders exited differently.
+fn exit_difference(kpt: &Run, ours: &Run) -> Option<String> {
+    (kpt.code != ours.code).then(|| {
+        format!(
+            "kpt exited {} and we exited {}\n--- kpt stderr\n{}\n--- our stderr\n{}",
+            kpt.code, ours.code, kpt.stderr, ours.stderr
+        )
+    })
+}
+
+/// Comment counts over every KRM file of a tree (path → bytes).
+fn tree_comments(tree: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, usize> {
+    let mut all: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, bytes) in tree.iter().filter(|(rel, _)| is_krm_file(rel)) {
+        for (c, n) in comments(&String::from_utf8_lossy(bytes)) {
+            *all.entry(c).or_default() += n;
+        }
+    }
+    all
+}
+
+/// Input comments kpt kept (as often as it kept them) that we have fewer of.
+fn dropped_comments<'a>(
+    source: &'a BTreeMap<String, usize>,
+    kept: &BTreeMap<String, usize>,
+    ours: &BTreeMap<String, usize>,
+) -> Vec<&'a String> {
+    source
+        .iter()
+        .filter(|(c, n)| {
+            let need = (**n).min(kept.get(*c).copied().unwrap_or(0));
+            ours.get(*c).copied().unwrap_or(0) < need
+        })
+        .map(|(c, _)| c)
+        .collect()
+}
+
 fn results_summary(results: &Value) -> Value {
     let items = results["items"].as_array().cloned().unwrap_or_default();
     let items: Vec<Value> = items
@@ -523,15 +560,8 @@ fn compare_renders(
             detail,
         })
     };
-    if kpt.code != ours.code {
-        diff(
-            Aspect::Exit,
-            "",
-            format!(
-                "kpt exited {} and we exited {}\n--- kpt stderr\n{}\n--- our stderr\n{}",
-                kpt.code, ours.code, kpt.stderr, ours.stderr
-            ),
-        );
+    if let Some(detail) = exit_difference(kpt, ours) {
+        diff(Aspect::Exit, "", detail);
     }
 
     let mut kpt_tree = files(kpt_dir);
@@ -648,24 +678,12 @@ fn compare_renders(
 
     // Package-wide, so comments of objects a function moved to another
     // file count too.
-    let total = |tree: &BTreeMap<String, Vec<u8>>| {
-        let mut all: BTreeMap<String, usize> = BTreeMap::new();
-        for (_, bytes) in tree.iter().filter(|(rel, _)| is_krm_file(rel)) {
-            for (c, n) in comments(&String::from_utf8_lossy(bytes)) {
-                *all.entry(c).or_default() += n;
-            }
-        }
-        all
-    };
-    let (source, kept, ours_all) = (total(input), total(&kpt_tree), total(&our_tree));
-    let missing: Vec<&String> = source
-        .iter()
-        .filter(|(c, n)| {
-            let need = (**n).min(kept.get(*c).copied().unwrap_or(0));
-            ours_all.get(*c).copied().unwrap_or(0) < need
-        })
-        .map(|(c, _)| c)
-        .collect();
+    let (source, kept, ours_all) = (
+        tree_comments(input),
+        tree_comments(&kpt_tree),
+        tree_comments(&our_tree),
+    );
+    let missing = dropped_comments(&source, &kept, &ours_all);
     if !missing.is_empty() {
         diff(
             Aspect::Comments,
@@ -880,15 +898,8 @@ fn compare_out_of_place(
             detail,
         })
     };
-    if kpt.code != ours.code {
-        diff(
-            Aspect::Exit,
-            "",
-            format!(
-                "kpt exited {} and we exited {}\n--- kpt stderr\n{}\n--- our stderr\n{}",
-                kpt.code, ours.code, kpt.stderr, ours.stderr
-            ),
-        );
+    if let Some(detail) = exit_difference(&kpt, &ours) {
+        diff(Aspect::Exit, "", detail);
     }
     match (parse(&kpt.stdout), parse(&ours.stdout)) {
         (Ok(k), Ok(o)) if k == o => {}
@@ -903,22 +914,8 @@ fn compare_out_of_place(
         comments(&String::from_utf8_lossy(&kpt.stdout)),
         comments(&String::from_utf8_lossy(&ours.stdout)),
     );
-    let mut source: BTreeMap<String, usize> = BTreeMap::new();
-    for (rel, bytes) in &input {
-        if is_krm_file(rel) {
-            for (c, n) in comments(&String::from_utf8_lossy(bytes)) {
-                *source.entry(c).or_default() += n;
-            }
-        }
-    }
-    let missing: Vec<&String> = source
-        .iter()
-        .filter(|(c, n)| {
-            let need = (**n).min(kept.get(*c).copied().unwrap_or(0));
-            ours_comments.get(*c).copied().unwrap_or(0) < need
-        })
-        .map(|(c, _)| c)
-        .collect();
+    let source = tree_comments(&input);
+    let missing = dropped_comments(&source, &kept, &ours_comments);
     if !missing.is_empty() {
         diff(
             Aspect::Comments,
