@@ -37,39 +37,18 @@ if [[ -x "$BIN" && -f "$STAMP" && "$(<"$STAMP")" == "$stamp_content" ]]; then
   exit 0
 fi
 
-command -v go >/dev/null 2>&1 || die "go is not installed (https://go.dev/dl/)"
-
 mkdir -p "$DEST"
 rm -f "$STAMP"   # a partial build must never look complete
 
-workdir="$(mktemp -d)"
-trap 'rm -rf "$workdir"' EXIT
-cd "$workdir"    # keep any surrounding go.mod / go.work out of the picture
-
-GOMODCACHE_DIR="$(go env GOMODCACHE)"
-BASE_PROXY="$(go env GOPROXY)"
-export GOWORK=off
-export GOTOOLCHAIN=auto
-export GOFLAGS="${GOFLAGS:-} -mod=mod"
-# sum.golang.org lookups for these modules answer 404 through the proxy here;
-# kpt's dependencies are still verified against its own go.sum.
-export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}github.com/GoogleContainerTools,github.com/kptdev"
+# shellcheck source=scripts/lib/go-proxy.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-proxy.sh"
 
 start=$SECONDS
 echo "build-kpt: downloading $MODULE@$VERSION" >&2
-info="$(go mod download -json "$MODULE@$VERSION" 2>&1)" || true
-dir="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' <<<"$info" | head -n 1)"
-[[ -n "$dir" && -d "$dir" ]] || die "cannot download $MODULE@$VERSION: $info"
-
-# `go install MODULE@VERSION` reads the module's @v/list, which the proxy
-# refuses: serve it from the local download cache first, then the proxy.
+go_download "$MODULE" "$VERSION" >/dev/null
 echo "build-kpt: building kpt $VERSION (a few minutes the first time)" >&2
-if ! GOBIN="$workdir/bin" GOPROXY="file://$GOMODCACHE_DIR/cache/download,$BASE_PROXY" \
-  go install -ldflags "-X github.com/GoogleContainerTools/kpt/run.version=${VERSION#v}" \
-  "$MODULE@$VERSION" >"$workdir/build.log" 2>&1; then
-  cat "$workdir/build.log" >&2
-  die "go install $MODULE@$VERSION failed"
-fi
+go_install_cached "$workdir/bin" "$MODULE" "$VERSION" \
+  -ldflags "-X github.com/GoogleContainerTools/kpt/run.version=${VERSION#v}"
 [[ -x "$workdir/bin/kpt" ]] || die "go install $MODULE@$VERSION did not produce a kpt binary"
 "$workdir/bin/kpt" version >/dev/null 2>&1 || die "the built kpt binary does not run"
 

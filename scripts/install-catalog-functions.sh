@@ -76,30 +76,11 @@ if up_to_date; then
   exit 0
 fi
 
-command -v go >/dev/null 2>&1 || die "go is not installed (https://go.dev/dl/)"
-
 mkdir -p "$BIN"
 rm -f "$STAMP"   # a partial build must never look complete
 
-workdir="$(mktemp -d)"
-trap 'rm -rf "$workdir"' EXIT
-cd "$workdir"    # keep any surrounding go.mod / go.work out of the picture
-
-GOMODCACHE_DIR="$(go env GOMODCACHE)"
-BASE_PROXY="$(go env GOPROXY)"
-export GOWORK=off
-export GOTOOLCHAIN=auto          # fetch a newer toolchain if a module needs one
-export GOFLAGS="${GOFLAGS:-} -mod=mod"
-# sum.golang.org lookups for the catalog modules answer 404 through the proxy
-# here; their dependencies are still verified against each module's go.sum.
-export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}github.com/kptdev,github.com/GoogleContainerTools"
-# `go install MODULE@VERSION` also reads the module's @v/list (deprecation
-# check), which the proxy refuses. Serve that from the local download cache
-# first (filled by `go mod download` below), then fall through to the proxy.
-INSTALL_PROXY="file://$GOMODCACHE_DIR/cache/download,$BASE_PROXY"
-
-# Print the value of a top-level string field of `go mod download -json` output.
-json_field() { sed -n "s/^[[:space:]]*\"$1\": \"\(.*\)\",\{0,1\}\$/\1/p" | head -n 1; }
+# shellcheck source=scripts/lib/go-proxy.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-proxy.sh"
 
 : >"$workdir/versions.txt"
 : >"$workdir/modules.txt"
@@ -107,17 +88,8 @@ for entry in "${FUNCTIONS[@]}"; do
   read -r fn mod ver <<<"$entry"
   start=$SECONDS
 
-  info="$(go mod download -json "$mod@$ver" 2>&1)" || true
-  dir="$(json_field Dir <<<"$info")"
-  if [[ -z "$dir" || ! -d "$dir" ]]; then
-    err="$(json_field Error <<<"$info")"
-    die "cannot download $mod@$ver (function $fn): $(printf '%b' "${err:-$info}")"
-  fi
-
-  if ! GOBIN="$BIN" GOPROXY="$INSTALL_PROXY" go install "$mod@$ver" >"$workdir/build.log" 2>&1; then
-    cat "$workdir/build.log" >&2
-    die "go install $mod@$ver failed (function $fn)"
-  fi
+  dir="$(go_download "$mod" "$ver")"
+  go_install_cached "$BIN" "$mod" "$ver"
   built="$BIN/$(basename "$mod")"
   [[ -x "$built" ]] || die "go install $mod@$ver did not produce $built"
   [[ "$built" == "$BIN/$fn" ]] || mv -f "$built" "$BIN/$fn"
