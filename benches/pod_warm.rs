@@ -20,11 +20,8 @@ mod kubelet;
 #[path = "../tests/registry_support/mod.rs"]
 mod registry_support;
 
-use k8s_openapi::api::core::v1::Namespace;
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
-use kube::Api;
-use kube::api::PostParams;
 use tonic::transport::{Channel, Endpoint};
 
 const NS: &str = "porch-fn-system";
@@ -63,12 +60,7 @@ async fn connect(address: &str) -> FunctionEvaluatorClient<Channel> {
 async fn run() {
     let plane = k8s_support::ControlPlane::start().await;
     let client = plane.client().await.unwrap();
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    k8s_support::create_namespace(&client, NS).await;
     let registry = registry_support::TestRegistry::start(registry_support::Setup::anonymous());
     registry
         .push_image(

@@ -6,7 +6,7 @@ mod k8s_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use krm_fn_runner::adapters::kube::KubePlatform;
 use krm_fn_runner::domain::pod_cache::template::{build_service, default_service_template};
 use krm_fn_runner::ports::{PlatformError, PodEvent, PodPlatform};
@@ -35,12 +35,7 @@ async fn next_event(stream: &mut krm_fn_runner::ports::PodEventStream) -> PodEve
 async fn kube_platform_against_a_real_api_server() {
     let plane = k8s_support::ControlPlane::start().await;
     let client = plane.client().await.unwrap();
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    k8s_support::create_namespace(&client, NS).await;
     let platform = KubePlatform::new(client.clone(), NS);
     let mut watch = platform.watch_pods("fn.kpt.dev/image").await.unwrap();
 

@@ -18,7 +18,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use common::{Runner, catalog_dir, catalog_version};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_support::ControlPlane;
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -37,15 +37,6 @@ struct Bed {
     client: Client,
     plane: ControlPlane,
     dir: tempfile::TempDir,
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("namespace");
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("create namespace");
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
@@ -83,8 +74,8 @@ impl Bed {
     async fn start() -> Bed {
         let plane = ControlPlane::start().await;
         let client = plane.client().await.expect("client");
-        create_namespace(&client, NS).await;
-        create_namespace(&client, "porch-system").await;
+        k8s_support::create_namespace(&client, NS).await;
+        k8s_support::create_namespace(&client, "porch-system").await;
         let registry = TestRegistry::start(Setup::anonymous());
         for f in FUNCTIONS {
             registry

@@ -4,7 +4,7 @@
 
 mod k8s_support;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use krm_fn_runner::domain::pod_cache::template::{
     PodBuild, TemplateOverrides, build_pod, build_service, default_pod_template,
@@ -20,13 +20,7 @@ const NS: &str = "porch-fn-system";
 async fn api_server_accepts_function_pods_and_a_test_kubelet_marks_them_ready() {
     let plane = k8s_support::ControlPlane::start().await;
     let client = plane.client().await.unwrap();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    k8s_support::create_namespace(&client, NS).await;
 
     // The pod and service exactly as the pod cache builds them.
     let name = "set-namespace-v045-0123abcd-r1-1";

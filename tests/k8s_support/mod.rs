@@ -228,3 +228,13 @@ impl ControlPlane {
         )
     }
 }
+
+/// Creates namespace `name` through `client`; panics if the API server refuses.
+pub async fn create_namespace(client: &Client, name: &str) {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("namespace");
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+}
