@@ -352,10 +352,9 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-/// kpt's `MatchAllKRM`: `Kptfile`, `*.yaml`, `*.yml`, `*.json`.
+/// kpt's `MatchAllKRM` on a slash-separated relative path.
 fn is_krm_file(rel: &str) -> bool {
-    let name = rel.rsplit('/').next().unwrap_or(rel);
-    name == "Kptfile" || [".yaml", ".yml", ".json"].iter().any(|s| name.ends_with(s))
+    krm_fn_runner::adapters::package::is_krm_file(rel.rsplit('/').next().unwrap_or(rel))
 }
 
 /// The non-empty documents of a YAML file.

@@ -39,10 +39,10 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// kpt's `MatchAllKRM`: `Kptfile`, `*.yaml`, `*.yml`, `*.json`.
+/// kpt's `MatchAllKRM` (the package I/O adapter's rule) on a file path.
 pub fn is_krm_file(p: &Path) -> bool {
-    let n = p.file_name().unwrap().to_string_lossy();
-    n == "Kptfile" || n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json")
+    p.file_name()
+        .is_some_and(|n| krm_fn_runner::adapters::package::is_krm_file(&n.to_string_lossy()))
 }
 
 /// Package-relative path → parsed documents, for every KRM file.
