@@ -18,13 +18,12 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::serve::DEFAULT_MAX_MESSAGE_BYTES;
-use crate::adapters::exec::{ExecEvaluator, ExecSettings};
 use crate::adapters::package::{PackageIoError, render_dir};
 use crate::adapters::runtime::{
     BuiltinRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
 };
+use crate::app::{RuntimeSettings, build_runtime};
 use crate::domain::codec;
-use crate::domain::exec_config::ExecConfig;
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 use crate::domain::render::{RenderErrorKind, RenderEvents, RenderOptions, StepRecord, StepStart};
 
@@ -184,16 +183,20 @@ fn build_chain(args: &RenderArgs) -> anyhow::Result<RuntimeChain> {
     let mut chain =
         RuntimeChain::new().with("builtin", Arc::new(BuiltinRuntime::new(&args.image_prefix)));
     if let Some(config) = &args.exec_config {
-        let text = std::fs::read(config)
-            .map_err(|e| anyhow::anyhow!("--exec-config: cannot read {}: {e}", config.display()))?;
-        let parsed = ExecConfig::parse(&text, &config.display().to_string())?;
-        let functions = std::path::absolute(&args.functions).unwrap_or(args.functions.clone());
-        let (table, _) = parsed.table(&functions, &args.image_prefix);
-        let exec = ExecEvaluator::new(table, ExecSettings::new(args.max_message_size, &[]));
-        for warning in exec.check_binaries() {
+        // The exec runtime exactly as `serve --config` builds it.
+        let runtime = build_runtime(&RuntimeSettings {
+            config: Some(config.clone()),
+            functions: args.functions.clone(),
+            disabled: vec!["pod".into()],
+            max_message_bytes: args.max_message_size,
+            default_image_prefix: args.image_prefix.clone(),
+            exec_env: Vec::new(),
+        })?;
+        for warning in &runtime.warnings {
             tracing::warn!("{warning}");
         }
-        chain = chain.with("exec-images", Arc::new(EvaluatorRuntime::exec(exec)));
+        let images = EvaluatorRuntime::new(Arc::new(runtime.chain));
+        chain = chain.with("exec-images", Arc::new(images));
     }
     if let Some(address) = &args.function_runner {
         let remote = EvaluatorRuntime::remote(address, args.max_message_size)?;
