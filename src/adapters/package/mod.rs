@@ -106,6 +106,13 @@ struct FileLayout {
     json: bool,
 }
 
+impl FileLayout {
+    /// True when the file held at least one object (one preamble per object).
+    fn held_objects(&self) -> bool {
+        !self.preambles.is_empty()
+    }
+}
+
 /// A package directory read into memory.
 #[derive(Debug, Clone)]
 pub struct PackageDir {
@@ -304,7 +311,7 @@ impl PackageDir {
         let files = self.render_files(items)?;
         let mut summary = WriteSummary::default();
         for (rel, layout) in &self.files {
-            if !files.contains_key(rel) && !layout_is_empty(layout) {
+            if !files.contains_key(rel) && layout.held_objects() {
                 let path = self.root.join(rel);
                 std::fs::remove_file(&path).map_err(io("deleting", &path))?;
                 summary.pruned.push(rel.clone());
@@ -442,10 +449,6 @@ fn clean(item: &Value) -> Value {
     let mut v = item.clone();
     ann::remove_all(&mut v, &READER_ANNOTATIONS);
     v
-}
-
-fn layout_is_empty(layout: &FileLayout) -> bool {
-    layout.preambles.is_empty()
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), PackageIoError> {
