@@ -18,6 +18,10 @@
 //! catalog functions (`scripts/install-catalog-functions.sh`); builds on
 //! `cargo bench`'s release binary of `krm-fn-runner`.
 //! Run: `KRM_FN_KPT_BIN="$(scripts/build-kpt.sh)" cargo bench --bench render`.
+//!
+//! To profile a render by hand, `KRM_FN_BENCH_PACKAGE=DIR cargo bench --bench
+//! render` only writes the full-pipeline package into `DIR` (which must not
+//! exist) and exits.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -322,6 +326,13 @@ fn ms(d: Duration) -> String {
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
+    if let Some(dir) = std::env::var_os("KRM_FN_BENCH_PACKAGE") {
+        let dir = PathBuf::from(dir);
+        assert!(!dir.exists(), "{} already exists", dir.display());
+        write_package(&dir, &full_pipeline());
+        println!("wrote the full-pipeline package to {}", dir.display());
+        return;
+    }
     let ours = PathBuf::from(env!("CARGO_BIN_EXE_krm-fn-runner"));
     let kpt = kpt_bin();
     let work = tempfile::tempdir().unwrap();

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use rayon::prelude::*;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -108,10 +109,15 @@ impl ResourceList {
     /// (called with the item's position and value; it returns one YAML
     /// document). Used to pass items with their comments, as kpt does.
     ///
+    /// The items are formatted in parallel on all cores (rayon's global
+    /// pool): editing a thousand objects' texts is most of what a render
+    /// spends outside its functions. `item_text` may therefore be called
+    /// from several threads and in any order; the output keeps item order.
+    ///
     /// Errors: only for values YAML cannot represent.
-    pub fn to_yaml_with<T: AsRef<str>>(
+    pub fn to_yaml_with<T: AsRef<str> + Send>(
         &self,
-        item_text: impl Fn(usize, &Value) -> T,
+        item_text: impl Fn(usize, &Value) -> T + Sync,
     ) -> Result<String, CodecError> {
         let api_version = if self.api_version.is_empty() {
             RESOURCE_LIST_API_VERSION
@@ -124,8 +130,14 @@ impl ResourceList {
             out.push_str("items: []\n");
         } else {
             out.push_str("items:\n");
-            for (i, item) in self.items.iter().enumerate() {
-                out.push_str(&preserve::nest(item_text(i, item).as_ref(), "- ", "  "));
+            let texts: Vec<String> = self
+                .items
+                .par_iter()
+                .enumerate()
+                .map(|(i, item)| preserve::nest(item_text(i, item).as_ref(), "- ", "  "))
+                .collect();
+            for text in texts {
+                out.push_str(&text);
             }
         }
         if let Some(config) = &self.function_config {

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rayon::prelude::*;
 use serde_json::Value;
 
 use crate::domain::codec::{self, preserve};
@@ -257,49 +258,56 @@ impl PackageDir {
             let index = ann::index(item).and_then(|i| i.parse().ok()).unwrap_or(-1);
             grouped.entry(path).or_default().push((index, item));
         }
-        let mut out = BTreeMap::new();
-        for (path, mut docs) in grouped {
-            docs.sort_by_key(|(i, _)| *i);
-            let layout = self.files.get(&path);
-            let mut text = String::new();
-            if layout.is_some_and(|l| l.json) {
-                // kpt writes JSON files back as JSON.
-                let values: Vec<Value> = docs.iter().map(|(_, v)| clean(v)).collect();
-                let original: Option<Vec<Value>> = (0..values.len())
-                    .map(|i| self.sources.get(&path, i).map(|d| d.value.clone()))
-                    .collect();
-                match (layout, original) {
-                    (Some(l), Some(orig)) if orig == values => text.push_str(&l.text),
-                    _ => {
-                        for v in &values {
-                            let json = serde_json::to_string_pretty(v).unwrap_or_default();
-                            text.push_str(&json);
-                            text.push('\n');
-                        }
+        // Files are independent: format them in parallel (rayon's pool).
+        Ok(grouped
+            .into_par_iter()
+            .map(|(path, docs)| {
+                let text = self.file_text(&path, docs);
+                (path, text)
+            })
+            .collect())
+    }
+
+    /// The text of the file at `path` holding `docs` (index, object).
+    fn file_text(&self, path: &str, mut docs: Vec<(i64, &Value)>) -> String {
+        docs.sort_by_key(|(i, _)| *i);
+        let layout = self.files.get(path);
+        let mut text = String::new();
+        if layout.is_some_and(|l| l.json) {
+            // kpt writes JSON files back as JSON.
+            let values: Vec<Value> = docs.iter().map(|(_, v)| clean(v)).collect();
+            let original: Option<Vec<Value>> = (0..values.len())
+                .map(|i| self.sources.get(path, i).map(|d| d.value.clone()))
+                .collect();
+            match (layout, original) {
+                (Some(l), Some(orig)) if orig == values => text.push_str(&l.text),
+                _ => {
+                    for v in &values {
+                        let json = serde_json::to_string_pretty(v).unwrap_or_default();
+                        text.push_str(&json);
+                        text.push('\n');
                     }
                 }
-                out.insert(path, text);
-                continue;
             }
-            for (n, (index, item)) in docs.iter().enumerate() {
-                if n > 0 {
-                    text.push_str("---\n");
-                }
-                let key = usize::try_from(*index).ok();
-                if let (Some(l), Some(i)) = (layout, key)
-                    && let Some(pre) = l.preambles.get(i)
-                {
-                    text.push_str(pre);
-                }
-                let value = clean(item);
-                text.push_str(&self.sources.format(key.map(|i| (path.as_str(), i)), &value));
-            }
-            if let Some(l) = layout {
-                text.push_str(&l.trailer);
-            }
-            out.insert(path, text);
+            return text;
         }
-        Ok(out)
+        for (n, (index, item)) in docs.iter().enumerate() {
+            if n > 0 {
+                text.push_str("---\n");
+            }
+            let key = usize::try_from(*index).ok();
+            if let (Some(l), Some(i)) = (layout, key)
+                && let Some(pre) = l.preambles.get(i)
+            {
+                text.push_str(pre);
+            }
+            let value = clean(item);
+            text.push_str(&self.sources.format(key.map(|i| (path, i)), &value));
+        }
+        if let Some(l) = layout {
+            text.push_str(&l.trailer);
+        }
+        text
     }
 
     /// Writes a render's output back into the package directory (kpt's

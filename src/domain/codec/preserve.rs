@@ -86,6 +86,20 @@ pub fn patch_document(text: &str, from: &Value, to: &Value) -> Result<String, Co
             "only mapping documents are edited in place",
         ));
     };
+    // Fast path: the common render edits (changed scalars, appended keys)
+    // spliced into the text at positions read off the syntax tree, checked
+    // like every edit. Editing the tree itself costs tens of microseconds
+    // per change; a thousand objects times a few steps add up.
+    let spliced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        splice_text(text, from_map, to_map)
+    }))
+    .ok()
+    .flatten();
+    if let Some(edited) = spliced
+        && from_yaml_str::<Value>(&edited).is_ok_and(|check| &check == to)
+    {
+        return Ok(edited);
+    }
     let edited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         edit_text(text, from_map, to_map)
     }))
@@ -118,6 +132,164 @@ fn edit_text(
         .ok_or_else(|| CodecError::new("the document root is not a mapping"))?;
     patch_mapping(&root, from, to)?;
     Ok(file.to_string())
+}
+
+/// A text replacement: byte range of the original text and its new text.
+struct Splice {
+    start: usize,
+    end: usize,
+    text: String,
+}
+
+/// The fast path of [`patch_document`]: `text` with `from` → `to` applied as
+/// text splices, or `None` when the change needs more than replacing
+/// single-line scalars and appending keys to block mappings (removed keys,
+/// sequences of another length, block scalars, flow collections, type
+/// changes, new sequences in a file that indents them wide) — the tree
+/// editor handles those.
+fn splice_text(text: &str, from: &Map<String, Value>, to: &Map<String, Value>) -> Option<String> {
+    let file = YamlFile::from_str(text).ok()?;
+    let mut docs = file.documents();
+    let doc = docs.next()?;
+    if docs.next().is_some() {
+        return None;
+    }
+    let root = doc.as_mapping()?;
+    let mut splicer = Splicer {
+        text,
+        wide: sequence_indent(text) == "wide",
+        splices: Vec::new(),
+    };
+    splicer.mapping(&root, from, to)?;
+    let splices = splicer.splices;
+    // Apply back to front; of two insertions at one offset the one recorded
+    // later (an enclosing mapping's new keys) goes after the earlier one
+    // (its last entry's new keys), so it is applied first.
+    let mut order: Vec<usize> = (0..splices.len()).collect();
+    order.sort_by(|&a, &b| splices[b].start.cmp(&splices[a].start).then(b.cmp(&a)));
+    let mut out = text.to_string();
+    for i in order {
+        let s = &splices[i];
+        out.replace_range(s.start..s.end, &s.text);
+    }
+    Some(out)
+}
+
+/// Collects the splices of one document.
+struct Splicer<'a> {
+    /// The document's text (byte ranges of the tree point into it).
+    text: &'a str,
+    /// The document indents block sequences deeper than their key; the
+    /// codec emits them compact, so new sequences are left to the editor.
+    wide: bool,
+    splices: Vec<Splice>,
+}
+
+impl Splicer<'_> {
+    /// Records the splices that turn mapping `node` from `from` into `to`.
+    fn mapping(
+        &mut self,
+        node: &Mapping,
+        from: &Map<String, Value>,
+        to: &Map<String, Value>,
+    ) -> Option<()> {
+        if node.is_flow_style() || from.keys().any(|k| !to.contains_key(k)) {
+            return None;
+        }
+        let mut appended = Map::new();
+        for (key, new) in to {
+            match from.get(key) {
+                Some(old) if old == new => {}
+                Some(old) => {
+                    let value = node.find_entry_by_key(key.as_str())?.value_node()?;
+                    self.value(&value, old, new)?;
+                }
+                None => {
+                    appended.insert(key.clone(), new.clone());
+                }
+            }
+        }
+        if appended.is_empty() {
+            return Some(());
+        }
+        let body = to_yaml_string(&Value::Object(appended)).ok()?;
+        if self.wide && body.lines().any(|l| l.trim_start().starts_with('-')) {
+            return None;
+        }
+        // New keys go after the last entry, at the entries' indentation. The
+        // entry's range may or may not take its line's end (and a trailing
+        // comment) with it; insert at the start of the next line either way.
+        let text = self.text;
+        let last = node.entries().last()?;
+        let end = usize::try_from(last.byte_range().end).ok()?;
+        let at = if text.get(..end)?.ends_with('\n') {
+            end
+        } else {
+            match text.get(end..)?.find('\n') {
+                Some(nl) => end + nl + 1,
+                None => text.len(),
+            }
+        };
+        let indent = " ".repeat(node.detect_indentation_level());
+        let mut new_text = if at == text.len() && !text.ends_with('\n') {
+            "\n".to_string()
+        } else {
+            String::new()
+        };
+        new_text.push_str(&nest(&body, &indent, &indent));
+        self.splices.push(Splice {
+            start: at,
+            end: at,
+            text: new_text,
+        });
+        Some(())
+    }
+
+    /// Records the splices that turn the value node `node` from `old` into
+    /// `new`: nested collections are walked, single-line scalars replaced.
+    fn value(&mut self, node: &YamlNode, old: &Value, new: &Value) -> Option<()> {
+        match (old, new, node) {
+            (Value::Object(o), Value::Object(n), YamlNode::Mapping(m)) => self.mapping(m, o, n),
+            (Value::Array(o), Value::Array(n), YamlNode::Sequence(s))
+                if o.len() == n.len() && !s.is_flow_style() =>
+            {
+                for (i, (a, b)) in o.iter().zip(n).enumerate() {
+                    if a != b {
+                        self.value(&s.get(i)?, a, b)?;
+                    }
+                }
+                Some(())
+            }
+            (old, new, YamlNode::Scalar(_)) if is_scalar(old) && is_scalar(new) => {
+                let range = node.byte_range();
+                let (start, end) = (
+                    usize::try_from(range.start).ok()?,
+                    usize::try_from(range.end).ok()?,
+                );
+                let current = self.text.get(start..end)?;
+                if current.contains('\n') || current.starts_with(['|', '>', '&', '!', '*']) {
+                    return None;
+                }
+                let emitted = to_yaml_string(new).ok()?;
+                let replacement = emitted.strip_suffix('\n').unwrap_or(&emitted);
+                if replacement.contains('\n') {
+                    return None;
+                }
+                self.splices.push(Splice {
+                    start,
+                    end,
+                    text: replacement.to_string(),
+                });
+                Some(())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// True for null, booleans, numbers and strings.
+fn is_scalar(value: &Value) -> bool {
+    !matches!(value, Value::Object(_) | Value::Array(_))
 }
 
 /// Applies `from` → `to` to the mapping node `node`.
@@ -271,6 +443,76 @@ pub fn nest(text: &str, first: &str, indent: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    /// The splice fast path alone (no tree-editor fallback).
+    fn splice(text: &str, edit: impl FnOnce(&mut Value)) -> Option<String> {
+        let from: Value = from_yaml_str(text).unwrap();
+        let mut to = from.clone();
+        edit(&mut to);
+        let out = splice_text(text, from.as_object()?, to.as_object()?)?;
+        assert_eq!(from_yaml_str::<Value>(&out).unwrap(), to, "{out}");
+        Some(out)
+    }
+
+    #[test]
+    fn splices_put_new_keys_at_the_end_of_their_own_mapping() {
+        let text = "metadata:\n  name: a\n  labels: # the labels\n    app: a\nspec:\n  x: 1 # kpt-set: ${x}\n";
+        let out = splice(text, |v| {
+            v["metadata"]["labels"]["tier"] = "web".into();
+            v["metadata"]["namespace"] = "prod".into();
+            v["spec"]["x"] = 2.into();
+        })
+        .unwrap();
+        assert_eq!(
+            out,
+            "metadata:\n  name: a\n  labels: # the labels\n    app: a\n    tier: web\n  namespace: prod\nspec:\n  x: 2 # kpt-set: ${x}\n"
+        );
+    }
+
+    #[test]
+    fn splices_handle_a_missing_final_newline_and_sequence_items() {
+        let text = "spec:\n  containers:\n  - name: a\n    image: x:1 # kpt-set: x:${tag}\n  - name: b\n    image: y";
+        let out = splice(text, |v| {
+            v["spec"]["containers"][0]["image"] = "x:2".into();
+            v["spec"]["containers"][1]["env"] = serde_json::json!([{"name": "A", "value": "1"}]);
+        })
+        .unwrap();
+        assert!(out.contains("image: x:2 # kpt-set: x:${tag}\n"), "{out}");
+        assert!(
+            out.ends_with("    image: y\n    env:\n    - name: A\n      value: \"1\"\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn splices_leave_new_sequences_in_wide_files_to_the_tree_editor() {
+        let text = "spec:\n  ports:\n    - port: 80\n";
+        assert!(splice(text, |v| v["spec"]["hosts"] = serde_json::json!(["a"])).is_none());
+        assert!(splice(text, |v| v["spec"]["ports"][0]["port"] = 81.into()).is_some());
+    }
+
+    #[test]
+    fn splices_leave_removals_and_block_scalars_to_the_tree_editor() {
+        assert!(
+            splice(DEPLOY, |v| {
+                v["metadata"].as_object_mut().unwrap().remove("labels");
+            })
+            .is_none()
+        );
+        assert!(
+            splice(DEPLOY, |v| v["spec"]["template"]["spec"]["notes"] =
+                "other".into())
+            .is_none()
+        );
+        assert!(
+            splice(DEPLOY, |v| {
+                v["spec"]["template"]["spec"]["containers"]
+                    .as_array_mut()
+                    .unwrap()
+                    .pop();
+            })
+            .is_none()
+        );
+    }
 
     fn patch(text: &str, edit: impl FnOnce(&mut Value)) -> String {
         let from: Value = from_yaml_str(text).unwrap();
