@@ -1,5 +1,6 @@
 //! The Kubernetes adapter of the PodPlatform port against a real
-//! kube-apiserver: every method, the typed errors, and the pod watch.
+//! kube-apiserver: every method, the typed errors, the pod watch and the
+//! endpoint watch.
 
 mod k8s_support;
 
@@ -9,7 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use krm_fn_runner::adapters::kube::KubePlatform;
 use krm_fn_runner::domain::pod_cache::template::{build_service, default_service_template};
-use krm_fn_runner::ports::{PlatformError, PodEvent, PodPlatform};
+use krm_fn_runner::ports::{
+    EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodPlatform,
+};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use tokio_stream::StreamExt;
@@ -28,6 +31,13 @@ async fn next_event(stream: &mut krm_fn_runner::ports::PodEventStream) -> PodEve
     tokio::time::timeout(Duration::from_secs(20), stream.next())
         .await
         .expect("a pod event within 20 s")
+        .expect("the watch goes on")
+}
+
+async fn next_endpoint_event(stream: &mut EndpointEventStream) -> EndpointEvent {
+    tokio::time::timeout(Duration::from_secs(20), stream.next())
+        .await
+        .expect("an endpoint event within 20 s")
         .expect("the watch goes on")
 }
 
@@ -151,6 +161,11 @@ async fn kube_platform_against_a_real_api_server() {
     // (what a real cluster's controller writes, here by hand) is read with
     // its ready condition and pod; a core/v1 Endpoints object is the fallback.
     assert!(platform.service_endpoints("fn-a").await.unwrap().is_empty());
+    let mut endpoint_watch = platform.watch_endpoints().await.unwrap();
+    assert_eq!(
+        next_endpoint_event(&mut endpoint_watch).await,
+        EndpointEvent::Synced
+    );
     let slice: k8s_openapi::api::discovery::v1::EndpointSlice =
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "fn-a-1", "labels": {"kubernetes.io/service-name": "fn-a"}},
@@ -167,6 +182,11 @@ async fn kube_platform_against_a_real_api_server() {
         .create(&PostParams::default(), &slice)
         .await
         .unwrap();
+    // The watch reports the new slice under its service's name.
+    assert_eq!(
+        next_endpoint_event(&mut endpoint_watch).await,
+        EndpointEvent::Changed("fn-a".into())
+    );
     let eps = platform.service_endpoints("fn-a").await.unwrap();
     assert_eq!(eps.len(), 1);
     assert_eq!(

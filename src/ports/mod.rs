@@ -20,5 +20,6 @@ pub use image_inspector::{ImageInspectError, ImageInspector, ImageMetadata};
 #[cfg(test)]
 pub use pod_platform::MockPodPlatform;
 pub use pod_platform::{
-    ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform, ServiceEndpoint,
+    ConfigMapData, EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodEventStream,
+    PodPlatform, ServiceEndpoint,
 };

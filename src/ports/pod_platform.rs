@@ -117,6 +117,21 @@ pub struct ServiceEndpoint {
 /// A stream of pod events; it ends when the platform stops watching.
 pub type PodEventStream = Pin<Box<dyn Stream<Item = PodEvent> + Send>>;
 
+/// What a watch on the pod namespace's published endpoints reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointEvent {
+    /// The watch is (again) up to date: every later change is reported.
+    Synced,
+    /// What the service of this name publishes changed.
+    Changed(String),
+    /// The watch failed and is retrying: changes may go unreported until
+    /// the next [`EndpointEvent::Synced`].
+    Lost,
+}
+
+/// A stream of endpoint events; it ends when the platform stops watching.
+pub type EndpointEventStream = Pin<Box<dyn Stream<Item = EndpointEvent> + Send>>;
+
 /// Pod, service, ConfigMap and Secret operations in the pod namespace.
 ///
 /// Every method is cancel-safe in the sense that dropping the future leaves
@@ -193,4 +208,16 @@ pub trait PodPlatform: Send + Sync {
     /// Watches pods matching `label_selector`: first an [`PodEvent::Applied`]
     /// for every existing pod, then every change.
     async fn watch_pods(&self, label_selector: &str) -> Result<PodEventStream, PlatformError>;
+
+    /// Watches what the services of the pod namespace publish (their
+    /// EndpointSlices), so that a caller waiting for a new pod's service
+    /// learns of it from an event instead of by polling
+    /// [`PodPlatform::service_endpoints`].
+    ///
+    /// The default is a stream that never reports anything, for platforms
+    /// without such a watch: callers keep polling then, as they must while
+    /// the watch is not [`EndpointEvent::Synced`].
+    async fn watch_endpoints(&self) -> Result<EndpointEventStream, PlatformError> {
+        Ok(Box::pin(tokio_stream::pending()))
+    }
 }

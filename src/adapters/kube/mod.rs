@@ -22,7 +22,8 @@ use kube::{Api, Client};
 use tokio_stream::StreamExt;
 
 use crate::ports::{
-    ConfigMapData, PlatformError, PodEvent, PodEventStream, PodPlatform, ServiceEndpoint,
+    ConfigMapData, EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodEventStream,
+    PodPlatform, ServiceEndpoint,
 };
 
 /// The field manager recorded on objects the runner writes (Porch's name).
@@ -212,7 +213,7 @@ impl PodPlatform for KubePlatform {
     /// list).
     async fn service_endpoints(&self, name: &str) -> Result<Vec<ServiceEndpoint>, PlatformError> {
         let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
-        let params = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+        let params = ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={name}"));
         let slice_error = match with_retries("EndpointSlice", name, || slices.list(&params)).await {
             Ok(list) => {
                 let found = endpoints_from_slices(&list.items);
@@ -337,7 +338,40 @@ impl PodPlatform for KubePlatform {
                 });
         Ok(Box::pin(stream))
     }
+
+    /// EndpointSlices of the namespace, each change reported under the
+    /// slice's `kubernetes.io/service-name`. A watch error is reported as
+    /// [`EndpointEvent::Lost`] (at debug level: clusters that deny
+    /// EndpointSlices fall back to polling core/v1 Endpoints) and retried
+    /// with kube-runtime's default backoff.
+    async fn watch_endpoints(&self) -> Result<EndpointEventStream, PlatformError> {
+        let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
+        let stream = watcher(slices, watcher::Config::default())
+            .default_backoff()
+            .filter_map(|event| match event {
+                Ok(
+                    watcher::Event::Apply(s)
+                    | watcher::Event::InitApply(s)
+                    | watcher::Event::Delete(s),
+                ) => s
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                    .map(|name| EndpointEvent::Changed(name.clone())),
+                Ok(watcher::Event::InitDone) => Some(EndpointEvent::Synced),
+                Ok(watcher::Event::Init) => None,
+                Err(e) => {
+                    tracing::debug!("EndpointSlice watch error (retrying): {e}");
+                    Some(EndpointEvent::Lost)
+                }
+            });
+        Ok(Box::pin(stream))
+    }
 }
+
+/// The label that ties an EndpointSlice to its service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 fn target_pod(r: Option<&k8s_openapi::api::core::v1::ObjectReference>) -> Option<String> {
     r.filter(|r| r.kind.as_deref().is_none_or(|k| k == "Pod"))

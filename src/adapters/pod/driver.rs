@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -31,7 +32,10 @@ use crate::domain::pod_cache::{
     Assignment, Command, IMAGE_LABEL, Input, ObservedPhase, ObservedPod, PodCache, PodCacheError,
     PodCreation, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, SlotState, UnixTime, WRAPPER_PORT,
 };
-use crate::ports::{ImageInspector, PlatformError, PodEvent, PodEventStream, PodPlatform};
+use crate::ports::{
+    EndpointEvent, EndpointEventStream, ImageInspector, PlatformError, PodEvent, PodEventStream,
+    PodPlatform,
+};
 
 /// The reply channel of one connection request.
 pub(super) type ReplyTx = oneshot::Sender<Result<Assignment, PodCacheError>>;
@@ -103,6 +107,42 @@ pub(super) struct Ctx {
     pub(super) inspector: Arc<dyn ImageInspector>,
     pub(super) pull_secret: Option<Arc<PullSecretSync>>,
     pub(super) pool: Arc<ConnectionPool>,
+    pub(super) endpoints: Arc<EndpointSignal>,
+}
+
+/// What the endpoint watch has reported, for the tasks that wait for a
+/// new pod's service: a change counter, and whether the watch is up to date
+/// (only then may a waiter rely on it instead of polling).
+#[derive(Debug)]
+pub(super) struct EndpointSignal {
+    changes: watch::Sender<u64>,
+    live: AtomicBool,
+}
+
+impl EndpointSignal {
+    /// No watch yet: waiters poll.
+    pub(super) fn new() -> Self {
+        Self {
+            changes: watch::Sender::new(0),
+            live: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes in one event of the watch.
+    fn on_event(&self, event: EndpointEvent) {
+        match event {
+            EndpointEvent::Synced => {
+                self.live.store(true, Ordering::Release);
+                self.changes.send_modify(|n| *n += 1);
+            }
+            EndpointEvent::Changed(_) => self.changes.send_modify(|n| *n += 1),
+            EndpointEvent::Lost => self.live.store(false, Ordering::Release),
+        }
+    }
+
+    fn is_live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+    }
 }
 
 /// A pod being created: its slot, whether the pod and service objects exist,
@@ -330,6 +370,7 @@ impl Driver {
         shared: std::sync::Arc<Shared>,
         mut rx: mpsc::UnboundedReceiver<Msg>,
         mut pods: PodEventStream,
+        mut endpoints: EndpointEventStream,
     ) {
         let ctx = shared.lock().ctx.clone();
         let config = &ctx.config;
@@ -377,6 +418,18 @@ impl Driver {
                         match ctx.platform.watch_pods(IMAGE_LABEL).await {
                             Ok(s) => pods = s,
                             Err(e) => tracing::warn!("cannot restart the pod watch: {e}"),
+                        }
+                    }
+                },
+                event = endpoints.next() => match event {
+                    Some(e) => ctx.endpoints.on_event(e),
+                    None => {
+                        ctx.endpoints.on_event(EndpointEvent::Lost);
+                        tracing::warn!("the endpoint watch ended; restarting it");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        match ctx.platform.watch_endpoints().await {
+                            Ok(s) => endpoints = s,
+                            Err(e) => tracing::warn!("cannot restart the endpoint watch: {e}"),
                         }
                     }
                 },
@@ -688,11 +741,20 @@ impl Driver {
             AddressMode::Service => {
                 c.checking = true;
                 let deadline = instant_at(c.deadline);
-                let (platform, tx, name) =
-                    (self.ctx.platform.clone(), self.tx.clone(), name.to_string());
+                let (platform, signal, tx, name) = (
+                    self.ctx.platform.clone(),
+                    self.ctx.endpoints.clone(),
+                    self.tx.clone(),
+                    name.to_string(),
+                );
                 let pod_ip = pod.status.and_then(|s| s.pod_ip);
                 self.runtime.spawn(async move {
-                    let result = wait_for_endpoint(&*platform, &name, &ns, pod_ip, deadline).await;
+                    let target = EndpointTarget {
+                        name: &name,
+                        namespace: &ns,
+                        pod_ip,
+                    };
+                    let result = wait_for_endpoint(&*platform, &signal, &target, deadline).await;
                     let _ = tx.send(Msg::Endpoint {
                         slot,
                         pod_name: name,
@@ -864,24 +926,41 @@ async fn ensure_service(ctx: &Ctx, templates: &Templates, name: &str) -> Result<
     }
 }
 
-/// Waits until service `name` publishes a ready endpoint for pod `name`
-/// (matched by `targetRef`, or by `pod_ip`), polling with a backoff from
-/// 20 ms to 500 ms, until `deadline`. Returns the service endpoint.
+/// The pod whose service a creation waits for.
+struct EndpointTarget<'a> {
+    /// Pod and service name.
+    name: &'a str,
+    namespace: &'a str,
+    /// The pod's IP, to match endpoints without a `targetRef`.
+    pod_ip: Option<String>,
+}
+
+/// Waits until the service of `target` publishes a ready endpoint for its
+/// pod (matched by `targetRef`, or by the pod IP), until `deadline`; returns
+/// the service endpoint.
+///
+/// The endpoints are read once, then again whenever the endpoint watch
+/// reports a change; while the watch is not up to date (not synced yet,
+/// failing, or a platform without one) they are polled with a backoff from
+/// 20 ms to 500 ms instead. A live watch is still re-checked every second,
+/// in case an event was missed.
 async fn wait_for_endpoint(
     platform: &dyn PodPlatform,
-    name: &str,
-    namespace: &str,
-    pod_ip: Option<String>,
+    signal: &EndpointSignal,
+    target: &EndpointTarget<'_>,
     deadline: Instant,
 ) -> Result<String, String> {
+    let (name, namespace) = (target.name, target.namespace);
+    let mut changes = signal.changes.subscribe();
     let mut delay = Duration::from_millis(20);
     loop {
+        changes.borrow_and_update();
         let last = match platform.service_endpoints(name).await {
             Ok(eps) => {
                 let found = eps.iter().any(|e| {
                     e.ready
                         && (e.pod_name.as_deref() == Some(name)
-                            || pod_ip.as_deref() == Some(e.address.as_str()))
+                            || target.pod_ip.as_deref() == Some(e.address.as_str()))
                 });
                 if found {
                     return Ok(service_endpoint(name, namespace));
@@ -893,12 +972,27 @@ async fn wait_for_endpoint(
             }
             Err(e) => e.to_string(),
         };
-        if Instant::now() + delay >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return Err(format!(
                 "error occurred when waiting the pod and service to be ready. If the error is caused by timeout, you may want to examine the pod/service in namespace {namespace:?}. Error: service {name} has no ready endpoint for its pod ({last})"
             ));
         }
-        tokio::time::sleep(delay).await;
+        let wait = if signal.is_live() {
+            Duration::from_secs(1)
+        } else {
+            delay
+        };
+        tokio::select! {
+            changed = changes.changed(), if signal.is_live() => {
+                // The sender lives as long as the runtime; if it is gone,
+                // fall back to the timer.
+                if changed.is_err() {
+                    tokio::time::sleep_until((now + delay).min(deadline)).await;
+                }
+            }
+            () = tokio::time::sleep_until((now + wait).min(deadline)) => {}
+        }
         delay = (delay * 2).min(Duration::from_millis(500));
     }
 }
@@ -906,6 +1000,73 @@ async fn wait_for_endpoint(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ports::{MockPodPlatform, ServiceEndpoint};
+    use std::sync::atomic::AtomicUsize;
+
+    /// A platform whose service publishes pod `p` from the `ready_from`-th
+    /// read of its endpoints on; counts the reads.
+    fn platform(ready_from: usize, reads: Arc<AtomicUsize>) -> MockPodPlatform {
+        let mut platform = MockPodPlatform::new();
+        platform.expect_service_endpoints().returning(move |_| {
+            let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(if n >= ready_from {
+                vec![ServiceEndpoint {
+                    address: "10.0.0.7".into(),
+                    ready: true,
+                    pod_name: Some("p".into()),
+                }]
+            } else {
+                Vec::new()
+            })
+        });
+        platform
+    }
+
+    const TARGET: EndpointTarget<'static> = EndpointTarget {
+        name: "p",
+        namespace: "ns",
+        pod_ip: None,
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn a_live_endpoint_watch_replaces_polling() {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let platform = platform(2, reads.clone());
+        let signal = Arc::new(EndpointSignal::new());
+        signal.on_event(EndpointEvent::Synced);
+        let publisher = signal.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            publisher.on_event(EndpointEvent::Changed("p".into()));
+        });
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(30);
+        let endpoint = wait_for_endpoint(&platform, &signal, &TARGET, deadline).await;
+        assert_eq!(endpoint.as_deref(), Ok("p.ns.svc.cluster.local:9446"));
+        // One read at the start, one on the event: no polling in between.
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        assert_eq!(started.elapsed(), Duration::from_millis(700));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_synced_watch_endpoints_are_polled_until_the_deadline() {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let platform = platform(usize::MAX, reads.clone());
+        let signal = EndpointSignal::new();
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(2);
+        let err = wait_for_endpoint(&platform, &signal, &TARGET, deadline)
+            .await
+            .unwrap_err();
+        assert!(err.contains("service p has no ready endpoint"), "{err}");
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+        // 20, 40, 80, 160, 320, then every 500 ms, and a last read at the deadline.
+        assert_eq!(reads.load(Ordering::SeqCst), 9);
+        // A watch that was lost falls back to polling as well.
+        signal.on_event(EndpointEvent::Synced);
+        signal.on_event(EndpointEvent::Lost);
+        assert!(!signal.is_live());
+    }
 
     fn pod(ip: Option<&str>) -> Pod {
         serde_json::from_value(serde_json::json!({

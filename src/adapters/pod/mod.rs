@@ -181,6 +181,11 @@ impl PodEvaluator {
                     namespace: config.namespace.clone(),
                     detail: e.to_string(),
                 })?;
+        // Without an endpoint watch the service wait polls; not fatal.
+        let endpoint_stream = platform.watch_endpoints().await.unwrap_or_else(|e| {
+            tracing::warn!("cannot watch endpoints; waiting for services by polling: {e}");
+            Box::pin(tokio_stream::pending())
+        });
         let existing = match platform.list_pods(IMAGE_LABEL).await {
             Ok(pods) => Some(pods),
             Err(e) => {
@@ -201,13 +206,19 @@ impl PodEvaluator {
             inspector,
             pull_secret,
             pool: pool.clone(),
+            endpoints: Arc::new(driver::EndpointSignal::new()),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready) = watch::channel(false);
         let mut driver = Driver::new(ctx, templates, ready_tx, tx.clone());
         driver.start(existing, warm_up);
         let shared = Arc::new(Shared::new(driver));
-        tokio::spawn(Driver::run(shared.clone(), rx, watch_stream));
+        tokio::spawn(Driver::run(
+            shared.clone(),
+            rx,
+            watch_stream,
+            endpoint_stream,
+        ));
         Ok(Self {
             shared,
             tx,
