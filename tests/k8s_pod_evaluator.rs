@@ -18,7 +18,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use common::{Runner, catalog_dir, catalog_version};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_support::ControlPlane;
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -600,6 +600,80 @@ async fn a_restarted_runner_adopts_the_pods_it_left() {
     drop(second);
     let third = bed.runner(&[]);
     bed.assert_clean(&third).await;
+}
+
+/// Private registries (Porch's `--enable-private-registries`): the image is
+/// inspected with the mounted credentials, the credentials are synced into
+/// the pod namespace as a `kubernetes.io/dockerconfigjson` Secret, and the
+/// function pod pulls with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn private_registry_credentials_reach_the_function_pod() {
+    let bed = Bed::start().await;
+    let private = TestRegistry::start(Setup::basic("fnuser", "s3cret"));
+    let f = "set-namespace";
+    let tag = format!("{f}:{}", catalog_version(f));
+    private
+        .push_image(&tag, "amd64", Some(&["/usr/local/bin/function"]), None, f)
+        .await;
+    let config = private.docker_config("auth.json", &private.addr, "fnuser", "s3cret");
+    let secret_path = format!("--registry-auth-secret-path={}", config.display());
+    let registry = format!("--plain-http-registry={}", private.addr);
+    let runner = bed.runner(&[
+        "--enable-private-registries",
+        &secret_path,
+        "--registry-auth-secret-name=fn-pull-secret",
+        &registry,
+    ]);
+    let image = format!("{}/{tag}", private.addr);
+
+    let out = call(&runner, &image, set_namespace_rl("private"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+    assert!(
+        output(&out).contains("namespace: private"),
+        "{}",
+        output(&out)
+    );
+
+    let secret = Api::<Secret>::namespaced(bed.client.clone(), NS)
+        .get("fn-pull-secret")
+        .await
+        .expect("the pull secret is created in the pod namespace");
+    assert_eq!(
+        secret.type_.as_deref(),
+        Some("kubernetes.io/dockerconfigjson")
+    );
+    let data = secret.data.expect("secret data");
+    assert_eq!(
+        data.get(".dockerconfigjson").map(|b| b.0.clone()),
+        Some(std::fs::read(&config).unwrap())
+    );
+    let pods = bed.pods().await;
+    assert_eq!(pods.len(), 1);
+    let pulls: Vec<String> = pods[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.image_pull_secrets.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(pulls, ["fn-pull-secret"]);
+
+    // Without the credentials the same image cannot be inspected: the
+    // caller is told why and no pod is made for it.
+    drop(runner);
+    bed.assert_clean(&bed.runner(&[])).await;
+    let anonymous = bed.runner(&[&registry]);
+    let err = call(&anonymous, &image, set_namespace_rl("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message().contains("unable to get the entrypoint"),
+        "{}",
+        err.message()
+    );
+    assert!(bed.pod_names().await.is_empty());
 }
 
 #[test]

@@ -34,16 +34,6 @@ fn inspector(c: InspectorConfig) -> OciImageInspector {
     OciImageInspector::new(c).expect("inspector")
 }
 
-/// Writes a Docker config JSON with `user:pass` for `key` and returns its path.
-fn docker_config(reg: &TestRegistry, file: &str, key: &str, user: &str, pass: &str) -> PathBuf {
-    let path = reg.dir().join(file);
-    let json = serde_json::json!({
-        "auths": {key: {"username": user, "password": pass}}
-    });
-    std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
-    path
-}
-
 /// Private registries on, with the secret at `secret`.
 fn with_secret(mut c: InspectorConfig, secret: PathBuf) -> InspectorConfig {
     c.registry_auth_secret_path = Some(secret);
@@ -311,8 +301,7 @@ async fn basic_auth_with_the_private_registry_secret() {
         .push_image("fns/private:v1", "amd64", Some(&["/fn"]), None, "p")
         .await;
     // Docker's own key spelling for a registry: scheme and path.
-    let secret = docker_config(
-        &reg,
+    let secret = reg.docker_config(
         "secret.json",
         &format!("https://{}/v1/", reg.addr),
         "fnuser",
@@ -333,16 +322,10 @@ async fn basic_auth_with_the_default_docker_config() {
         .push_image("fns/private:v1", "amd64", Some(&["/fn"]), None, "p")
         .await;
     let mut c = config_for(&reg);
-    c.docker_config_path = Some(docker_config(
-        &reg,
-        "config.json",
-        &reg.addr,
-        "fnuser",
-        "s3cret",
-    ));
+    c.docker_config_path = Some(reg.docker_config("config.json", &reg.addr, "fnuser", "s3cret"));
     // Private registries on, but the secret has no entry for this host:
     // the default chain is used (Porch would go anonymous).
-    let secret = docker_config(&reg, "secret.json", "ghcr.io", "other", "x");
+    let secret = reg.docker_config("secret.json", "ghcr.io", "other", "x");
     let m = inspector(with_secret(c, secret))
         .inspect("private:v1")
         .await
@@ -355,7 +338,7 @@ async fn wrong_or_missing_credentials_are_a_clear_unauthorized_error() {
     let reg = TestRegistry::start(Setup::basic("fnuser", "s3cret"));
     reg.push_image("fns/private:v1", "amd64", Some(&["/fn"]), None, "p")
         .await;
-    let secret = docker_config(&reg, "secret.json", &reg.addr, "fnuser", "wrong");
+    let secret = reg.docker_config("secret.json", &reg.addr, "fnuser", "wrong");
     let insp = inspector(with_secret(config_for(&reg), secret.clone()));
     let started = Instant::now();
     let e = insp.inspect("private:v1").await.unwrap_err();
@@ -381,7 +364,7 @@ async fn wrong_or_missing_credentials_are_a_clear_unauthorized_error() {
 
     // The secret is rotated: the next fetch uses the new password (a new
     // client, since oci-client keeps the first credential per client).
-    docker_config(&reg, "secret.json", &reg.addr, "fnuser", "s3cret");
+    reg.docker_config("secret.json", &reg.addr, "fnuser", "s3cret");
     insp.inspect("private:v1").await.unwrap();
 
     // No credentials at all.
@@ -484,8 +467,8 @@ async fn tls_and_basic_auth() {
         .push_image("fns/both:v1", "amd64", Some(&["/fn"]), Some(&["--x"]), "b")
         .await;
     let ca_dir = reg.ca_dir.clone().unwrap();
-    let good = docker_config(&reg, "good.json", &reg.addr, "fnuser", "s3cret");
-    let bad = docker_config(&reg, "bad.json", &reg.addr, "fnuser", "nope");
+    let good = reg.docker_config("good.json", &reg.addr, "fnuser", "s3cret");
+    let bad = reg.docker_config("bad.json", &reg.addr, "fnuser", "nope");
 
     let c = config_for(&reg).with_registry_flags(true, good, true, ca_dir.clone());
     let m = inspector(c).inspect("both:v1").await.unwrap();

@@ -246,6 +246,18 @@ impl TestRegistry {
         self.dir.path()
     }
 
+    /// Writes a Docker config JSON (the `--registry-auth-secret-path` file)
+    /// with `user`/`pass` for registry `key` into this registry's directory
+    /// as `file`; returns its path.
+    pub fn docker_config(&self, file: &str, key: &str, user: &str, pass: &str) -> PathBuf {
+        let path = self.dir().join(file);
+        let json = serde_json::json!({
+            "auths": {key: {"username": user, "password": pass}}
+        });
+        std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+        path
+    }
+
     /// The credential pushes use.
     pub fn push_auth(&self) -> RegistryAuth {
         match &self.setup.basic_auth {
