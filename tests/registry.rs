@@ -8,6 +8,7 @@
 //! Needs `docker-registry`, `htpasswd` (apache2-utils) and `openssl`; a
 //! missing tool fails the test with the package to install.
 
+mod common;
 mod registry_support;
 
 use std::path::PathBuf;
@@ -495,5 +496,105 @@ async fn tls_and_basic_auth() {
     assert!(
         e.to_string().contains("--enable-private-registries-tls"),
         "{e}"
+    );
+}
+
+/// kpt's `tag` semver constraints (`krm-functions.md` §3.10): the tag list
+/// comes from the registry (all pages, with credentials), and
+/// `krm-fn-runner render` runs the highest matching tag.
+#[tokio::test]
+async fn tag_constraints_resolve_against_the_registry_tag_list() {
+    use krm_fn_runner::ports::TagLister;
+    let reg = TestRegistry::start(Setup::basic("fnuser", "s3cret"));
+    for tag in ["v0.3.9", "v0.4.1", "v0.4.5", "v0.5.0", "sha256-abc.sig"] {
+        reg.push_image(
+            &format!("fns/set-namespace:{tag}"),
+            "amd64",
+            Some(&["/fn"]),
+            None,
+            tag,
+        )
+        .await;
+    }
+    let config = reg.docker_config("auth.json", &reg.addr, "fnuser", "s3cret");
+    let lister = inspector(with_secret(config_for(&reg), config.clone()));
+    let repository = format!("{}/fns/set-namespace", reg.addr);
+    let mut tags = lister.list_tags(&repository).await.unwrap();
+    tags.sort();
+    assert_eq!(
+        tags,
+        ["sha256-abc.sig", "v0.3.9", "v0.4.1", "v0.4.5", "v0.5.0"]
+    );
+    let anonymous = inspector(config_for(&reg));
+    let err = anonymous.list_tags(&repository).await.unwrap_err();
+    assert!(err.contains("credentials"), "{err}");
+
+    // The render CLI: the Docker config (as kpt's container CLI would use)
+    // authenticates the tag list; an exec config maps the resolved image
+    // to the catalog binary, so only the right tag can run.
+    let work = tempfile::tempdir().unwrap();
+    let pkg = work.path().join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(
+        pkg.join("Kptfile"),
+        format!(
+            "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\npipeline:\n  mutators:\n    - image: {repository}\n      tag: \"~0.4\"\n      configMap:\n        namespace: resolved\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm # the config\n",
+    )
+    .unwrap();
+    std::fs::write(
+        work.path().join("config.yaml"),
+        format!("functions:\n- function: set-namespace\n  images:\n  - {repository}:v0.4.5\n"),
+    )
+    .unwrap();
+    let docker = work.path().join("docker");
+    std::fs::create_dir_all(&docker).unwrap();
+    std::fs::copy(&config, docker.join("config.json")).unwrap();
+    let functions = common::catalog_dir().join("bin");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+        .arg("render")
+        .arg(&pkg)
+        .arg(format!("--plain-http-registry={}", reg.addr))
+        .arg(format!(
+            "--exec-config={}",
+            work.path().join("config.yaml").display()
+        ))
+        .arg(format!("--functions={}", functions.display()))
+        .arg(format!(
+            "--results-dir={}",
+            work.path().join("results").display()
+        ))
+        .env("DOCKER_CONFIG", &docker)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("{repository}:v0.4.5")), "{stderr}");
+    let cm = std::fs::read_to_string(pkg.join("cm.yaml")).unwrap();
+    assert!(
+        cm.contains("namespace: resolved") && cm.contains("# the config"),
+        "{cm}"
+    );
+
+    // No tag satisfies the constraint: kpt's message, nothing written.
+    let kptfile = std::fs::read_to_string(pkg.join("Kptfile")).unwrap();
+    std::fs::write(pkg.join("Kptfile"), kptfile.replace("~0.4", "~0.9")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+        .arg("render")
+        .arg(&pkg)
+        .arg(format!("--plain-http-registry={}", reg.addr))
+        .env("DOCKER_CONFIG", &docker)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("no tag could be found matching the version constraint \"~0.9\""),
+        "{stderr}"
     );
 }

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::serve::DEFAULT_MAX_MESSAGE_BYTES;
-use crate::adapters::package::{PackageIoError, render_dir};
+use crate::adapters::oci::{InspectorConfig, OciImageInspector};
+use crate::adapters::package::{PackageIoError, render_dir_with_tags};
 use crate::adapters::runtime::{
     BuiltinRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
 };
@@ -62,6 +63,10 @@ pub struct RenderArgs {
     /// Largest ResourceList a function may read or write, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_size: usize,
+    /// A registry (host:port) reached over plain HTTP when a step's `tag`
+    /// constraint (`~0.4`) makes render list its tags; repeatable.
+    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
+    pub plain_http_registries: Vec<String>,
 }
 
 /// Renders, prints kpt-style progress on stderr, writes the output; exit 0
@@ -96,7 +101,16 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| ".".into());
     let printer = Printer::new(root_name);
-    let rendered = match render_dir(&dir, &runtime, options, &printer).await {
+    // `tag` constraints are resolved against the registry's tag list, with
+    // the Docker config's credentials (as kpt, through its container CLI).
+    let tags = match OciImageInspector::new(InspectorConfig {
+        plain_http_registries: args.plain_http_registries.clone(),
+        ..InspectorConfig::new(&args.image_prefix)
+    }) {
+        Ok(t) => Arc::new(t),
+        Err(e) => return fail(&e.to_string()),
+    };
+    let rendered = match render_dir_with_tags(&dir, &runtime, options, &printer, tags).await {
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),
     };

@@ -7,6 +7,7 @@ mod evaluator;
 mod function_runtime;
 mod image_inspector;
 mod pod_platform;
+mod tag_lister;
 
 pub use evaluator::FunctionEvaluator;
 #[cfg(test)]
@@ -23,3 +24,6 @@ pub use pod_platform::{
     ConfigMapData, EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodEventStream,
     PodPlatform, ServiceEndpoint,
 };
+#[cfg(test)]
+pub use tag_lister::MockTagLister;
+pub use tag_lister::TagLister;

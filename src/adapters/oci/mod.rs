@@ -43,7 +43,7 @@ use crate::domain::image::{ImageRef, resolve_image};
 use crate::domain::registry::{
     CachePolicy, Platform, RegistryCredential, entrypoint_from_config, select_platform,
 };
-use crate::ports::{ImageInspectError, ImageInspector, ImageMetadata};
+use crate::ports::{ImageInspectError, ImageInspector, ImageMetadata, TagLister};
 use credentials::{CredentialSources, Resolved, default_docker_config_path};
 use transport::{Class, ClientPool, ClientSettings, CustomCa, Transport};
 
@@ -514,5 +514,52 @@ impl ImageInspector for OciImageInspector {
             platform_digest: meta.platform_digest.clone(),
             entrypoint: meta.entrypoint.clone(),
         })
+    }
+}
+
+/// Tags listed per request of the registry's tag list (the OCI
+/// distribution API pages with `n` and `last`).
+const TAG_PAGE: usize = 1000;
+
+#[async_trait]
+impl TagLister for OciImageInspector {
+    /// The registry's tag list for `repository` (all pages), with the same
+    /// credentials, transports and plain-HTTP registries as
+    /// [`ImageInspector::inspect`]; for kpt's `tag` semver constraints.
+    async fn list_tags(&self, repository: &str) -> Result<Vec<String>, String> {
+        let parsed = ImageRef::parse(repository).map_err(|e| e.to_string())?;
+        let ctx = Ctx {
+            image: parsed.to_string(),
+            registry: parsed.registry_host().to_string(),
+            parsed,
+            credential: OnceCell::new(),
+        };
+        let reference = Reference::with_tag(
+            ctx.parsed.registry.clone(),
+            ctx.parsed.repository.clone(),
+            "latest".to_string(),
+        );
+        let mut tags: Vec<String> = Vec::new();
+        loop {
+            let last = tags.last().cloned();
+            let page = self
+                .run(&ctx, |client, auth| {
+                    let (reference, last) = (reference.clone(), last.clone());
+                    async move {
+                        Ok(client
+                            .list_tags(&reference, &auth, Some(TAG_PAGE), last.as_deref())
+                            .await?
+                            .tags)
+                    }
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            let full = page.len() >= TAG_PAGE;
+            let before = tags.len();
+            tags.extend(page.into_iter().filter(|t| Some(t) != last.as_ref()));
+            if !full || tags.len() == before {
+                return Ok(tags);
+            }
+        }
     }
 }

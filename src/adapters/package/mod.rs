@@ -30,7 +30,7 @@ use crate::domain::render::{
 use crate::domain::resource_list::ResourceList;
 
 mod render;
-pub use render::{RenderedPackage, render_dir};
+pub use render::{RenderedPackage, render_dir, render_dir_with_tags};
 
 /// Annotations the reader adds and the writer removes.
 pub const READER_ANNOTATIONS: [&str; 7] = [

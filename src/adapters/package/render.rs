@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::{PackageDir, PackageIoError, WriteSummary, record_status, status_of};
 use crate::domain::render::{RenderEvents, RenderOptions, RenderOutcome, RenderStatus, Renderer};
-use crate::ports::FunctionRuntime;
+use crate::ports::{FunctionRuntime, TagLister};
 
 /// A rendered package directory, not yet written.
 #[derive(Debug, Clone)]
@@ -84,12 +85,40 @@ pub async fn render_dir(
     options: RenderOptions,
     events: &dyn RenderEvents,
 ) -> Result<RenderedPackage, PackageIoError> {
+    render(dir, runtime, options, events, None).await
+}
+
+/// [`render_dir`], resolving steps whose `tag` is a semver constraint
+/// (`~0.4`) through `tags` — kpt lists the image's tags in its registry and
+/// takes the highest match (`krm-functions.md` §3.10);
+/// [`crate::adapters::oci::OciImageInspector`] lists them.
+///
+/// Errors: as [`render_dir`].
+pub async fn render_dir_with_tags(
+    dir: &Path,
+    runtime: &dyn FunctionRuntime,
+    options: RenderOptions,
+    events: &dyn RenderEvents,
+    tags: Arc<dyn TagLister>,
+) -> Result<RenderedPackage, PackageIoError> {
+    render(dir, runtime, options, events, Some(tags)).await
+}
+
+async fn render(
+    dir: &Path,
+    runtime: &dyn FunctionRuntime,
+    options: RenderOptions,
+    events: &dyn RenderEvents,
+    tags: Option<Arc<dyn TagLister>>,
+) -> Result<RenderedPackage, PackageIoError> {
     let package = PackageDir::read(dir)?;
     let tree = package.package()?;
-    let outcome = Renderer::new(runtime, options)
+    let mut renderer = Renderer::new(runtime, options)
         .with_events(events)
-        .with_sources(package.sources())
-        .render(tree)
-        .await;
+        .with_sources(package.sources());
+    if let Some(tags) = tags {
+        renderer = renderer.with_tag_lister(tags);
+    }
+    let outcome = renderer.render(tree).await;
     Ok(RenderedPackage { package, outcome })
 }

@@ -50,7 +50,8 @@ pub use kptfile::{Function, Kptfile, KptfileError, Pipeline, Selector};
 pub use package::{Package, PackageError};
 pub use pipeline::{
     DEFAULT_STEP_TIMEOUT, GEN_PKG_CONTEXT_IMAGE, NoEvents, RenderEvents, RenderOptions,
-    RenderOutcome, Renderer, StepStart, resolve_function_image,
+    RenderOutcome, Renderer, StepStart, image_repository, is_tag_constraint, pick_tag,
+    resolve_function_image,
 };
 pub use results::{
     FunctionResult, FunctionResultList, KptRenderStatus, RenderStatus, StepKind, StepRecord,

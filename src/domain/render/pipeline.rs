@@ -50,7 +50,7 @@ use super::source::{CallSources, SourceMap, root_key};
 use crate::domain::evaluation::EvalError;
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 use crate::domain::resource_list::ResourceList;
-use crate::ports::{FunctionCall, FunctionRuntime, FunctionTarget};
+use crate::ports::{FunctionCall, FunctionRuntime, FunctionTarget, TagLister};
 
 /// kpt's per-function timeout (5 minutes).
 pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -164,38 +164,26 @@ impl RenderOutcome {
     }
 }
 
-/// Applies kpt's image resolution (§3.10) to a step's `image` and `tag`:
-/// short names get `prefix`, a literal `tag` replaces the image's tag or
+/// Applies kpt's image resolution (§3.10) to a step's `image` and a literal
+/// `tag`: short names get `prefix`, the `tag` replaces the image's tag or
 /// digest, and an image with neither gets `:latest`;
 /// [`GEN_PKG_CONTEXT_IMAGE`] is kept as is.
 ///
-/// Errors: `tag` is a semver constraint (`~0.2`, `>=0.4, <1`…): resolving it
-/// needs the registry's tag list, which this library does not fetch.
+/// Errors: `tag` is a semver constraint (`~0.2`, `>=0.4, <1`…): resolve it
+/// first with [`pick_tag`] over the registry's tags (the [`Renderer`] does,
+/// given a [`TagLister`]).
 pub fn resolve_function_image(image: &str, tag: &str, prefix: &str) -> Result<String, String> {
     if image == GEN_PKG_CONTEXT_IMAGE {
         return Ok(image.to_string());
     }
-    let prefix = prefix.trim_end_matches('/');
-    let mut out = if image.contains('/') || prefix.is_empty() {
-        image.to_string()
-    } else {
-        format!("{prefix}/{image}")
-    };
+    let mut out = prefixed(image, prefix);
     if !tag.is_empty() {
-        let constraint = tag.chars().any(|c| "<>=~^*,| ".contains(c))
-            || tag.split('.').any(|p| p.eq_ignore_ascii_case("x"));
-        if constraint {
+        if is_tag_constraint(tag) {
             return Err(format!(
-                "tag {tag:?} of image {image:?} is a version constraint; resolving constraints needs the registry's tag list, which is not supported: write a literal tag"
+                "tag {tag:?} of image {image:?} is a version constraint; resolving it needs the registry's tag list (a TagLister), which this render was not given: write a literal tag"
             ));
         }
-        let without_digest = out.split('@').next().unwrap_or("").to_string();
-        let slash = without_digest.rfind('/').map(|i| i + 1).unwrap_or(0);
-        let base = match without_digest[slash..].find(':') {
-            Some(i) => without_digest[..slash + i].to_string(),
-            None => without_digest,
-        };
-        out = format!("{base}:{tag}");
+        out = format!("{}:{tag}", image_repository(image, prefix));
     }
     let last = out.rsplit('/').next().unwrap_or("");
     if !last.contains(':') && !last.contains('@') {
@@ -204,12 +192,119 @@ pub fn resolve_function_image(image: &str, tag: &str, prefix: &str) -> Result<St
     Ok(out)
 }
 
+/// `image` with kpt's short-name `prefix` applied (names without `/`).
+fn prefixed(image: &str, prefix: &str) -> String {
+    let prefix = prefix.trim_end_matches('/');
+    if image.contains('/') || prefix.is_empty() {
+        image.to_string()
+    } else {
+        format!("{prefix}/{image}")
+    }
+}
+
+/// The repository of a step's `image` after the prefix rule, without tag or
+/// digest: what a [`TagLister`] lists (e.g. `set-namespace:v0.4` →
+/// `ghcr.io/kptdev/krm-functions-catalog/set-namespace`).
+pub fn image_repository(image: &str, prefix: &str) -> String {
+    let out = prefixed(image, prefix);
+    let without_digest = out.split('@').next().unwrap_or("");
+    let slash = without_digest.rfind('/').map(|i| i + 1).unwrap_or(0);
+    match without_digest[slash..].find(':') {
+        Some(i) => without_digest[..slash + i].to_string(),
+        None => without_digest.to_string(),
+    }
+}
+
+/// True when a step's `tag` is a semver constraint (operators, ranges,
+/// `x` wildcards) rather than a literal tag, by kpt's rule (§3.10).
+pub fn is_tag_constraint(tag: &str) -> bool {
+    tag.chars().any(|c| "<>=~^*,| ".contains(c))
+        || tag.split('.').any(|p| p.eq_ignore_ascii_case("x"))
+}
+
+/// Picks the highest of `tags` (a registry's tag list) that satisfies the
+/// semver `constraint`, as kpt resolves a step's `tag` (§3.10): `sha256-*`
+/// and `*-git-*` tags are ignored, a leading `v` and missing minor/patch
+/// numbers are accepted (`v0.4` = 0.4.0), constraints use Masterminds'
+/// syntax (`~0.4`, `^1.2`, `>=0.4, <1`, `>=0.4 <1`, `1.x`, `a || b`).
+/// Returns the tag as the registry spells it (`v0.4.5`).
+///
+/// Errors: a constraint that does not parse, or no tag satisfies it (kpt's
+/// "no tag could be found matching the version constraint").
+pub fn pick_tag(constraint: &str, tags: &[String]) -> Result<String, String> {
+    let alternatives = constraint
+        .split("||")
+        .map(|alt| semver::VersionReq::parse(&cargo_requirement(alt)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("tag {constraint:?} is not a valid version constraint: {e}"))?;
+    tags.iter()
+        .filter(|t| !t.starts_with("sha256-") && !t.contains("-git-"))
+        .filter_map(|t| lenient_version(t).map(|v| (v, t)))
+        .filter(|(v, _)| alternatives.iter().any(|req| req.matches(v)))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, t)| t.clone())
+        .ok_or_else(|| {
+            format!(
+                "no tag could be found matching the version constraint {constraint:?} (among {} tags)",
+                tags.len()
+            )
+        })
+}
+
+/// A Masterminds-style AND group (`>= 0.4 <1`, `~v0.4`) in Cargo's
+/// comma-separated requirement syntax (`>=0.4, <1`, `~0.4`).
+fn cargo_requirement(group: &str) -> String {
+    let mut joined = String::new();
+    let mut chars = group.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        joined.push(c);
+        // Glue an operator to its version: `>= 0.4` → `>=0.4`.
+        if "<>=~^".contains(c) {
+            while chars.peek().is_some_and(|n| n.is_whitespace()) {
+                chars.next();
+            }
+        }
+    }
+    joined
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            // `v` before a version number goes: `~v0.4` → `~0.4`.
+            let op_end = p.find(|c: char| !"<>=~^".contains(c)).unwrap_or(p.len());
+            let (op, version) = p.split_at(op_end);
+            let version = version
+                .strip_prefix(['v', 'V'])
+                .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+                .unwrap_or(version);
+            format!("{op}{version}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A tag read as a version the way Masterminds' `NewVersion` does: optional
+/// `v`, and `1` or `1.2` padded to `1.0.0` / `1.2.0`; `None` otherwise.
+fn lenient_version(tag: &str) -> Option<semver::Version> {
+    let t = tag.strip_prefix(['v', 'V']).unwrap_or(tag);
+    let (core, rest) = match t.find(['-', '+']) {
+        Some(i) => t.split_at(i),
+        None => (t, ""),
+    };
+    let parts = core.split('.').count();
+    if core.is_empty() || parts > 3 {
+        return None;
+    }
+    let padded = format!("{core}{}{rest}", ".0".repeat(3 - parts));
+    semver::Version::parse(&padded).ok()
+}
+
 /// Renders package trees through a [`FunctionRuntime`].
 pub struct Renderer<'a> {
     runtime: &'a dyn FunctionRuntime,
     options: RenderOptions,
     events: &'a dyn RenderEvents,
     sources: Option<Arc<SourceMap>>,
+    tag_lister: Option<Arc<dyn TagLister>>,
 }
 
 /// A package of the flattened tree.
@@ -266,6 +361,7 @@ impl<'a> Renderer<'a> {
             options,
             events: &NoEvents,
             sources: None,
+            tag_lister: None,
         }
     }
 
@@ -274,6 +370,14 @@ impl<'a> Renderer<'a> {
     /// objects emitted without comments.
     pub fn with_sources(mut self, sources: Arc<SourceMap>) -> Self {
         self.sources = Some(sources);
+        self
+    }
+
+    /// Resolves steps whose `tag` is a semver constraint by listing the
+    /// image's tags through `lister` (kpt lists the registry's tags, §3.10);
+    /// without one such steps fail with an error that says so.
+    pub fn with_tag_lister(mut self, lister: Arc<dyn TagLister>) -> Self {
+        self.tag_lister = Some(lister);
         self
     }
 
@@ -606,7 +710,7 @@ impl<'a> Renderer<'a> {
         // kpt builds every mutator's runner before running any of them.
         let mut targets = Vec::with_capacity(pipeline.mutators.len());
         for (i, f) in pipeline.mutators.iter().enumerate() {
-            match self.target_of(f) {
+            match self.target_of(f).await {
                 Ok(t) => targets.push(t),
                 Err(e) => {
                     self.pre_exec_failure(ctx, node, StepKind::Mutator, i, f, &e);
@@ -662,7 +766,7 @@ impl<'a> Renderer<'a> {
             }
         }
         for (i, f) in pipeline.validators.iter().enumerate() {
-            let target = match self.target_of(f) {
+            let target = match self.target_of(f).await {
                 Ok(t) => t,
                 Err(e) => {
                     self.pre_exec_failure(ctx, node, StepKind::Validator, i, f, &e);
@@ -697,14 +801,29 @@ impl<'a> Renderer<'a> {
         Ok(items)
     }
 
-    fn target_of(&self, f: &Function) -> Result<FunctionTarget, StepError> {
+    async fn target_of(&self, f: &Function) -> Result<FunctionTarget, StepError> {
         if !f.exec.is_empty() {
             if !self.options.allow_exec {
                 return Err(StepError::ExecNotAllowed);
             }
             return Ok(FunctionTarget::Exec(f.exec.clone()));
         }
-        resolve_function_image(&f.image, &f.tag, &self.options.image_prefix)
+        let prefix = &self.options.image_prefix;
+        let tag = match &self.tag_lister {
+            Some(lister) if is_tag_constraint(&f.tag) => {
+                let repository = image_repository(&f.image, prefix);
+                let tags = lister.list_tags(&repository).await.map_err(|e| {
+                    StepError::Runtime(format!(
+                        "cannot list the tags of {repository} to resolve tag {:?}: {e}",
+                        f.tag
+                    ))
+                })?;
+                pick_tag(&f.tag, &tags)
+                    .map_err(|e| StepError::Runtime(format!("image {repository}: {e}")))?
+            }
+            _ => f.tag.clone(),
+        };
+        resolve_function_image(&f.image, &tag, prefix)
             .map(FunctionTarget::Image)
             .map_err(StepError::Runtime)
     }

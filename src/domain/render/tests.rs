@@ -815,3 +815,77 @@ async fn runtime_errors_are_step_failures() {
         "kpt records non-exec failures as exit 1"
     );
 }
+
+fn tags(list: &[&str]) -> Vec<String> {
+    list.iter().map(|t| t.to_string()).collect()
+}
+
+#[test]
+fn version_constraints_pick_the_highest_matching_tag() {
+    let all = tags(&[
+        "v0.3.9",
+        "v0.4.0",
+        "v0.4.5",
+        "v0.4.10-rc.1",
+        "v0.5.0",
+        "v1",
+        "latest",
+        "sha256-abc.sig",
+        "v0.4.99-git-abc",
+    ]);
+    assert_eq!(pick_tag("~0.4", &all).unwrap(), "v0.4.5");
+    assert_eq!(pick_tag("~v0.4", &all).unwrap(), "v0.4.5");
+    assert_eq!(pick_tag(">= 0.4 <0.5", &all).unwrap(), "v0.4.5");
+    assert_eq!(pick_tag(">=0.4, <1", &all).unwrap(), "v0.5.0");
+    assert_eq!(pick_tag("<0.4", &all).unwrap(), "v0.3.9");
+    assert_eq!(pick_tag("0.3.x || ^1", &all).unwrap(), "v1");
+    assert_eq!(pick_tag("*", &all).unwrap(), "v1");
+    let none = pick_tag("~2.0", &all).unwrap_err();
+    assert!(
+        none.starts_with("no tag could be found matching the version constraint \"~2.0\""),
+        "{none}"
+    );
+    let bad = pick_tag(">=>0.4", &all).unwrap_err();
+    assert!(bad.contains("not a valid version constraint"), "{bad}");
+    assert!(is_tag_constraint("~0.4") && is_tag_constraint("1.x"));
+    assert!(!is_tag_constraint("v0.4.5") && !is_tag_constraint("latest"));
+    assert_eq!(
+        image_repository("set-namespace:v0.4", "ghcr.io/kptdev/krm-functions-catalog"),
+        "ghcr.io/kptdev/krm-functions-catalog/set-namespace"
+    );
+    assert_eq!(
+        image_repository("localhost:5000/fns/x@sha256:abc", "p"),
+        "localhost:5000/fns/x"
+    );
+}
+
+#[tokio::test]
+async fn a_tag_constraint_is_resolved_through_the_tag_lister() {
+    let fake = Fake::default().with("example.com/fns/m:v0.4.5", identity);
+    let pipeline = json!({"mutators": [{"image": "example.com/fns/m", "tag": "~0.4"}]});
+    let items = vec![
+        kptfile("", "root", pipeline),
+        obj("ConfigMap", "a", "a.yaml", 0),
+    ];
+    let mut lister = crate::ports::MockTagLister::new();
+    lister
+        .expect_list_tags()
+        .withf(|repo| repo == "example.com/fns/m")
+        .times(1)
+        .returning(|_| Ok(tags(&["v0.3.0", "v0.4.1", "v0.4.5", "v0.5.0"])));
+    let package = Package::from_flat(items.clone()).unwrap();
+    let out = Renderer::new(&fake, RenderOptions::default())
+        .with_tag_lister(std::sync::Arc::new(lister))
+        .render(package)
+        .await;
+    assert!(out.error.is_none(), "{:?}", out.error);
+    assert_eq!(fake.names(), ["example.com/fns/m:v0.4.5"]);
+
+    // Without a lister the step fails and says what is missing.
+    let package = Package::from_flat(items).unwrap();
+    let out = Renderer::new(&Fake::default(), RenderOptions::default())
+        .render(package)
+        .await;
+    let err = out.error.expect("an error").to_string();
+    assert!(err.contains("is a version constraint"), "{err}");
+}
