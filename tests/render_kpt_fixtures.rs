@@ -187,23 +187,23 @@ fn fixtures_root() -> Option<PathBuf> {
 /// Cases expected to differ, with the reason; the test fails if one of them passes.
 const KNOWN_DIFFERENCES: &[(&str, &str)] = &[(
     "basicpipeline-semver",
-    "`tag` semver constraints need the registry's tag list, which the library does not fetch",
+    "its `tag` semver constraint is resolved against ghcr.io's tag list, out of reach here (tests/registry.rs resolves constraints against a local registry)",
 )];
 
+/// Ignored by default: the cases are kpt's newer fixtures, which the Go
+/// module proxy does not serve (tests/render_vs_kpt.rs runs the module's own
+/// cases against the real kpt instead). `scripts/test.sh` runs it with
+/// `--ignored` when `KRM_FN_KPT_RENDER_FIXTURES` or the shared layout is
+/// there.
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs kpt's newer fn-render fixtures: KRM_FN_KPT_RENDER_FIXTURES"]
 async fn kpt_fn_render_fixtures() {
-    let Some(root) = fixtures_root() else {
-        println!(
-            "neither KRM_FN_KPT_RENDER_FIXTURES nor a kpt-fn-render directory next to KRM_FN_CATALOG_FIXTURES: kpt's fn-render cases are not available here; skipping"
-        );
-        return;
-    };
-    let Some(bin) = catalog_bin().filter(|b| b.join("starlark").is_file()) else {
-        println!(
-            "catalog functions not installed (scripts/install-catalog-functions.sh); skipping"
-        );
-        return;
-    };
+    let root = fixtures_root().expect(
+        "neither KRM_FN_KPT_RENDER_FIXTURES nor a kpt-fn-render directory next to KRM_FN_CATALOG_FIXTURES",
+    );
+    let bin = catalog_bin()
+        .filter(|b| b.join("starlark").is_file())
+        .expect("catalog functions not installed: run scripts/install-catalog-functions.sh");
     let chain = RuntimeChain::new()
         .with("builtin", Arc::new(BuiltinRuntime::default()))
         .with("exec", Arc::new(ExecCommandRuntime::inheriting(64 << 20)));
