@@ -7,8 +7,8 @@
 #   - the kpt CLI itself, built from the same module (about 3 minutes once);
 #   - a real kube-apiserver and etcd, built from the Go module proxy
 #     (about 12 minutes the first time on 2 cores, then cached).
-# Then runs `cargo test`. Extra arguments go to cargo test; without any, kpt's
-# newer fn-render fixtures are rendered too when a copy is at hand.
+# Then runs `cargo test`. Extra arguments go to cargo test; without any, the
+# tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,13 +24,24 @@ export KUBEBUILDER_ASSETS
 
 cargo test "$@"
 
-# kpt's newer fn-render fixtures are not on the Go module proxy; where a copy
-# is available (KRM_FN_KPT_RENDER_FIXTURES, or kpt-fn-render beside
-# KRM_FN_CATALOG_FIXTURES), the whole-suite run also renders them.
-fixtures="${KRM_FN_KPT_RENDER_FIXTURES:-}"
-if [[ -z "$fixtures" && -n "${KRM_FN_CATALOG_FIXTURES:-}" ]]; then
-  fixtures="$(dirname "$KRM_FN_CATALOG_FIXTURES")/kpt-fn-render"
-fi
-if [[ $# -eq 0 && -n "$fixtures" && -d "$fixtures" ]]; then
-  KRM_FN_KPT_RENDER_FIXTURES="$fixtures" cargo test --test render_kpt_fixtures -- --ignored
+# Fixtures the Go module proxy does not serve — the catalog's examples/ and
+# tests/ (KRM_FN_CATALOG_FIXTURES) and kpt's newer fn-render cases
+# (KRM_FN_KPT_RENDER_FIXTURES, or kpt-fn-render beside the catalog's) — are
+# used by #[ignore]d tests; a whole-suite run runs those where a copy is set.
+if [[ $# -eq 0 ]]; then
+  fixtures="${KRM_FN_KPT_RENDER_FIXTURES:-}"
+  if [[ -z "$fixtures" && -n "${KRM_FN_CATALOG_FIXTURES:-}" ]]; then
+    fixtures="$(dirname "$KRM_FN_CATALOG_FIXTURES")/kpt-fn-render"
+  fi
+  ignored=()
+  if [[ -n "${KRM_FN_CATALOG_FIXTURES:-}" ]]; then
+    ignored+=(--test builtin_catalog --test fixtures --test render_vs_kpt)
+  fi
+  if [[ -n "$fixtures" && -d "$fixtures" ]]; then
+    export KRM_FN_KPT_RENDER_FIXTURES="$fixtures"
+    ignored+=(--test render_kpt_fixtures)
+  fi
+  if ((${#ignored[@]})); then
+    cargo test "${ignored[@]}" -- --ignored
+  fi
 fi

@@ -246,21 +246,19 @@ async fn suite(function: &str, runtime: &Serve) -> (Vec<String>, Vec<String>) {
     (passed, failed)
 }
 
-fn fixtures_available() -> bool {
-    if std::env::var_os("KRM_FN_CATALOG_FIXTURES").is_none() {
-        println!(
-            "KRM_FN_CATALOG_FIXTURES is not set: the catalog's examples/ and tests/ are not available here; skipping"
-        );
-        return false;
-    }
-    true
+/// Fails the (ignored unless asked for) test when the catalog's fixtures are
+/// not at hand: the Go module proxy does not serve them.
+fn require_fixtures() {
+    assert!(
+        std::env::var_os("KRM_FN_CATALOG_FIXTURES").is_some(),
+        "KRM_FN_CATALOG_FIXTURES is not set: point it at a copy of the catalog's examples/ and tests/"
+    );
 }
 
 #[tokio::test]
+#[ignore = "needs the catalog's examples/ and tests/ (KRM_FN_CATALOG_FIXTURES); scripts/test.sh runs it when set"]
 async fn builtin_set_namespace_passes_the_catalog_fixtures() {
-    if !fixtures_available() {
-        return;
-    }
+    require_fixtures();
     let (passed, failed) = suite("set-namespace", &builtin()).await;
     println!(
         "set-namespace builtin: {} passed, {} failed",
@@ -275,10 +273,9 @@ async fn builtin_set_namespace_passes_the_catalog_fixtures() {
 }
 
 #[tokio::test]
+#[ignore = "needs the catalog's examples/ and tests/ (KRM_FN_CATALOG_FIXTURES); scripts/test.sh runs it when set"]
 async fn builtin_set_labels_passes_the_catalog_fixtures() {
-    if !fixtures_available() {
-        return;
-    }
+    require_fixtures();
     let (passed, failed) = suite("set-labels", &builtin()).await;
     println!(
         "set-labels builtin: {} passed, {} failed",
@@ -293,16 +290,11 @@ async fn builtin_set_labels_passes_the_catalog_fixtures() {
 }
 
 #[tokio::test]
+#[ignore = "needs the catalog's examples/ and tests/ (KRM_FN_CATALOG_FIXTURES); scripts/test.sh runs it when set"]
 async fn catalog_set_namespace_binary_passes_the_same_fixtures() {
-    if !fixtures_available() {
-        return;
-    }
-    if set_namespace_binary().is_none() {
-        println!(
-            "set-namespace binary not installed (scripts/install-catalog-functions.sh); skipping"
-        );
-        return;
-    }
+    require_fixtures();
+    set_namespace_binary()
+        .expect("set-namespace binary not installed: run scripts/install-catalog-functions.sh");
     let (passed, failed) = suite("set-namespace", &binary()).await;
     println!(
         "set-namespace binary: {} passed, {} failed",
@@ -381,12 +373,8 @@ fn comparison_inputs() -> Vec<(&'static str, Value)> {
 
 #[tokio::test]
 async fn builtin_set_namespace_matches_the_catalog_binary() {
-    let Some(bin) = set_namespace_binary() else {
-        println!(
-            "set-namespace binary not installed (scripts/install-catalog-functions.sh); skipping"
-        );
-        return;
-    };
+    let bin = set_namespace_binary()
+        .expect("set-namespace binary not installed: run scripts/install-catalog-functions.sh");
     let exec = ExecCommandRuntime::inheriting(64 << 20);
     let builtin = BuiltinRuntime::default();
     let mut differences = Vec::new();
