@@ -15,7 +15,7 @@ mod registry_support;
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use common::{Runner, catalog_dir, catalog_version};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
@@ -881,7 +881,68 @@ async fn two_replicas_share_the_namespace_under_load() {
     assert!(bed.kubelet.started() >= 2, "both replicas made pods");
     assert!(!a.log().contains("already exists") && !b.log().contains("already exists"));
     bed.assert_clean(&a).await;
+
+    // The API server's audit log: no pod was deleted while either replica
+    // had a call in it (each call's time in its pod comes from the
+    // replica's debug log), and no pod name was created twice at once.
+    let uses: Vec<(String, SystemTime, SystemTime)> = [a.log(), b.log()]
+        .iter()
+        .flat_map(|log| log.lines().filter_map(pod_use).collect::<Vec<_>>())
+        .collect();
+    assert!(
+        uses.len() as u32 >= done,
+        "{} uses for {done} calls",
+        uses.len()
+    );
+    let audit = bed.plane.pod_audit();
+    let deletes: Vec<_> = audit.iter().filter(|e| e.verb == "delete").collect();
+    assert!(!deletes.is_empty(), "GC deleted the pods: {audit:?}");
+    for d in &deletes {
+        let in_use = uses
+            .iter()
+            .find(|(pod, from, to)| *pod == d.name && *from <= d.received && d.received <= *to);
+        assert!(
+            in_use.is_none(),
+            "pod {} was deleted at {:?} while a call used it ({in_use:?})",
+            d.name,
+            d.received
+        );
+    }
+    let created: Vec<&str> = audit
+        .iter()
+        .filter(|e| e.verb == "create" && e.code == 201)
+        .map(|e| e.name.as_str())
+        .collect();
+    let unique: HashSet<&str> = created.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        created.len(),
+        "a pod created twice: {created:?}"
+    );
+    eprintln!(
+        "audit: {} pods created, {} deleted, {} calls checked against the deletions",
+        created.len(),
+        deletes.len(),
+        uses.len()
+    );
     drop(b);
+}
+
+/// A pod's use by one call, from a runner's `evaluated in pod` debug line:
+/// (pod, start, end), the end being the line's timestamp.
+fn pod_use(line: &str) -> Option<(String, SystemTime, SystemTime)> {
+    if !line.contains("evaluated in pod") {
+        return None;
+    }
+    let end = humantime::parse_rfc3339(line.split_whitespace().next()?).ok()?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    let pod = field("pod")?;
+    let call_us: u64 = field("call_us")?.parse().ok()?;
+    Some((pod, end - Duration::from_micros(call_us), end))
 }
 
 /// Runs futures concurrently and collects their outputs in order.

@@ -77,6 +77,22 @@ pub struct ControlPlane {
 
 const TOKEN: &str = "krm-fn-runner-test-admin";
 
+/// Audit creations and deletions of pods (metadata only), nothing else.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  verbs: [create, delete, deletecollection]\n  resources:\n  - group: \"\"\n    resources: [pods]\n- level: None\n";
+
+/// One audited pod creation or deletion.
+#[derive(Debug, Clone)]
+pub struct PodAudit {
+    /// `create`, `delete` or `deletecollection`.
+    pub verb: String,
+    /// The pod (empty for a collection).
+    pub name: String,
+    /// When the API server received the request.
+    pub received: std::time::SystemTime,
+    /// The HTTP status the API server answered.
+    pub code: i64,
+}
+
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until the API answers (60 s at most).
     pub async fn start() -> ControlPlane {
@@ -116,6 +132,10 @@ impl ControlPlane {
         let tokens = dir.path().join("tokens.csv");
         std::fs::write(&tokens, format!("{TOKEN},admin,admin,\"system:masters\"\n")).unwrap();
         let url = format!("https://127.0.0.1:{api_port}");
+        // An audit log of pod creations and deletions: the proof, read by
+        // tests, of what was done to pods and when.
+        let policy = dir.path().join("audit-policy.yaml");
+        std::fs::write(&policy, AUDIT_POLICY).unwrap();
         let apiserver = Proc(
             Command::new(assets.join("kube-apiserver"))
                 .arg(format!("--etcd-servers={etcd_url}"))
@@ -138,6 +158,11 @@ impl ControlPlane {
                 .arg(format!(
                     "--service-account-signing-key-file={}",
                     sa_key.display()
+                ))
+                .arg(format!("--audit-policy-file={}", policy.display()))
+                .arg(format!(
+                    "--audit-log-path={}",
+                    dir.path().join("audit.log").display()
                 ))
                 .arg("--v=1")
                 .stdout(Stdio::null())
@@ -168,6 +193,28 @@ impl ControlPlane {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         plane
+    }
+
+    /// The pod creations and deletions the API server has audited so far
+    /// (completed requests), in order.
+    pub fn pod_audit(&self) -> Vec<PodAudit> {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete" && e["objectRef"]["resource"] == "pods")
+            .map(|e| PodAudit {
+                verb: e["verb"].as_str().unwrap_or_default().to_string(),
+                name: e["objectRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                received: humantime::parse_rfc3339(
+                    e["requestReceivedTimestamp"].as_str().unwrap_or_default(),
+                )
+                .expect("audit timestamps are RFC 3339"),
+                code: e["responseStatus"]["code"].as_i64().unwrap_or_default(),
+            })
+            .collect()
     }
 
     /// Freezes the API server process (SIGSTOP): connections stay open but

@@ -325,8 +325,16 @@ impl FunctionEvaluator for PodEvaluator {
         if let Some(t) = request.timeout {
             call.set_timeout(t.saturating_sub(started.elapsed()));
         }
+        let call_started = Instant::now();
         let result = client.evaluate_function(call).await;
-        tracing::debug!(image = %request.image, pod = %assignment.pod_name, elapsed = ?started.elapsed(), "evaluated in pod");
+        // `call_us`: how long the pod was in use by this call (microseconds).
+        tracing::debug!(
+            image = %request.image,
+            pod = %assignment.pod_name,
+            elapsed = ?started.elapsed(),
+            call_us = u64::try_from(call_started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "evaluated in pod"
+        );
         match result {
             Ok(r) => {
                 let r = r.into_inner();
