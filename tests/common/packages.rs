@@ -95,15 +95,7 @@ pub fn write_items(dir: &Path, before: &[Value], items: &[Value]) {
         let mut clean = item.clone();
         ann::remove_all(
             &mut clean,
-            &[
-                ann::PATH,
-                ann::LEGACY_PATH,
-                ann::INDEX,
-                ann::LEGACY_INDEX,
-                ann::SEQ_INDENT,
-                ann::ID,
-                ann::LEGACY_ID,
-            ],
+            &krm_fn_runner::adapters::package::READER_ANNOTATIONS,
         );
         files.entry(path).or_default().push((index, clean));
     }

@@ -126,6 +126,16 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// The context of one operation on `parsed`, credentials not yet resolved.
+    fn new(parsed: ImageRef) -> Self {
+        Self {
+            image: parsed.to_string(),
+            registry: parsed.registry_host().to_string(),
+            parsed,
+            credential: OnceCell::new(),
+        }
+    }
+
     fn err_not_found(&self, detail: String) -> ImageInspectError {
         ImageInspectError::NotFound {
             image: self.image.clone(),
@@ -466,12 +476,7 @@ impl ImageInspector for OciImageInspector {
                 image: image.to_string(),
                 reason: e.reason,
             })?;
-        let ctx = Ctx {
-            image: parsed.to_string(),
-            registry: parsed.registry_host().to_string(),
-            parsed,
-            credential: OnceCell::new(),
-        };
+        let ctx = Ctx::new(parsed);
         let started = Instant::now();
         let mut missed = false;
         let digest = match (&ctx.parsed.digest, &ctx.parsed.tag) {
@@ -528,12 +533,7 @@ impl TagLister for OciImageInspector {
     /// [`ImageInspector::inspect`]; for kpt's `tag` semver constraints.
     async fn list_tags(&self, repository: &str) -> Result<Vec<String>, String> {
         let parsed = ImageRef::parse(repository).map_err(|e| e.to_string())?;
-        let ctx = Ctx {
-            image: parsed.to_string(),
-            registry: parsed.registry_host().to_string(),
-            parsed,
-            credential: OnceCell::new(),
-        };
+        let ctx = Ctx::new(parsed);
         let reference = Reference::with_tag(
             ctx.parsed.registry.clone(),
             ctx.parsed.repository.clone(),

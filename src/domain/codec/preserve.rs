@@ -113,12 +113,11 @@ pub fn patch_document(text: &str, from: &Value, to: &Value) -> Result<String, Co
     Ok(edited)
 }
 
-/// Parses, edits and prints one document.
-fn edit_text(
-    text: &str,
-    from: &Map<String, Value>,
-    to: &Map<String, Value>,
-) -> Result<String, CodecError> {
+/// The lossless syntax tree of `text` and its root mapping.
+///
+/// Errors: `text` does not parse, holds no or several documents, or its
+/// root is not a mapping.
+fn single_mapping(text: &str) -> Result<(YamlFile, Mapping), CodecError> {
     let file = YamlFile::from_str(text).map_err(CodecError::new)?;
     let mut docs = file.documents();
     let doc = docs
@@ -130,6 +129,16 @@ fn edit_text(
     let root = doc
         .as_mapping()
         .ok_or_else(|| CodecError::new("the document root is not a mapping"))?;
+    Ok((file, root))
+}
+
+/// Parses, edits and prints one document.
+fn edit_text(
+    text: &str,
+    from: &Map<String, Value>,
+    to: &Map<String, Value>,
+) -> Result<String, CodecError> {
+    let (file, root) = single_mapping(text)?;
     patch_mapping(&root, from, to)?;
     Ok(file.to_string())
 }
@@ -148,13 +157,7 @@ struct Splice {
 /// changes, new sequences in a file that indents them wide) — the tree
 /// editor handles those.
 fn splice_text(text: &str, from: &Map<String, Value>, to: &Map<String, Value>) -> Option<String> {
-    let file = YamlFile::from_str(text).ok()?;
-    let mut docs = file.documents();
-    let doc = docs.next()?;
-    if docs.next().is_some() {
-        return None;
-    }
-    let root = doc.as_mapping()?;
+    let (_file, root) = single_mapping(text).ok()?;
     let mut splicer = Splicer {
         text,
         wide: sequence_indent(text) == "wide",
