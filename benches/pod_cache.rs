@@ -29,6 +29,7 @@ fn policy() -> PodCachePolicy {
         max_parallel_pods: 2,
         max_load_per_pod: 64,
         resources: None,
+        ..FunctionSettings::default()
     };
     PodCachePolicy::new(settings, "bench").expect("valid token")
 }

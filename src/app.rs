@@ -293,6 +293,7 @@ pub async fn start_pod_runtime(
         },
         max_load_per_pod: s.max_load_per_pod,
         resources: None,
+        ..FunctionSettings::default()
     };
     let token = s
         .replica_token

@@ -18,9 +18,12 @@
 //!   whose reclaim-after has not passed;
 //! - each slot's load equals the requests counted on it (never negative) and
 //!   is zero once every call has finished;
-//! - reclaim-after is persisted at most once per half-TTL per pod and replica;
+//! - reclaim-after is persisted at most once per half-TTL per pod and replica
+//!   (and once more when the replica's settings change);
 //!   persists land only when time next moves (never on the request path), and
-//!   the invariants above hold although decisions meanwhile see old values.
+//!   the invariants above hold although decisions meanwhile see old values;
+//! - all of this while per-function settings change under the replicas (a
+//!   FunctionConfig created or deleted, seen by each replica at its own time).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -33,7 +36,7 @@ use krm_fn_runner::domain::pod_cache::template::{
 };
 use krm_fn_runner::domain::pod_cache::{
     Command, FunctionSettings, IMAGE_LABEL, Input, ObservedPod, PodCache, PodCacheConfig,
-    PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, UnixTime,
+    PodCacheConfigEntry, PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, UnixTime,
 };
 use krm_fn_runner::ports::PlatformError;
 use proptest::prelude::*;
@@ -55,6 +58,7 @@ fn policy(token: &str) -> PodCachePolicy {
         max_parallel_pods: 2,
         max_load_per_pod: 3,
         resources: None,
+        ..FunctionSettings::default()
     };
     let config = PodCacheConfig::parse(
         format!(
@@ -69,6 +73,28 @@ fn policy(token: &str) -> PodCachePolicy {
         .unwrap()
         .with_config(&config);
     p.pod_ready_timeout = Duration::from_secs(20);
+    p
+}
+
+/// [`policy`], with (`configured`) or without an entry for `IMAGES[0]` as a
+/// FunctionConfig would give it: its own source and overrides (so its pods
+/// are built differently) and a longer TTL.
+fn changed_policy(token: &str, configured: bool) -> PodCachePolicy {
+    let mut p = policy(token);
+    if configured {
+        let overrides = TemplateOverrides {
+            service_account_name: Some("fn-sa".into()),
+            ..TemplateOverrides::default()
+        };
+        let entry = PodCacheConfigEntry {
+            name: IMAGES[0].to_string(),
+            ttl: Some(TTL * 2),
+            overrides: Some(overrides),
+            source: Some("FunctionConfig set-namespace".into()),
+            ..PodCacheConfigEntry::default()
+        };
+        p.functions.insert(entry.name.clone(), entry);
+    }
     p
 }
 
@@ -88,6 +114,7 @@ enum Step {
     Gc { replica: usize },
     Adopt { replica: usize },
     TemplateChange { replica: usize },
+    PolicyChange { replica: usize, configured: bool },
     WarmUp { replica: usize, image: usize },
     Shutdown { replica: usize },
 }
@@ -107,6 +134,7 @@ fn steps(replicas: usize) -> BoxedStrategy<Step> {
         3 => r.clone().prop_map(|replica| Step::Gc { replica }),
         1 => r.clone().prop_map(|replica| Step::Adopt { replica }),
         1 => r.clone().prop_map(|replica| Step::TemplateChange { replica }),
+        1 => (r.clone(), any::<bool>()).prop_map(|(replica, configured)| Step::PolicyChange { replica, configured }),
         1 => (r.clone(), img).prop_map(|(replica, image)| Step::WarmUp { replica, image }),
         1 => r.prop_map(|replica| Step::Shutdown { replica }),
     ]
@@ -489,6 +517,15 @@ impl World {
                 self.replicas[replica].version = self.latest_version;
                 let version = version_name(self.latest_version);
                 self.feed(replica, Input::TemplateChanged { version }, false);
+            }
+            Step::PolicyChange {
+                replica,
+                configured,
+            } => {
+                // A longer TTL may extend a pod's reclaim-after once at once.
+                self.persists.retain(|(r, _), _| *r != replica);
+                let policy = changed_policy(&format!("r{replica}"), configured);
+                self.feed(replica, Input::PolicyChanged { policy }, false);
             }
             Step::WarmUp { replica, image } => {
                 let images = vec![IMAGES[image].to_string()];

@@ -8,6 +8,7 @@ pub mod chain;
 pub mod codec;
 pub mod evaluation;
 pub mod exec_config;
+pub mod function_config;
 pub mod image;
 pub mod pod_cache;
 pub mod registry;

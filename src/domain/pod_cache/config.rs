@@ -15,12 +15,15 @@
 //! instead of being used as is. The same list is the warm-up list.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use serde::Deserialize;
 
+use super::template::TemplateOverrides;
 use crate::domain::codec;
+use crate::domain::function_config::FunctionConfigStore;
 
 /// The pod-cache parameters of one function image.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +48,11 @@ pub struct FunctionSettings {
     pub max_load_per_pod: u32,
     /// Resource requests/limits for the `function` container, if configured.
     pub resources: Option<ResourceRequirements>,
+    /// Pod-template overrides (FunctionConfig `podExecutor.templateOverrides`).
+    pub overrides: Option<TemplateOverrides>,
+    /// What configured these settings, e.g. `FunctionConfig set-namespace`;
+    /// `None` for the global defaults.
+    pub source: Option<String>,
 }
 
 impl Default for FunctionSettings {
@@ -57,6 +65,8 @@ impl Default for FunctionSettings {
             max_parallel_pods: 1,
             max_load_per_pod: 64,
             resources: None,
+            overrides: None,
+            source: None,
         }
     }
 }
@@ -70,6 +80,46 @@ impl FunctionSettings {
         self.max_parallel_pods = self.max_parallel_pods.max(1);
         self.max_load_per_pod = self.max_load_per_pod.max(self.max_waitlist);
         self
+    }
+
+    /// Whether pods built with `self` and with `other` are the same: same
+    /// resources, overrides and source. TTL and limits do not shape a pod;
+    /// a change of these applies to existing pods, a change of the others
+    /// replaces them.
+    pub fn same_pod(&self, other: &Self) -> bool {
+        self.resources == other.resources
+            && self.overrides == other.overrides
+            && self.source == other.source
+    }
+
+    /// A short stable digest of what shapes the pod (resources, overrides,
+    /// source), recorded on pods as
+    /// [`SETTINGS_VERSION_ANNOTATION`](super::SETTINGS_VERSION_ANNOTATION):
+    /// 16 hex digits of a 64-bit FNV-1a hash of their JSON form; `None` when
+    /// none of them is set (the global settings).
+    pub fn pod_version(&self) -> Option<String> {
+        if self.resources.is_none() && self.overrides.is_none() && self.source.is_none() {
+            return None;
+        }
+        let container = |c: &super::template::ContainerOverrides| serde_json::json!({"resources": c.resources, "env": c.env, "envFrom": c.env_from});
+        let overrides = self.overrides.as_ref().map(|o| {
+            serde_json::json!({
+                "serviceAccountName": o.service_account_name,
+                "securityContext": o.security_context,
+                "container": container(&o.container),
+                "initContainer": container(&o.init_container),
+            })
+        });
+        let text = serde_json::json!({
+            "source": self.source,
+            "resources": self.resources,
+            "overrides": overrides,
+        })
+        .to_string();
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        Some(format!("{hash:016x}"))
     }
 }
 
@@ -89,6 +139,11 @@ pub struct PodCacheConfigEntry {
     pub max_load_per_pod: Option<u32>,
     /// `resources`.
     pub resources: Option<ResourceRequirements>,
+    /// Pod-template overrides (FunctionConfig generation).
+    pub overrides: Option<TemplateOverrides>,
+    /// What configured the entry (FunctionConfig generation), e.g.
+    /// `FunctionConfig set-namespace`.
+    pub source: Option<String>,
 }
 
 /// The parsed pod-cache config file: entries in file order plus warnings
@@ -195,6 +250,8 @@ impl PodCacheConfig {
                 ),
                 max_load_per_pod: int("maxLoadPerPod", r.max_load_per_pod),
                 resources: r.resources,
+                overrides: None,
+                source: None,
                 name: r.name,
             };
             if let Some(prev) = cfg.entries.iter().position(|e| e.name == entry.name) {
@@ -260,8 +317,12 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
 pub struct PodCachePolicy {
     /// Settings for images without an entry (Porch's global flags).
     pub defaults: FunctionSettings,
-    /// Per-image entries keyed by the exact image string.
+    /// Per-image entries keyed by the exact image string (config.yaml
+    /// generation, `--pod-cache-config`).
     pub functions: HashMap<String, PodCacheConfigEntry>,
+    /// The FunctionConfig generation's objects; when set, per-function
+    /// settings come from them instead of [`functions`](Self::functions).
+    pub function_configs: Option<Arc<FunctionConfigStore>>,
     /// How long a pending slot waits for its pod before the creation counts
     /// as failed (Porch: `podReadyTimeout`, fixed 60 s — spec §10 item 28).
     pub pod_ready_timeout: Duration,
@@ -289,6 +350,7 @@ impl PodCachePolicy {
         Ok(Self {
             defaults: defaults.normalised(),
             functions: HashMap::new(),
+            function_configs: None,
             pod_ready_timeout: Duration::from_secs(60),
             replica_token: replica_token.to_string(),
         })
@@ -302,22 +364,54 @@ impl PodCachePolicy {
         self
     }
 
+    /// Takes per-function settings from `store` (the FunctionConfig
+    /// generation) from now on.
+    pub fn with_function_configs(mut self, store: Arc<FunctionConfigStore>) -> Self {
+        self.function_configs = Some(store);
+        self
+    }
+
     /// The settings for `image`: its entry's values where set, the globals
-    /// elsewhere, normalised (Porch `getParamsForImage`, Gen B lookup by the
-    /// exact image string).
+    /// elsewhere, normalised. The entry is the FunctionConfig that
+    /// configures the image when [`function_configs`](Self::function_configs)
+    /// is set (Porch Gen C `getParamsForImage`, matched by repository, name
+    /// and tag instead of by the bare name), else the `--pod-cache-config`
+    /// entry of the exact image string (Gen B).
     pub fn settings_for(&self, image: &str) -> FunctionSettings {
         let d = &self.defaults;
-        match self.functions.get(image) {
+        let entry = match &self.function_configs {
+            Some(store) => store.pod_entry(image),
+            None => self.functions.get(image).cloned(),
+        };
+        match entry {
             None => d.clone(),
             Some(e) => FunctionSettings {
                 ttl: e.ttl.unwrap_or(d.ttl),
                 max_waitlist: e.max_waitlist.unwrap_or(d.max_waitlist),
                 max_parallel_pods: e.max_parallel_pods.unwrap_or(d.max_parallel_pods),
                 max_load_per_pod: e.max_load_per_pod.unwrap_or(d.max_load_per_pod),
-                resources: e.resources.clone().or_else(|| d.resources.clone()),
+                resources: e.resources.or_else(|| d.resources.clone()),
+                overrides: e.overrides.or_else(|| d.overrides.clone()),
+                source: e.source.or_else(|| d.source.clone()),
             }
             .normalised(),
         }
+    }
+
+    /// The shortest TTL any function may have: the default's, and every
+    /// per-function entry's. The driver ticks at least every half of it.
+    pub fn shortest_ttl(&self) -> Duration {
+        let entries = self.functions.values().filter_map(|e| e.ttl);
+        let configs = self
+            .function_configs
+            .as_ref()
+            .and_then(|s| s.shortest_ttl());
+        std::iter::once(self.defaults.ttl)
+            .chain(entries)
+            .chain(configs)
+            .min()
+            .unwrap_or(self.defaults.ttl)
+            .max(Duration::from_secs(1))
     }
 }
 
@@ -418,7 +512,7 @@ mod tests {
             max_waitlist: 0,
             max_parallel_pods: 0,
             max_load_per_pod: 0,
-            resources: None,
+            ..FunctionSettings::default()
         }
         .normalised();
         assert_eq!(

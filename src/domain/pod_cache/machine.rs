@@ -66,6 +66,8 @@ pub struct ObservedPod {
     pub labelled: bool,
     /// Its [`TEMPLATE_VERSION_ANNOTATION`](super::TEMPLATE_VERSION_ANNOTATION), if any.
     pub template_version: Option<String>,
+    /// Its [`SETTINGS_VERSION_ANNOTATION`](super::SETTINGS_VERSION_ANNOTATION), if any.
+    pub settings_version: Option<String>,
     /// Its raw [`RECLAIM_AFTER_ANNOTATION`](super::RECLAIM_AFTER_ANNOTATION), if any.
     pub reclaim_after: Option<String>,
     /// Where it is in its life.
@@ -169,6 +171,20 @@ pub enum Input {
         /// The new template version (the template object's `resourceVersion`).
         version: String,
     },
+    /// The per-function settings changed (a FunctionConfig was created,
+    /// changed or deleted): every function takes its settings from
+    /// `policy` from now on. TTL and limits apply to existing pods at once
+    /// (pods beyond a lowered limit take no new calls). A function whose
+    /// pods would now be built differently (overrides, resources, or a
+    /// different or no configuring object) gets new pods: the old ones take
+    /// no new calls and, no longer used, are reclaimed by GC once their
+    /// reclaim-after passes, like any idle pod — never deleted while
+    /// another replica may still use them.
+    PolicyChanged {
+        /// The new policy (its replica token and pod-ready timeout are kept
+        /// from the old one).
+        policy: PodCachePolicy,
+    },
     /// The runner is stopping: waiters get [`PodCacheError::ShuttingDown`] and
     /// new requests are refused. Pods are left for other replicas and GC.
     Shutdown,
@@ -215,6 +231,9 @@ pub struct PodCreation {
     pub image: String,
     /// The template version to build from and record on the pod.
     pub template_version: String,
+    /// The settings version to record on the pod
+    /// ([`FunctionSettings::pod_version`] of `settings`).
+    pub settings_version: Option<String>,
     /// The image's settings (resources go on the `function` container).
     pub settings: FunctionSettings,
     /// Initial reclaim-after annotation.
@@ -393,6 +412,8 @@ struct Slot {
     image: String,
     pod_name: String,
     template_version: String,
+    /// The [`Function::shape`] its pod was built with.
+    shape: u64,
     ttl: Duration,
     phase: Phase,
     load: u32,
@@ -427,6 +448,11 @@ struct Function {
     slots: Vec<SlotId>,
     round_robin: usize,
     settings: FunctionSettings,
+    /// Changes whenever `settings` change in a way that shapes the pod
+    /// ([`FunctionSettings::same_pod`]); slots of another shape are stale.
+    shape: u64,
+    /// [`FunctionSettings::pod_version`] of `settings`.
+    pod_version: Option<String>,
     invalid: Option<String>,
 }
 
@@ -456,6 +482,7 @@ pub struct PodCache {
     commands: VecDeque<Command>,
     next_slot: u64,
     next_seq: u64,
+    next_shape: u64,
     shutting_down: bool,
 }
 
@@ -482,6 +509,7 @@ impl PodCache {
             commands: VecDeque::new(),
             next_slot: 1,
             next_seq: 1,
+            next_shape: 1,
             shutting_down: false,
         }
     }
@@ -517,6 +545,7 @@ impl PodCache {
                 }
             }
             Input::TemplateChanged { version } => self.template_version = version,
+            Input::PolicyChanged { policy } => self.on_policy(now, policy),
             Input::Shutdown => self.on_shutdown(),
         }
     }
@@ -559,10 +588,15 @@ impl PodCache {
 
     fn function_entry(&mut self, image: &str) -> &mut Function {
         if !self.functions.contains_key(image) {
+            let shape = self.next_shape;
+            self.next_shape += 1;
+            let settings = self.policy.settings_for(image);
             let f = Function {
                 slots: Vec::new(),
                 round_robin: 0,
-                settings: self.policy.settings_for(image),
+                pod_version: settings.pod_version(),
+                settings,
+                shape,
                 invalid: ImageRef::parse(image).err().map(|e| e.reason),
             };
             self.functions.insert(image.to_string(), f);
@@ -627,10 +661,12 @@ impl PodCache {
         let f = self.functions.get_mut(image)?;
         let slots = &self.slots;
         let version = &self.template_version;
+        let shape = f.shape;
         let eligible = |id: &SlotId| {
-            slots
-                .get(id)
-                .filter(|s| s.usable(now) && (!fresh_only || s.template_version == *version))
+            slots.get(id).filter(|s| {
+                s.usable(now)
+                    && (!fresh_only || (s.template_version == *version && s.shape == shape))
+            })
         };
         let min = f.slots.iter().filter_map(eligible).map(|s| s.load).min()?;
         let n = f.slots.len();
@@ -644,20 +680,62 @@ impl PodCache {
     }
 
     /// Drops idle ready slots that must not take new requests: their pod is
-    /// from an older template (replaced on next use) or their reclaim-after
-    /// has passed. The pods are not deleted here — another replica may use
-    /// them; GC deletes them once their reclaim-after has passed.
+    /// from an older template or was built with settings the function no
+    /// longer has (replaced on next use), their reclaim-after has passed, or
+    /// the function has more pods than its (lowered) limit. The pods are not
+    /// deleted here — another replica may use them; GC deletes them once
+    /// their reclaim-after has passed, which no use extends any more.
     fn retire_unusable(&mut self, now: UnixTime, image: &str) {
+        let Some((shape, limit)) = self
+            .functions
+            .get(image)
+            .map(|f| (f.shape, f.settings.max_parallel_pods as usize))
+        else {
+            return;
+        };
+        let idle = |s: &Slot| matches!(s.phase, Phase::Ready { .. }) && s.load == 0;
         while let Some(id) = self.functions.get(image).and_then(|f| {
+            let surplus = f.slots.len() > limit;
             f.slots.iter().copied().find(|id| {
                 self.slots.get(id).is_some_and(|s| {
-                    matches!(s.phase, Phase::Ready { .. })
-                        && s.load == 0
-                        && (s.template_version != self.template_version || !s.usable(now))
+                    idle(s)
+                        && (surplus
+                            || s.template_version != self.template_version
+                            || s.shape != shape
+                            || !s.usable(now))
                 })
             })
         }) {
             self.detach(id);
+        }
+    }
+
+    // New per-function settings: see [`Input::PolicyChanged`].
+    fn on_policy(&mut self, now: UnixTime, mut policy: PodCachePolicy) {
+        policy.replica_token = std::mem::take(&mut self.policy.replica_token);
+        policy.pod_ready_timeout = self.policy.pod_ready_timeout;
+        self.policy = policy;
+        let images: Vec<String> = self.functions.keys().cloned().collect();
+        for image in images {
+            let settings = self.policy.settings_for(&image);
+            let Some(f) = self.functions.get_mut(&image) else {
+                continue;
+            };
+            if f.settings == settings {
+                continue;
+            }
+            if !f.settings.same_pod(&settings) {
+                f.shape = self.next_shape;
+                self.next_shape += 1;
+                f.pod_version = settings.pod_version();
+            }
+            for id in &f.slots {
+                if let Some(slot) = self.slots.get_mut(id) {
+                    slot.ttl = settings.ttl;
+                }
+            }
+            f.settings = settings;
+            self.retire_unusable(now, &image);
         }
     }
 
@@ -685,6 +763,7 @@ impl PodCache {
             image: image.to_string(),
             pod_name: pod_name.clone(),
             template_version: self.template_version.clone(),
+            shape: self.functions[image].shape,
             ttl: settings.ttl,
             phase: Phase::Pending {
                 deadline,
@@ -712,6 +791,7 @@ impl PodCache {
             pod_name,
             image: image.to_string(),
             template_version: self.template_version.clone(),
+            settings_version: self.functions[image].pod_version.clone(),
             settings,
             reclaim_after,
             deadline,
@@ -789,7 +869,22 @@ impl PodCache {
             self.reply(request, Err(PodCacheError::Cancelled { image }));
         } else {
             slot.last_used = now;
+            let idle = slot.load == 0;
             self.touch(now, req.slot);
+            // A pod of outdated settings, or beyond a lowered limit, takes no
+            // new call once its last one has ended.
+            let stale = idle
+                .then(|| self.slots.get(&req.slot))
+                .flatten()
+                .filter(|s| {
+                    self.functions.get(&s.image).is_some_and(|f| {
+                        f.shape != s.shape || f.slots.len() > f.settings.max_parallel_pods as usize
+                    })
+                })
+                .map(|s| s.image.clone());
+            if let Some(image) = stale {
+                self.retire_unusable(now, &image);
+            }
         }
     }
 
@@ -1042,10 +1137,13 @@ impl PodCache {
             }
             let id = SlotId(self.next_slot);
             let f = self.function_entry(&o.image);
-            if f.invalid.is_some() || f.slots.len() as u32 >= f.settings.max_parallel_pods {
+            if f.invalid.is_some()
+                || f.slots.len() as u32 >= f.settings.max_parallel_pods
+                || o.settings_version != f.pod_version
+            {
                 continue;
             }
-            let ttl = f.settings.ttl;
+            let (ttl, shape) = (f.settings.ttl, f.shape);
             f.slots.push(id);
             self.next_slot += 1;
             self.by_name.insert(o.name.clone(), id);
@@ -1055,6 +1153,7 @@ impl PodCache {
                     image: o.image,
                     pod_name: o.name,
                     template_version: self.template_version.clone(),
+                    shape,
                     ttl,
                     phase: Phase::Ready { endpoint },
                     load: 0,

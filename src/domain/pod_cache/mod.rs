@@ -46,6 +46,13 @@ pub const IMAGE_LABEL: &str = "fn.kpt.dev/image";
 /// (the template ConfigMap's `resourceVersion`, or [`INLINE_TEMPLATE_VERSION`]).
 pub const TEMPLATE_VERSION_ANNOTATION: &str = "fn.kpt.dev/template-version";
 
+/// Annotation holding the version of the per-function settings a pod was
+/// built with ([`FunctionSettings::pod_version`]): a hash of its
+/// FunctionConfig's template overrides (or its pod-cache config
+/// resources). Absent for pods built with the global settings. Like the
+/// template version, it decides whether a pod may be adopted.
+pub const SETTINGS_VERSION_ANNOTATION: &str = "fn.kpt.dev/settings-version";
+
 /// Annotation holding the pod's expiry as decimal Unix seconds. Every replica
 /// extends it on use and garbage-collects the pod once it has passed (Porch
 /// Gen A, as the published docs describe).

@@ -18,8 +18,8 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, EnvFromSource, EnvVar, ExecAction, LocalObjectReference, Pod,
-    PodSecurityContext, PodSpec, Probe, ResourceRequirements, Service, ServicePort, ServiceSpec,
-    Volume, VolumeMount,
+    PodSecurityContext, PodSpec, PodTemplate, PodTemplateSpec, Probe, ResourceRequirements,
+    Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -28,7 +28,8 @@ use super::machine::{ObservedPhase, ObservedPod, PodCreation};
 use super::time::UnixTime;
 use super::{
     FUNCTION_CONTAINER, FunctionSettings, IMAGE_LABEL, INLINE_TEMPLATE_VERSION,
-    RECLAIM_AFTER_ANNOTATION, TEMPLATE_VERSION_ANNOTATION, WRAPPER_PORT,
+    RECLAIM_AFTER_ANNOTATION, SETTINGS_VERSION_ANNOTATION, TEMPLATE_VERSION_ANNOTATION,
+    WRAPPER_PORT,
 };
 use crate::domain::codec;
 
@@ -42,6 +43,10 @@ pub const SERVICE_NAME_LABEL: &str = "app.kubernetes.io/name";
 pub const FIELD_MANAGER: &str = "krm-function-runner";
 /// Path of the wrapper server inside function pods of the inline template.
 pub const WRAPPER_SERVER_PATH: &str = "/wrapper-server-tools/wrapper-server";
+
+/// Name of the init container that copies the wrapper server into the
+/// pod (Porch's templates); overrides and `WRAPPER_SERVER_IMAGE` go to it.
+pub const WRAPPER_INIT_CONTAINER: &str = "copy-wrapper-server";
 
 const TOOLS_VOLUME: &str = "wrapper-server-tools";
 const TOOLS_PATH: &str = "/wrapper-server-tools";
@@ -124,6 +129,14 @@ pub enum TemplateError {
         /// The function image.
         image: String,
     },
+    /// A template object (Gen C) breaks the contract.
+    #[error("{object}: {message}")]
+    InObject {
+        /// The object, e.g. `PodTemplate base-pod-template`.
+        object: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// Init-container overrides were configured, but the template has no
     /// init container providing the wrapper server.
     #[error(
@@ -176,16 +189,16 @@ pub struct TemplateOverrides {
 }
 
 impl TemplateOverrides {
-    /// The overrides a pod-cache config entry implies: its `resources` on the
-    /// `function` container (Porch Gen B).
+    /// The overrides a function's settings imply: its FunctionConfig
+    /// `templateOverrides` (Porch Gen C), and its pod-cache config
+    /// `resources` on the `function` container (Porch Gen B) unless those
+    /// overrides set resources themselves.
     pub fn from_settings(settings: &FunctionSettings) -> Self {
-        Self {
-            container: ContainerOverrides {
-                resources: settings.resources.clone(),
-                ..ContainerOverrides::default()
-            },
-            ..Self::default()
+        let mut o = settings.overrides.clone().unwrap_or_default();
+        if o.container.resources.is_none() {
+            o.container.resources.clone_from(&settings.resources);
         }
+        o
     }
 }
 
@@ -202,6 +215,8 @@ pub struct PodBuild<'a> {
     pub entrypoint: &'a [String],
     /// Template version recorded in [`TEMPLATE_VERSION_ANNOTATION`].
     pub template_version: &'a str,
+    /// Settings version recorded in [`SETTINGS_VERSION_ANNOTATION`], if any.
+    pub settings_version: Option<&'a str>,
     /// Initial [`RECLAIM_AFTER_ANNOTATION`].
     pub reclaim_after: UnixTime,
     /// Value of the wrapper's `--max-request-body-size`, in bytes.
@@ -236,6 +251,7 @@ impl<'a> PodBuild<'a> {
             image: &creation.image,
             entrypoint,
             template_version: &creation.template_version,
+            settings_version: creation.settings_version.as_deref(),
             reclaim_after: creation.reclaim_after,
             max_request_body_size,
             wrapper_image: None,
@@ -295,10 +311,14 @@ fn inspect(pod: &Pod) -> Result<Layout, TemplateError> {
         .iter()
         .filter(|m| Path::new(command).starts_with(&m.mount_path))
         .max_by_key(|m| m.mount_path.len());
+    // The wrapper's init container: Porch's `copy-wrapper-server` by name,
+    // else the one that mounts the wrapper's volume (never merely the
+    // first, spec §10 item 23).
+    let named = inits.iter().position(|c| c.name == WRAPPER_INIT_CONTAINER);
     let Some(mount) = mount else {
         return Ok(Layout {
             function,
-            wrapper_init: None,
+            wrapper_init: named,
         });
     };
     let provider = inits.iter().position(|c| {
@@ -319,7 +339,7 @@ fn inspect(pod: &Pod) -> Result<Layout, TemplateError> {
     }
     Ok(Layout {
         function,
-        wrapper_init: provider,
+        wrapper_init: named.or(provider),
     })
 }
 
@@ -412,7 +432,7 @@ pub fn default_pod_template(wrapper_image: &str) -> Pod {
         },
         spec: Some(PodSpec {
             init_containers: Some(vec![Container {
-                name: "copy-wrapper-server".to_string(),
+                name: WRAPPER_INIT_CONTAINER.to_string(),
                 image: Some(wrapper_image.to_string()),
                 command: Some(
                     ["cp", "-a", "/home/nonroot/wrapper-server/.", TOOLS_PATH]
@@ -491,6 +511,125 @@ pub fn inline_templates(wrapper_image: &str) -> Templates {
         pod: default_pod_template(wrapper_image),
         service: default_service_template(),
         version: INLINE_TEMPLATE_VERSION.to_string(),
+    }
+}
+
+/// Name of the core/v1 `PodTemplate` holding the function pod template in
+/// the pod namespace (Porch Gen C).
+pub const POD_TEMPLATE_NAME: &str = "base-pod-template";
+/// Name of the `ServiceTemplate` (`config.porch.kpt.dev/v1alpha1`) holding
+/// the function service template in the pod namespace (Porch Gen C).
+pub const SERVICE_TEMPLATE_NAME: &str = "base-service-template";
+/// Kind of Porch's service template object.
+pub const SERVICE_TEMPLATE_KIND: &str = "ServiceTemplate";
+/// Resource (plural) name of Porch's service template object.
+pub const SERVICE_TEMPLATE_PLURAL: &str = "servicetemplates";
+
+/// Porch's `ServiceTemplate` object: a Service's metadata and spec under
+/// `template` (the fields the runner reads).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ServiceTemplateObject {
+    /// The object's own metadata (name, namespace, resourceVersion).
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The service template.
+    #[serde(default)]
+    pub template: ServiceTemplateSpec,
+}
+
+/// `template` of a [`ServiceTemplateObject`].
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ServiceTemplateSpec {
+    /// Labels and annotations for the services. (Porch's CRD does not
+    /// preserve unknown fields here, so the API server may prune them.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMeta>,
+    /// The service spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<ServiceSpec>,
+}
+
+/// The templates from Porch's Gen C objects: the pod from the
+/// `PodTemplate`'s `template`, the service from the `ServiceTemplate`'s,
+/// both validated. The version is `<PodTemplate resourceVersion>/<ServiceTemplate
+/// resourceVersion>`, so editing either object makes new pods carry a new
+/// version (Porch's version is the PodTemplate's alone).
+///
+/// Errors: either template breaks the contract; the message names the object.
+pub fn templates_from_objects(
+    pod_template: &PodTemplate,
+    service_template: &ServiceTemplateObject,
+) -> Result<Templates, TemplateError> {
+    let spec = pod_template.template.clone().unwrap_or_default();
+    let pod = Pod {
+        metadata: spec.metadata.unwrap_or_default(),
+        spec: spec.spec,
+        status: None,
+    };
+    let service = Service {
+        metadata: service_template
+            .template
+            .metadata
+            .clone()
+            .unwrap_or_default(),
+        spec: service_template.template.spec.clone(),
+        status: None,
+    };
+    let named = |object: &str, e: TemplateError| TemplateError::InObject {
+        object: object.to_string(),
+        message: e.to_string(),
+    };
+    validate_pod_template(&pod)
+        .map_err(|e| named(&format!("PodTemplate {POD_TEMPLATE_NAME}"), e))?;
+    validate_service_template(&service).map_err(|e| {
+        named(
+            &format!("{SERVICE_TEMPLATE_KIND} {SERVICE_TEMPLATE_NAME}"),
+            e,
+        )
+    })?;
+    let rv = |m: &ObjectMeta| m.resource_version.clone().unwrap_or_default();
+    Ok(Templates {
+        pod,
+        service,
+        version: format!(
+            "{}/{}",
+            rv(&pod_template.metadata),
+            rv(&service_template.metadata)
+        ),
+    })
+}
+
+/// The `PodTemplate` created in `namespace` when none exists: Porch's inline
+/// default pod template with the init container on `wrapper_image`.
+pub fn default_pod_template_object(namespace: &str, wrapper_image: &str) -> PodTemplate {
+    let pod = default_pod_template(wrapper_image);
+    PodTemplate {
+        metadata: ObjectMeta {
+            name: Some(POD_TEMPLATE_NAME.to_string()),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        template: Some(PodTemplateSpec {
+            metadata: Some(pod.metadata),
+            spec: pod.spec,
+        }),
+    }
+}
+
+/// The `ServiceTemplate` created in `namespace` when none exists: Porch's
+/// inline default service template.
+pub fn default_service_template_object(namespace: &str) -> ServiceTemplateObject {
+    let service = default_service_template();
+    ServiceTemplateObject {
+        metadata: ObjectMeta {
+            name: Some(SERVICE_TEMPLATE_NAME.to_string()),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        template: ServiceTemplateSpec {
+            metadata: Some(service.metadata),
+            spec: service.spec,
+        },
     }
 }
 
@@ -588,6 +727,9 @@ pub fn build_pod(template: &Pod, b: &PodBuild<'_>) -> Result<Pod, TemplateError>
         RECLAIM_AFTER_ANNOTATION.to_string(),
         b.reclaim_after.to_annotation(),
     );
+    if let Some(v) = b.settings_version {
+        annotations.insert(SETTINGS_VERSION_ANNOTATION.to_string(), v.to_string());
+    }
 
     let spec = pod.spec.as_mut().expect("inspected");
     let function = &mut spec.containers[layout.function];
@@ -706,6 +848,7 @@ pub fn observe_pod(pod: &Pod) -> Option<ObservedPod> {
             .as_ref()
             .is_some_and(|l| l.contains_key(IMAGE_LABEL)),
         template_version: annotation(TEMPLATE_VERSION_ANNOTATION),
+        settings_version: annotation(SETTINGS_VERSION_ANNOTATION),
         reclaim_after: annotation(RECLAIM_AFTER_ANNOTATION),
         image,
         name,
@@ -729,6 +872,7 @@ mod tests {
             image: "gcr.io/kpt-fn/set-labels:v0.4.1",
             entrypoint,
             template_version: "42",
+            settings_version: None,
             reclaim_after: UnixTime::from_secs(1_000),
             max_request_body_size: 6_291_456,
             wrapper_image: Some("wrapper:v2"),
@@ -914,6 +1058,111 @@ mod tests {
             Some(&requests)
         );
         assert_eq!(inits[1].image.as_deref(), Some("wrapper:v2"));
+    }
+
+    /// Porch's `22-function-templates.yaml`: the PodTemplate and the ServiceTemplate.
+    const PORCH_TEMPLATES: &str =
+        include_str!("../../../third_party/porch/22-function-templates.yaml");
+
+    fn porch_objects() -> (PodTemplate, ServiceTemplateObject) {
+        let docs: Vec<serde_json::Value> =
+            codec::from_yaml_documents(PORCH_TEMPLATES.as_bytes()).unwrap();
+        let mut pod: PodTemplate = serde_json::from_value(docs[0].clone()).unwrap();
+        let mut svc: ServiceTemplateObject = serde_json::from_value(docs[1].clone()).unwrap();
+        pod.metadata.resource_version = Some("11".into());
+        svc.metadata.resource_version = Some("12".into());
+        (pod, svc)
+    }
+
+    #[test]
+    fn porchs_template_objects_satisfy_the_contract() {
+        let (pod, svc) = porch_objects();
+        let t = templates_from_objects(&pod, &svc).unwrap();
+        assert_eq!(t.version, "11/12", "both resourceVersions");
+        let entry = vec!["f".to_string()];
+        let overrides = TemplateOverrides::default();
+        let built = build_pod(&t.pod, &build_args(&entry, &overrides, &[])).unwrap();
+        let f = function_container(&built);
+        assert!(
+            f.liveness_probe.is_some(),
+            "the object's probe, not the inline template"
+        );
+        let init = &built
+            .spec
+            .as_ref()
+            .unwrap()
+            .init_containers
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(init.image.as_deref(), Some("wrapper:v2"));
+        let service = build_service(&t.service, "p", "ns");
+        assert_eq!(
+            service.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port,
+            9446
+        );
+        // The defaults created when the objects are absent are valid too.
+        let mut dp = default_pod_template_object("ns", "w");
+        let mut ds = default_service_template_object("ns");
+        assert_eq!(dp.metadata.name.as_deref(), Some(POD_TEMPLATE_NAME));
+        assert_eq!(ds.metadata.name.as_deref(), Some(SERVICE_TEMPLATE_NAME));
+        dp.metadata.resource_version = Some("1".into());
+        ds.metadata.resource_version = Some("2".into());
+        let t = templates_from_objects(&dp, &ds).unwrap();
+        assert_eq!(t.pod.spec, default_pod_template("w").spec);
+        assert_eq!(t.version, "1/2");
+        // A broken object is named.
+        let (mut pod, svc) = porch_objects();
+        pod.template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .name = "fn".into();
+        let err = templates_from_objects(&pod, &svc).unwrap_err().to_string();
+        assert!(
+            err.starts_with("PodTemplate base-pod-template: failed to find the function container"),
+            "{err}"
+        );
+        let (pod, mut svc) = porch_objects();
+        svc.template.spec.as_mut().unwrap().ports = None;
+        let err = templates_from_objects(&pod, &svc).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "ServiceTemplate base-service-template: the service template has no port 9446"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_wrapper_init_container_is_found_by_name() {
+        let mut template = default_pod_template("w");
+        let spec = template.spec.as_mut().unwrap();
+        // Another init container that also mounts the wrapper volume, first.
+        let mut other = spec.init_containers.as_ref().unwrap()[0].clone();
+        other.name = "prepare-tools".into();
+        spec.init_containers.as_mut().unwrap().insert(0, other);
+        let overrides = TemplateOverrides {
+            init_container: ContainerOverrides {
+                env_from: Some(vec![EnvFromSource::default()]),
+                ..ContainerOverrides::default()
+            },
+            ..TemplateOverrides::default()
+        };
+        let entry = vec!["f".to_string()];
+        let mut args = build_args(&entry, &overrides, &[]);
+        args.settings_version = Some("abc");
+        let pod = build_pod(&template, &args).unwrap();
+        let inits = pod.spec.as_ref().unwrap().init_containers.clone().unwrap();
+        assert_eq!(inits[0].env_from, None);
+        assert_eq!(inits[0].image.as_deref(), Some("w"));
+        assert_eq!(inits[1].name, WRAPPER_INIT_CONTAINER);
+        assert!(inits[1].env_from.is_some());
+        assert_eq!(inits[1].image.as_deref(), Some("wrapper:v2"));
+        let annotations = pod.metadata.annotations.unwrap();
+        assert_eq!(annotations[SETTINGS_VERSION_ANNOTATION], "abc");
     }
 
     #[test]

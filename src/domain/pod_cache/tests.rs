@@ -19,6 +19,7 @@ fn cache(max_waitlist: u32, max_pods: u32) -> PodCache {
         max_parallel_pods: max_pods,
         max_load_per_pod: 4,
         resources: None,
+        ..FunctionSettings::default()
     };
     PodCache::new(PodCachePolicy::new(settings, "r1").unwrap(), "v1")
 }
@@ -100,6 +101,7 @@ fn observed(name: &str, reclaim_after: Option<&str>, phase: ObservedPhase) -> Ob
         image: IMG.to_string(),
         labelled: true,
         template_version: Some("v1".to_string()),
+        settings_version: None,
         reclaim_after: reclaim_after.map(str::to_string),
         phase,
     }
@@ -635,4 +637,237 @@ fn expired_idle_pods_are_not_handed_out() {
         "another replica's GC may be deleting the old pod"
     );
     assert_ne!(new[0].pod_name, c.pod_name);
+}
+
+/// The policy of `pc` with `entry` as the only per-function entry.
+fn policy_with(pc: &PodCache, entry: Option<PodCacheConfigEntry>) -> PodCachePolicy {
+    let mut p = pc.policy().clone();
+    p.functions = entry.into_iter().map(|e| (e.name.clone(), e)).collect();
+    p
+}
+
+fn entry(ttl: Duration, max_pods: u32, source: &str) -> PodCacheConfigEntry {
+    PodCacheConfigEntry {
+        name: IMG.to_string(),
+        ttl: Some(ttl),
+        max_parallel_pods: Some(max_pods),
+        source: Some(source.to_string()),
+        ..PodCacheConfigEntry::default()
+    }
+}
+
+// FunctionConfig generation: new TTL and limits apply to the running pods,
+// which keep serving.
+#[test]
+fn new_limits_apply_to_existing_pods() {
+    let mut pc = cache(2, 1);
+    let source = "FunctionConfig f";
+    pc.handle(
+        t(0),
+        Input::PolicyChanged {
+            policy: policy_with(&pc, Some(entry(TTL, 1, source))),
+        },
+    );
+    let first = warm(&mut pc);
+    assert_eq!(first.settings.source.as_deref(), Some(source));
+    pc.handle(
+        t(3),
+        Input::PolicyChanged {
+            policy: policy_with(&pc, Some(entry(TTL * 2, 3, source))),
+        },
+    );
+    let cmds = drain(&mut pc);
+    assert!(deleted(&cmds).is_empty(), "{cmds:?}");
+    // The pod keeps serving; the third request scales out to the new limit.
+    for id in 10..12 {
+        let cmds = request(&mut pc, t(4), id, IMG);
+        assert!(created(&cmds).is_empty());
+        assert_eq!(
+            replies(&cmds)[0].1.as_ref().unwrap().pod_name,
+            first.pod_name
+        );
+    }
+    let cmds = request(&mut pc, t(4), 12, IMG);
+    let more = created(&cmds);
+    assert_eq!(more.len(), 1, "{cmds:?}");
+    assert_eq!(more[0].settings.ttl, TTL * 2);
+    assert_eq!(more[0].settings.max_parallel_pods, 3);
+}
+
+// FunctionConfig generation: a changed pod shape (or a deleted object)
+// gives the function new pods; the old ones take no new call (idle ones at
+// once, busy ones when their calls end) and are left to GC, since another
+// replica may still use them; GC reclaims them once their reclaim-after
+// passes, which nothing extends any more.
+#[test]
+fn pods_of_outdated_settings_take_no_new_calls_and_go_to_gc() {
+    let mut pc = cache(2, 2);
+    let configured = PodCacheConfigEntry {
+        max_waitlist: Some(1),
+        ..entry(TTL, 2, "FunctionConfig f")
+    };
+    pc.handle(
+        t(0),
+        Input::PolicyChanged {
+            policy: policy_with(&pc, Some(configured)),
+        },
+    );
+    let idle = warm(&mut pc);
+    // A second pod, busy with request 5.
+    let cmds = request(&mut pc, t(3), 4, IMG);
+    assert!(created(&cmds).is_empty());
+    let busy = created(&request(&mut pc, t(3), 5, IMG));
+    assert_eq!(busy.len(), 1, "load 1 on the first pod scales out");
+    ready(&mut pc, t(4), busy[0].slot);
+    pc.handle(
+        t(4),
+        Input::CallFinished {
+            request: RequestId(4),
+        },
+    );
+    drain(&mut pc);
+    // The FunctionConfig is deleted.
+    pc.handle(
+        t(5),
+        Input::PolicyChanged {
+            policy: policy_with(&pc, None),
+        },
+    );
+    let cmds = drain(&mut pc);
+    assert!(deleted(&cmds).is_empty(), "{cmds:?}");
+    let names = |pc: &PodCache| {
+        let mut v: Vec<String> = pc.slots().map(|s| s.pod_name.to_string()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names(&pc),
+        [busy[0].pod_name.clone()],
+        "the idle pod is retired"
+    );
+    // A new call does not go to the busy outdated pod.
+    let cmds = request(&mut pc, t(6), 6, IMG);
+    let fresh = created(&cmds);
+    assert_eq!(fresh.len(), 1, "{cmds:?}");
+    assert_eq!(fresh[0].settings.source, None);
+    // The busy one is retired when its call ends.
+    pc.handle(
+        t(7),
+        Input::CallFinished {
+            request: RequestId(5),
+        },
+    );
+    assert!(deleted(&drain(&mut pc)).is_empty());
+    assert_eq!(names(&pc), [fresh[0].pod_name.clone()]);
+    ready(&mut pc, t(8), fresh[0].slot);
+    // GC reclaims both once their reclaim-after has passed.
+    let late = t(7) + TTL * 2;
+    let obs: Vec<ObservedPod> = [&idle.pod_name, &busy[0].pod_name]
+        .into_iter()
+        .map(|n| {
+            observed(
+                n,
+                Some(&(t(7) + TTL + TTL / 2).to_annotation()),
+                ObservedPhase::Ready {
+                    endpoint: "ep".into(),
+                },
+            )
+        })
+        .collect();
+    pc.handle(late, Input::Gc { observed: obs });
+    let mut gone = deleted(&drain(&mut pc));
+    gone.sort();
+    let mut want = vec![idle.pod_name.clone(), busy[0].pod_name.clone()];
+    want.sort();
+    assert_eq!(gone, want);
+}
+
+// A lowered pod limit retires idle pods beyond it; calls keep being served.
+#[test]
+fn a_lowered_limit_retires_surplus_pods() {
+    let mut pc = cache(1, 2);
+    let first = created(&request(&mut pc, t(0), 1, IMG));
+    let second = created(&request(&mut pc, t(0), 2, IMG));
+    assert_eq!((first.len(), second.len()), (1, 1));
+    ready(&mut pc, t(1), first[0].slot);
+    ready(&mut pc, t(1), second[0].slot);
+    pc.handle(
+        t(2),
+        Input::CallFinished {
+            request: RequestId(1),
+        },
+    );
+    drain(&mut pc);
+    let mut lowered = entry(TTL, 1, "FunctionConfig f");
+    lowered.source = None;
+    pc.handle(
+        t(3),
+        Input::PolicyChanged {
+            policy: policy_with(&pc, Some(lowered)),
+        },
+    );
+    assert!(deleted(&drain(&mut pc)).is_empty());
+    assert_eq!(
+        pc.slots_for(IMG).count(),
+        1,
+        "the idle surplus pod is retired"
+    );
+    let cmds = request(&mut pc, t(4), 3, IMG);
+    assert!(created(&cmds).is_empty());
+    assert_eq!(
+        replies(&cmds)[0].1.as_ref().unwrap().pod_name,
+        second[0].pod_name
+    );
+}
+
+// Pods record the settings version they were built with; adoption takes
+// only pods built with the function's current settings (a restarted runner
+// never adopts a pod whose FunctionConfig overrides have changed since).
+#[test]
+fn adoption_requires_the_current_settings_version() {
+    let mut pc = cache(2, 2);
+    let configured = entry(TTL, 2, "FunctionConfig f");
+    pc.handle(
+        t(0),
+        Input::PolicyChanged {
+            policy: policy_with(&pc, Some(configured)),
+        },
+    );
+    let version = pc.policy().settings_for(IMG).pod_version();
+    assert!(
+        version.as_deref().is_some_and(|v| v.len() == 16),
+        "{version:?}"
+    );
+    let annotation = (t(0) + TTL).to_annotation();
+    let pod = |name: &str, settings_version: Option<String>| ObservedPod {
+        settings_version,
+        ..observed(
+            name,
+            Some(&annotation),
+            ObservedPhase::Ready {
+                endpoint: "ep".into(),
+            },
+        )
+    };
+    pc.handle(
+        t(1),
+        Input::Adopt {
+            observed: vec![pod("global", None), pod("current", version.clone())],
+        },
+    );
+    let names: Vec<&str> = pc.slots().map(|s| s.pod_name).collect();
+    assert_eq!(names, ["current"]);
+    let c = created(&request(&mut pc, t(2), 1, IMG));
+    assert!(c.is_empty(), "the adopted pod serves");
+    // New pods carry the version.
+    let mut pc = cache(1, 2);
+    pc.handle(
+        t(0),
+        Input::PolicyChanged {
+            policy: policy_with(&pc, Some(entry(TTL, 2, "FunctionConfig f"))),
+        },
+    );
+    let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
+    assert_eq!(c.settings_version, version);
+    assert_eq!(FunctionSettings::default().pod_version(), None);
 }

@@ -132,6 +132,7 @@ impl SimPolicy {
                 .unwrap_or(defaults.max_parallel_pods),
             max_load_per_pod: file.max_load_per_pod.unwrap_or(defaults.max_load_per_pod),
             resources: None,
+            ..FunctionSettings::default()
         }
         .normalised();
         Ok(Self {

@@ -1,0 +1,592 @@
+//! Porch's `FunctionConfig` objects (CRD `config.porch.kpt.dev/v1alpha1`,
+//! the generation Porch ships today) and the store that answers, for a
+//! function image, which binary serves it in the exec runtime and which
+//! settings its function pods get.
+//!
+//! ```yaml
+//! apiVersion: config.porch.kpt.dev/v1alpha1
+//! kind: FunctionConfig
+//! metadata: {name: set-namespace, namespace: porch-fn-system}
+//! spec:
+//!   image: set-namespace                 # the function's name
+//!   prefixes: ["", ghcr.io/kptdev/krm-functions-catalog]   # "" = --default-image-prefix
+//!   binaryExecutor: {tags: [v0.4.2], path: set-namespace}  # relative to --functions
+//!   podExecutor:
+//!     tags: [v0.4.1]                     # empty: every tag
+//!     timeToLive: 30m
+//!     maxParallelExecutions: 2           # pods of the image
+//!     preferredMaxQueueLength: 1         # load on a pod before another starts
+//!     templateOverrides: {container: {env: [...]}, initContainer: {...}, serviceAccountName: ..., securityContext: ...}
+//!   goExecutor: {...}                    # porch-server's builtin runtime; ignored here
+//! ```
+//!
+//! An image `<repository>/<name>:<tag>` (short names first get
+//! `--default-image-prefix`, and `:latest` when they have no tag) is
+//! configured by the object whose `spec.image` is `<name>` and one of whose
+//! prefixes is exactly `<repository>`. Its exec binary is
+//! `binaryExecutor.path` when `<tag>` (or the digest of a pinned reference)
+//! is one of `binaryExecutor.tags`; its pod settings are `podExecutor` when
+//! the tag is one of `podExecutor.tags`, or for every tag when that list is
+//! empty (the CRD's documented meaning).
+//!
+//! Differences from Porch's store (spec §3.2, §10 item 22), all deliberate:
+//! - prefixes match the whole repository: `ghcr.io/foo` matches
+//!   `ghcr.io/foo/x` but neither `ghcr.io/foobar/x` nor `ghcr.io/foo/bar/x`
+//!   (Porch's regular expression is anchored at the start only);
+//! - two objects that configure the same name under a common prefix are a
+//!   conflict decided the same way on every runner and every restart: the
+//!   older object (by creation time, then name) wins and the other reports
+//!   the conflict in its status until it no longer conflicts (Porch compares
+//!   `spec.image` with object names, which only works when they are equal);
+//! - removing an object removes everything it configured (Porch keeps its
+//!   binaries);
+//! - `podExecutor.tags` is honoured (Porch uses it only for warm-up);
+//! - `spec.image` may be a full repository path (`ghcr.io/foo/set-image`):
+//!   the repository then counts as one more prefix;
+//! - a malformed `timeToLive` or a negative count is an error in the
+//!   object's status instead of a silently used value.
+//!
+//! Short names are resolved before matching, so `set-namespace:v0.4.2` finds
+//! the `""` prefix (Porch's exec store never matches an image without `/`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, PodSecurityContext, ResourceRequirements};
+use serde::{Deserialize, Serialize};
+
+use super::image::resolve_image;
+use super::pod_cache::PodCacheConfigEntry;
+use super::pod_cache::config::parse_go_duration;
+use super::pod_cache::template::{ContainerOverrides, TemplateOverrides};
+
+/// The API group of `FunctionConfig` and `ServiceTemplate`.
+pub const GROUP: &str = "config.porch.kpt.dev";
+/// Their API version.
+pub const VERSION: &str = "v1alpha1";
+/// The kind.
+pub const KIND: &str = "FunctionConfig";
+/// The resource (plural) name.
+pub const PLURAL: &str = "functionconfigs";
+/// The finalizer the function runner puts on every `FunctionConfig` it has
+/// applied and removes when the object is being deleted (Porch's name; the
+/// Porch server and controller have their own).
+pub const RUNNER_FINALIZER: &str = "config.porch.kpt.dev/functionconfig-function-runner";
+
+/// `spec` of a `FunctionConfig` (the fields the runner reads; unknown
+/// fields are ignored).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionConfigSpec {
+    /// The function's name (`set-namespace`), or a repository path ending in it.
+    #[serde(default)]
+    pub image: String,
+    /// Repositories the function is served from; `""` means `--default-image-prefix`.
+    #[serde(default)]
+    pub prefixes: Vec<String>,
+    /// Settings for the function's pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_executor: Option<PodExecutor>,
+    /// The binary that serves some tags in the exec runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_executor: Option<BinaryExecutor>,
+    /// Porch's builtin (in-process Go) runtime; not the runner's concern.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go_executor: Option<serde_json::Value>,
+}
+
+/// `spec.podExecutor`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodExecutor {
+    /// Tags the settings apply to; empty means every tag.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Idle time before a pod is reclaimed, a Go duration (`30m`, `1h0m0s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_live: Option<String>,
+    /// Most pods for the image (0: `--max-parallel-pods-per-function`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_executions: Option<i64>,
+    /// Load on a pod before another is started (0: `--max-waitlist-length`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_max_queue_length: Option<i64>,
+    /// Changes to the pods built from the pod template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_overrides: Option<TemplateOverridesSpec>,
+}
+
+/// `spec.podExecutor.templateOverrides`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateOverridesSpec {
+    /// Replaces the pod's service account when non-empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// Replaces the pod's security context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
+    /// For the `function` container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerOverridesSpec>,
+    /// For the init container that provides the wrapper server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_container: Option<ContainerOverridesSpec>,
+}
+
+/// One container's overrides.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerOverridesSpec {
+    /// Requests and limits (each replaces the template's when set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Replaces the template's `envFrom`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_from: Option<Vec<EnvFromSource>>,
+    /// Merged into the template's variables by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<EnvVar>>,
+}
+
+/// `spec.binaryExecutor`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BinaryExecutor {
+    /// Tags (or `sha256:…` digests) the binary serves.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Absolute, or relative to `--functions`.
+    #[serde(default)]
+    pub path: String,
+}
+
+/// One `FunctionConfig` object as the store takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionConfigObject {
+    /// `metadata.name` (unique in the pod namespace).
+    pub name: String,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// `metadata.creationTimestamp` (RFC 3339, UTC); orders conflicting objects.
+    pub created: String,
+    /// The decoded `spec`, or why it could not be decoded.
+    pub spec: Result<FunctionConfigSpec, String>,
+}
+
+/// What an object's `spec` configures, after validation.
+#[derive(Debug, Clone, PartialEq)]
+struct Rule {
+    /// The function's name.
+    function: String,
+    /// Repositories, in the order given (the first one names warm-up images).
+    repositories: Vec<String>,
+    binary: Option<(BTreeSet<String>, PathBuf)>,
+    pod: Option<PodRule>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct PodRule {
+    /// Empty: every tag.
+    tags: Vec<String>,
+    entry: PodCacheConfigEntry,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Stored {
+    object: FunctionConfigObject,
+    rule: Result<Rule, String>,
+    outcome: Result<(), String>,
+}
+
+/// The `FunctionConfig` objects of the pod namespace, and what they configure.
+///
+/// Pure and cheap to clone behind an `Arc`: the adapter that watches the
+/// objects applies each change to a copy and publishes it; the exec
+/// evaluator and the pod cache read the published snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionConfigStore {
+    functions_dir: PathBuf,
+    default_prefix: String,
+    objects: BTreeMap<String, Stored>,
+    /// `(repository, function)` → name of the object that configures it.
+    owners: HashMap<(String, String), String>,
+}
+
+/// A function image split for matching.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reference {
+    repository: String,
+    function: String,
+    tag: Option<String>,
+    digest: Option<String>,
+}
+
+impl Reference {
+    /// Resolves `image` with kpt's short-name rule, then splits it; `None`
+    /// when nothing is left to match (empty input or name).
+    fn parse(image: &str, default_prefix: &str) -> Option<Self> {
+        let resolved = resolve_image(image, default_prefix);
+        let (rest, digest) = match resolved.split_once('@') {
+            Some((r, d)) => (r, Some(d.to_string())),
+            None => (resolved.as_str(), None),
+        };
+        let (repository, last) = rest.rsplit_once('/')?;
+        let (function, tag) = match last.split_once(':') {
+            Some((f, t)) => (f, Some(t.to_string())),
+            None => (last, None),
+        };
+        (!function.is_empty() && !repository.is_empty()).then(|| Reference {
+            repository: repository.to_string(),
+            function: function.to_string(),
+            tag,
+            digest,
+        })
+    }
+
+    /// Whether `tags` names this reference's tag or digest.
+    fn listed_in<'a>(&self, mut tags: impl Iterator<Item = &'a String>) -> bool {
+        tags.any(|t| Some(t) == self.tag.as_ref() || Some(t) == self.digest.as_ref())
+    }
+}
+
+/// `prefix` as a repository: trailing `/` trimmed, `""` the default prefix.
+fn repository_of(prefix: &str, default_prefix: &str) -> String {
+    let p = prefix.trim_end_matches('/');
+    if p.is_empty() {
+        default_prefix.trim_end_matches('/').to_string()
+    } else {
+        p.to_string()
+    }
+}
+
+fn push_unique(v: &mut Vec<String>, s: String) {
+    if !v.contains(&s) {
+        v.push(s);
+    }
+}
+
+/// A count field: `None` and 0 mean "the global default"; negative is an error.
+fn count(field: &str, v: Option<i64>, problems: &mut Vec<String>) -> Option<u32> {
+    match v {
+        None | Some(0) => None,
+        Some(n) if n < 0 => {
+            problems.push(format!(
+                "spec.podExecutor.{field} is {n}: use a positive number, or 0 for the runner's default"
+            ));
+            None
+        }
+        Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+    }
+}
+
+fn container_overrides(spec: Option<&ContainerOverridesSpec>) -> ContainerOverrides {
+    spec.map(|c| ContainerOverrides {
+        resources: c.resources.clone(),
+        env: c.env.clone(),
+        env_from: c.env_from.clone(),
+    })
+    .unwrap_or_default()
+}
+
+impl TemplateOverridesSpec {
+    /// The pod-template overrides this spec describes (applied to the
+    /// `function` container and the wrapper's init container by name).
+    pub fn to_overrides(&self) -> TemplateOverrides {
+        TemplateOverrides {
+            service_account_name: self.service_account_name.clone().filter(|s| !s.is_empty()),
+            security_context: self.security_context.clone(),
+            container: container_overrides(self.container.as_ref()),
+            init_container: container_overrides(self.init_container.as_ref()),
+        }
+    }
+}
+
+/// Validates `spec` of object `name` into a rule; the error lists every problem.
+fn compile(
+    name: &str,
+    spec: &FunctionConfigSpec,
+    functions_dir: &Path,
+    default_prefix: &str,
+) -> Result<Rule, String> {
+    let mut problems = Vec::new();
+    let image = spec.image.trim();
+    let (own_repository, function) = match image.rsplit_once('/') {
+        Some((repo, f)) => (Some(repo.trim_end_matches('/')), f),
+        None => (None, image),
+    };
+    if function.is_empty() {
+        problems.push("spec.image is empty: name the function, e.g. set-namespace".to_string());
+    } else if function.contains(':') || function.contains('@') {
+        problems.push(format!(
+            "spec.image {image:?} has a tag or digest: name the function only and list tags in binaryExecutor.tags or podExecutor.tags"
+        ));
+    }
+    let mut repositories = Vec::new();
+    for p in &spec.prefixes {
+        push_unique(&mut repositories, repository_of(p, default_prefix));
+    }
+    if let Some(repo) = own_repository.filter(|r| !r.is_empty()) {
+        push_unique(&mut repositories, repo.to_string());
+    }
+    if repositories.is_empty() {
+        repositories.push(repository_of("", default_prefix));
+    }
+    let binary = spec.binary_executor.as_ref().and_then(|b| {
+        if b.path.trim().is_empty() {
+            problems.push("spec.binaryExecutor.path is empty: name the binary, relative to --functions or absolute".into());
+        }
+        if b.tags.is_empty() {
+            problems.push("spec.binaryExecutor.tags is empty: list the tags the binary serves".into());
+        }
+        (!b.path.trim().is_empty()).then(|| {
+            (
+                b.tags.iter().cloned().collect::<BTreeSet<_>>(),
+                functions_dir.join(b.path.trim()),
+            )
+        })
+    });
+    let pod = spec.pod_executor.as_ref().map(|p| {
+        let ttl = match p.time_to_live.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(s) => match parse_go_duration(s) {
+                Some(d) if d.is_zero() => None,
+                Some(d) => Some(d),
+                None => {
+                    problems.push(format!(
+                        "spec.podExecutor.timeToLive {s:?} is not a duration such as 30m or 1h30m"
+                    ));
+                    None
+                }
+            },
+        };
+        let max_parallel_pods = count(
+            "maxParallelExecutions",
+            p.max_parallel_executions,
+            &mut problems,
+        );
+        let max_waitlist = count(
+            "preferredMaxQueueLength",
+            p.preferred_max_queue_length,
+            &mut problems,
+        );
+        PodRule {
+            tags: p.tags.clone(),
+            entry: PodCacheConfigEntry {
+                name: String::new(),
+                ttl,
+                max_waitlist,
+                max_parallel_pods,
+                max_load_per_pod: None,
+                resources: None,
+                overrides: p
+                    .template_overrides
+                    .as_ref()
+                    .map(TemplateOverridesSpec::to_overrides),
+                source: Some(format!("FunctionConfig {name}")),
+            },
+        }
+    });
+    if problems.is_empty() {
+        Ok(Rule {
+            function: function.to_string(),
+            repositories,
+            binary,
+            pod,
+        })
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+impl FunctionConfigStore {
+    /// An empty store; relative binary paths resolve against
+    /// `functions_dir` (`--functions`, made absolute by the caller) and
+    /// `""` prefixes mean `default_prefix` (`--default-image-prefix`).
+    pub fn new(functions_dir: &Path, default_prefix: &str) -> Self {
+        Self {
+            functions_dir: functions_dir.to_path_buf(),
+            default_prefix: default_prefix.to_string(),
+            objects: BTreeMap::new(),
+            owners: HashMap::new(),
+        }
+    }
+
+    /// Adds or replaces (by name) `object`; every object's outcome is
+    /// recomputed (an object that lost a conflict may win now).
+    pub fn apply(&mut self, object: FunctionConfigObject) {
+        let rule = match &object.spec {
+            Ok(spec) => compile(
+                &object.name,
+                spec,
+                &self.functions_dir,
+                &self.default_prefix,
+            ),
+            Err(e) => Err(e.clone()),
+        };
+        let outcome = rule.as_ref().map(|_| ()).map_err(Clone::clone);
+        self.objects.insert(
+            object.name.clone(),
+            Stored {
+                object,
+                rule,
+                outcome,
+            },
+        );
+        self.resolve();
+    }
+
+    /// Removes object `name` and everything it configured; returns whether
+    /// it was there.
+    pub fn remove(&mut self, name: &str) -> bool {
+        let found = self.objects.remove(name).is_some();
+        if found {
+            self.resolve();
+        }
+        found
+    }
+
+    /// Replaces every object with `objects` (a fresh listing).
+    pub fn replace_all(&mut self, objects: impl IntoIterator<Item = FunctionConfigObject>) {
+        self.objects.clear();
+        self.owners.clear();
+        for o in objects {
+            self.apply(o);
+        }
+        self.resolve();
+    }
+
+    /// Decides conflicts: valid objects in (creation time, name) order each
+    /// take their `(repository, function)` pairs, unless an earlier object
+    /// holds one of them.
+    fn resolve(&mut self) {
+        self.owners.clear();
+        let mut order: Vec<(&String, &String)> = self
+            .objects
+            .values()
+            .filter(|s| s.rule.is_ok())
+            .map(|s| (&s.object.created, &s.object.name))
+            .collect();
+        order.sort();
+        let order: Vec<String> = order.into_iter().map(|(_, n)| n.clone()).collect();
+        for name in order {
+            let stored = self.objects.get_mut(&name).expect("listed above");
+            let Ok(rule) = &stored.rule else { continue };
+            let pairs: Vec<(String, String)> = rule
+                .repositories
+                .iter()
+                .map(|r| (r.clone(), rule.function.clone()))
+                .collect();
+            let taken = pairs
+                .iter()
+                .find_map(|p| self.owners.get(p).map(|o| (p, o)));
+            stored.outcome = match taken {
+                Some(((repo, function), owner)) => Err(format!(
+                    "FunctionConfig {owner} already configures {repo}/{function}; this one is ignored until that one is deleted or no longer names that image"
+                )),
+                None => {
+                    for p in pairs {
+                        self.owners.insert(p, name.clone());
+                    }
+                    Ok(())
+                }
+            };
+        }
+    }
+
+    /// The rule of the object configuring `image`, with the parsed reference.
+    fn rule_for(&self, image: &str) -> Option<(&Rule, Reference)> {
+        let r = Reference::parse(image, &self.default_prefix)?;
+        let owner = self
+            .owners
+            .get(&(r.repository.clone(), r.function.clone()))?;
+        let rule = self.objects.get(owner)?.rule.as_ref().ok()?;
+        Some((rule, r))
+    }
+
+    /// The binary that serves `image` in the exec runtime: the configuring
+    /// object's `binaryExecutor.path` when its tags list the image's tag or
+    /// digest. `None` otherwise (the exec runtime answers NotFound).
+    pub fn binary_for(&self, image: &str) -> Option<PathBuf> {
+        let (rule, r) = self.rule_for(image)?;
+        let (tags, path) = rule.binary.as_ref()?;
+        r.listed_in(tags.iter()).then(|| path.clone())
+    }
+
+    /// The pod settings for `image`: the configuring object's `podExecutor`
+    /// when its tags list the image's tag (or are empty), as a pod-cache
+    /// entry named `image`; `None` means the runner's global settings.
+    pub fn pod_entry(&self, image: &str) -> Option<PodCacheConfigEntry> {
+        let (rule, r) = self.rule_for(image)?;
+        let pod = rule.pod.as_ref()?;
+        (pod.tags.is_empty() || r.listed_in(pod.tags.iter())).then(|| PodCacheConfigEntry {
+            name: image.to_string(),
+            ..pod.entry.clone()
+        })
+    }
+
+    /// The images to start a pod for at start-up: for each applied object
+    /// with `podExecutor.tags`, its first repository, name and first tag
+    /// (Porch's choice), in object-name order.
+    pub fn warm_up_images(&self) -> Vec<String> {
+        self.applied_rules()
+            .filter_map(|rule| {
+                let tag = rule.pod.as_ref()?.tags.first()?;
+                Some(format!("{}/{}:{tag}", rule.repositories[0], rule.function))
+            })
+            .collect()
+    }
+
+    fn applied_rules(&self) -> impl Iterator<Item = &Rule> + '_ {
+        self.objects
+            .values()
+            .filter(|s| s.outcome.is_ok())
+            .filter_map(|s| s.rule.as_ref().ok())
+    }
+
+    /// Every binary path applied objects name, sorted (for start-up checks).
+    pub fn binaries(&self) -> Vec<PathBuf> {
+        let set: BTreeSet<PathBuf> = self
+            .applied_rules()
+            .filter_map(|r| r.binary.as_ref().map(|(_, p)| p.clone()))
+            .collect();
+        set.into_iter().collect()
+    }
+
+    /// The shortest `timeToLive` applied objects set, if any.
+    pub fn shortest_ttl(&self) -> Option<Duration> {
+        self.applied_rules()
+            .filter_map(|r| r.pod.as_ref()?.entry.ttl)
+            .min()
+    }
+
+    /// Whether object `name` was applied (`Ok`) or why not (`Err`, the text
+    /// for its `status.error`); `None` for an unknown name.
+    pub fn outcome(&self, name: &str) -> Option<Result<(), String>> {
+        self.objects.get(name).map(|s| s.outcome.clone())
+    }
+
+    /// The generation of object `name` as last applied.
+    pub fn generation(&self, name: &str) -> Option<i64> {
+        self.objects.get(name).map(|s| s.object.generation)
+    }
+
+    /// The names of every object, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.objects.keys().map(String::as_str)
+    }
+
+    /// Number of objects (applied or not).
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// True when the store holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;
