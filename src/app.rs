@@ -1,21 +1,39 @@
 //! The composition root: turns settings into a wired evaluator chain.
 //!
 //! This is the one place that knows which adapters exist and in what order
-//! they are tried (exec, then pod — deterministic, unlike Porch).
+//! they are tried (exec, then pod — deterministic, unlike Porch), and which
+//! of Porch's two configuration generations the runner serves
+//! ([`choose_generation`]): `config.yaml` + `pod-cache-config.yaml` +
+//! template ConfigMap, or the FunctionConfig CRD + template objects.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::adapters::exec::{ExecEvaluator, ExecSettings};
 use crate::adapters::kube::KubePlatform;
+use crate::adapters::kube::function_configs::{FunctionConfigWatch, crd_installed};
+use crate::adapters::kube::templates::watch_template_objects;
 use crate::adapters::oci::{InspectorConfig, OciImageInspector, PullSecretSync};
 use crate::adapters::pod::connections::{DirectResolver, MapFileResolver, Resolver};
-use crate::adapters::pod::{AddressMode, PodEvaluator, PodRuntimeConfig, TemplateSource};
+use crate::adapters::pod::{
+    AddressMode, PodEvaluator, PodRuntimeConfig, PodRuntimeError, TemplateFeed,
+};
 use crate::domain::chain::EvaluatorChain;
 use crate::domain::exec_config::ExecConfig;
+use crate::domain::function_config::{FunctionConfigStore, GROUP, PLURAL};
+use crate::domain::pod_cache::template::inline_templates;
 use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy};
 use crate::ports::{ImageInspector, PodPlatform};
+
+/// How long start-up waits for the FunctionConfigs and the template objects
+/// to be listed.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The default `--config` of the config.yaml generation.
+const DEFAULT_CONFIG: &str = "./config.yaml";
+/// The default `--pod-cache-config`.
+pub const DEFAULT_POD_CACHE_CONFIG: &str = "/pod-cache-config/pod-cache-config.yaml";
 
 /// The Porch runtime names accepted by `--disable-runtimes`.
 pub const RUNTIMES: [&str; 2] = ["exec", "pod"];
@@ -69,6 +87,294 @@ pub enum StartupError {
     /// The pod runtime could not start.
     #[error("{0}")]
     Pod(String),
+    /// Neither configuration generation can work (the message says why
+    /// and names both ways to fix it).
+    #[error("{0}")]
+    Generation(String),
+    /// The FunctionConfigs could not be read (FunctionConfig generation).
+    #[error("failed to read the FunctionConfigs: {0}")]
+    FunctionConfigs(String),
+}
+
+/// Which of Porch's configuration surfaces the runner serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// Porch's config.yaml era: `--config` (exec), `--pod-cache-config`
+    /// (per-function pod settings and warm-up), `--function-pod-template`
+    /// (a template ConfigMap) or the inline templates.
+    ConfigYaml,
+    /// Porch as it ships today: `FunctionConfig` objects in
+    /// `--pod-namespace` (exec binaries and pod settings, followed live),
+    /// and the `PodTemplate`/`ServiceTemplate` objects there.
+    FunctionConfig,
+}
+
+impl std::fmt::Display for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Generation::ConfigYaml => "config.yaml",
+            Generation::FunctionConfig => "FunctionConfig",
+        })
+    }
+}
+
+/// The generation chosen, why, and the cluster client made on the way.
+pub struct GenerationChoice {
+    /// The generation.
+    pub generation: Generation,
+    /// Why, for the start-up log.
+    pub reason: String,
+    /// The Kubernetes client, if one was made.
+    pub client: Option<kube::Client>,
+}
+
+/// The end of the error when no generation can work.
+fn both_options() -> String {
+    format!(
+        "either give --config FILE (and --functions DIR), --pod-cache-config or --function-pod-template for the config.yaml generation, or run with access to a cluster (in-cluster, KUBECONFIG or --kubeconfig) where Porch's FunctionConfig CRD ({PLURAL}.{GROUP}) is installed for the FunctionConfig generation"
+    )
+}
+
+/// Chooses the configuration generation (Porch has one per release; the
+/// runner serves both):
+/// - any of `--config`, `--pod-cache-config`, `--function-pod-template`
+///   given → config.yaml, no cluster asked;
+/// - otherwise the FunctionConfig generation when the cluster serves the
+///   FunctionConfig CRD (API discovery), else config.yaml with its defaults
+///   (`./config.yaml` if it exists, inline templates).
+///
+/// `pod_enabled` says whether the pod runtime will run: without it and
+/// without a cluster, config.yaml works only if `./config.yaml` exists.
+///
+/// Errors: no generation can serve anything (no cluster and no config file,
+/// an unreachable cluster, or exec only with neither the CRD nor a config
+/// file) — the message names both ways out.
+pub async fn choose_generation(
+    settings: &RuntimeSettings,
+    pod: &PodSettings,
+    pod_enabled: bool,
+) -> Result<GenerationChoice, StartupError> {
+    let mut explicit = Vec::new();
+    if settings.config.is_some() {
+        explicit.push("--config");
+    }
+    if pod.pod_cache_config.is_some() {
+        explicit.push("--pod-cache-config");
+    }
+    if !pod.function_pod_template.is_empty() {
+        explicit.push("--function-pod-template");
+    }
+    if !explicit.is_empty() {
+        return Ok(GenerationChoice {
+            generation: Generation::ConfigYaml,
+            reason: format!("{} given", explicit.join(", ")),
+            client: None,
+        });
+    }
+    let config_file = Path::new(DEFAULT_CONFIG).is_file();
+    let client = match kube_client(pod.kubeconfig.as_deref()).await {
+        Ok(c) => c,
+        Err(e) if !pod_enabled && config_file => {
+            return Ok(GenerationChoice {
+                generation: Generation::ConfigYaml,
+                reason: format!("{DEFAULT_CONFIG} exists and there is no cluster ({e})"),
+                client: None,
+            });
+        }
+        Err(e) => {
+            let needs = if pod_enabled {
+                "the pod runtime and the FunctionConfig generation need a cluster"
+            } else {
+                "the exec runtime reads FunctionConfigs from a cluster when no --config is given"
+            };
+            return Err(StartupError::Generation(format!(
+                "no configuration to serve: no --config given, {needs}, and there is none ({e}); {}",
+                both_options()
+            )));
+        }
+    };
+    match crd_installed(&client).await {
+        Ok(true) => Ok(GenerationChoice {
+            generation: Generation::FunctionConfig,
+            reason: format!("no config.yaml flags given and the cluster serves {PLURAL}.{GROUP}"),
+            client: Some(client),
+        }),
+        Ok(false) if pod_enabled || config_file => Ok(GenerationChoice {
+            generation: Generation::ConfigYaml,
+            reason: format!(
+                "no config.yaml flags given and the cluster does not serve {PLURAL}.{GROUP} (Porch's FunctionConfig CRD is not installed)"
+            ),
+            client: Some(client),
+        }),
+        Ok(false) => Err(StartupError::Generation(format!(
+            "nothing to serve: the exec runtime has no --config, {DEFAULT_CONFIG} does not exist and the cluster does not serve {PLURAL}.{GROUP}; {}",
+            both_options()
+        ))),
+        Err(e) => Err(StartupError::Generation(format!(
+            "cannot ask the cluster whether Porch's FunctionConfig CRD is installed: {e}; {}",
+            both_options()
+        ))),
+    }
+}
+
+/// A Kubernetes client from `--kubeconfig`, or as kube-rs infers it
+/// (`KUBECONFIG`, `~/.kube/config`, then in-cluster).
+///
+/// Errors: the file cannot be read or used, or no configuration exists.
+pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, String> {
+    match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| format!("cannot read --kubeconfig {}: {e}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| format!("invalid --kubeconfig {}: {e}", path.display()))?;
+            kube::Client::try_from(config).map_err(|e| e.to_string())
+        }
+        None => kube::Client::try_default().await.map_err(|e| {
+            format!(
+                "no usable Kubernetes configuration (in-cluster, KUBECONFIG or --kubeconfig): {e}"
+            )
+        }),
+    }
+}
+
+/// Everything `serve` runs: the chain and what keeps it configured.
+pub struct Started {
+    /// Evaluators in the order they are tried.
+    pub chain: EvaluatorChain,
+    /// The pod runtime, when enabled (its readiness gates the health
+    /// service; it is shut down with the server).
+    pub pod: Option<Arc<PodEvaluator>>,
+    /// Problems worth a warning.
+    pub warnings: Vec<String>,
+    /// The generation served.
+    pub generation: Generation,
+    /// The FunctionConfig watch (FunctionConfig generation); dropping it
+    /// stops following changes.
+    pub function_configs: Option<FunctionConfigWatch>,
+}
+
+/// Builds everything `serve` runs: chooses the generation, then the exec
+/// runtime and (when enabled) the pod runtime for it. In the FunctionConfig
+/// generation the FunctionConfigs are listed first, so warm-up and the
+/// first call see them; later changes reach the exec runtime and the pod
+/// cache at once.
+///
+/// Errors: see [`choose_generation`], [`build_runtime`],
+/// [`start_pod_runtime`], and FunctionConfigs that cannot be listed.
+pub async fn start_runtimes(
+    settings: &RuntimeSettings,
+    pod: &PodSettings,
+) -> Result<Started, StartupError> {
+    let enabled = |r: &str| !settings.disabled.iter().any(|d| d == r);
+    let choice = choose_generation(settings, pod, enabled("pod")).await?;
+    tracing::info!(
+        generation = %choice.generation,
+        reason = %choice.reason,
+        "serving the {} generation of Porch's configuration",
+        choice.generation
+    );
+    if choice.generation == Generation::ConfigYaml {
+        let runtime = build_runtime(settings)?;
+        let mut warnings = runtime.warnings;
+        let mut chain = runtime.chain;
+        let mut pod_runtime = None;
+        if runtime.pod {
+            let (p, w) = start_pod_runtime(pod, choice.client, None).await?;
+            warnings.extend(w);
+            let p = Arc::new(p);
+            chain = chain.with("pod", p.clone());
+            pod_runtime = Some(p);
+        }
+        return Ok(Started {
+            chain,
+            pod: pod_runtime,
+            warnings,
+            generation: Generation::ConfigYaml,
+            function_configs: None,
+        });
+    }
+    let client = choice
+        .client
+        .expect("the FunctionConfig generation has a client");
+    let mut warnings = unknown_runtimes(settings);
+    let functions = absolute(&settings.functions);
+    let watch = FunctionConfigWatch::start(
+        client.clone(),
+        &pod.namespace,
+        FunctionConfigStore::new(&functions, &settings.default_image_prefix),
+        SYNC_TIMEOUT,
+    )
+    .await
+    .map_err(StartupError::FunctionConfigs)?;
+    let mut updates = watch.subscribe();
+    let store = updates.borrow_and_update().clone();
+    tracing::info!(
+        namespace = %pod.namespace,
+        objects = store.len(),
+        "FunctionConfigs listed"
+    );
+    let mut chain = EvaluatorChain::new();
+    if enabled("exec") {
+        let exec = ExecEvaluator::with_catalog(
+            watch.catalog(),
+            ExecSettings::new(settings.max_message_bytes, &settings.exec_env),
+        );
+        warnings.extend(exec.check_binaries());
+        chain = chain.with("exec", Arc::new(exec));
+    }
+    let mut pod_runtime = None;
+    if enabled("pod") {
+        let (p, w) = start_pod_runtime(pod, Some(client), Some(store)).await?;
+        warnings.extend(w);
+        let p = Arc::new(p);
+        chain = chain.with("pod", p.clone());
+        let weak = Arc::downgrade(&p);
+        tokio::spawn(async move {
+            while updates.changed().await.is_ok() {
+                let store = updates.borrow_and_update().clone();
+                match weak.upgrade() {
+                    Some(p) => p.update_function_configs(store),
+                    None => return,
+                }
+            }
+        });
+        pod_runtime = Some(p);
+    }
+    if chain.names().is_empty() {
+        warnings.push(
+            "no runtime is enabled in krm-fn-runner: every call will fail with UNAVAILABLE".into(),
+        );
+    }
+    Ok(Started {
+        chain,
+        pod: pod_runtime,
+        warnings,
+        generation: Generation::FunctionConfig,
+        function_configs: Some(watch),
+    })
+}
+
+/// Warnings for `--disable-runtimes` names that are not runtimes.
+fn unknown_runtimes(settings: &RuntimeSettings) -> Vec<String> {
+    settings
+        .disabled
+        .iter()
+        .filter(|name| !RUNTIMES.contains(&name.as_str()))
+        .map(|name| {
+            format!("--disable-runtimes: unknown runtime {name:?} ignored (known: exec, pod)")
+        })
+        .collect()
+}
+
+/// `path` made absolute against the working directory (functions run in
+/// the temporary directory).
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Builds the evaluator chain from `settings`.
@@ -76,20 +382,13 @@ pub enum StartupError {
 /// Errors: an explicitly given `--config` that cannot be read or parsed
 /// (Porch treats both as fatal).
 pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError> {
-    let mut warnings = Vec::new();
-    for name in &settings.disabled {
-        if !RUNTIMES.contains(&name.as_str()) {
-            warnings.push(format!(
-                "--disable-runtimes: unknown runtime {name:?} ignored (known: exec, pod)"
-            ));
-        }
-    }
+    let mut warnings = unknown_runtimes(settings);
     let enabled = |r: &str| !settings.disabled.iter().any(|d| d == r);
     let mut chain = EvaluatorChain::new();
     if enabled("exec") {
         let (path, explicit) = match &settings.config {
             Some(p) => (p.clone(), true),
-            None => (PathBuf::from("./config.yaml"), false),
+            None => (PathBuf::from(DEFAULT_CONFIG), false),
         };
         let text = match std::fs::read(&path) {
             Ok(t) => t,
@@ -105,8 +404,7 @@ pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError
         let config = ExecConfig::parse(&text, &path.display().to_string())?;
         // Functions run in the temporary directory, so relative paths are
         // resolved against the runner's working directory now.
-        let functions =
-            std::path::absolute(&settings.functions).unwrap_or_else(|_| settings.functions.clone());
+        let functions = absolute(&settings.functions);
         let (table, dupes) = config.table(&functions, &settings.default_image_prefix);
         warnings.extend(dupes);
         let exec = ExecEvaluator::new(
@@ -145,8 +443,9 @@ pub struct PodSettings {
     pub scan_interval: Duration,
     /// `--warm-up-pod-cache`.
     pub warm_up: bool,
-    /// `--pod-cache-config`: read if it exists.
-    pub pod_cache_config: PathBuf,
+    /// `--pod-cache-config` if given (config.yaml generation; the default
+    /// [`DEFAULT_POD_CACHE_CONFIG`] is read if it exists).
+    pub pod_cache_config: Option<PathBuf>,
     /// `--function-pod-template`: ConfigMap name in the runner's namespace,
     /// `<namespace>/<name>` elsewhere, or empty for the inline templates.
     pub function_pod_template: String,
@@ -199,6 +498,62 @@ fn runner_namespace() -> String {
         .unwrap_or_else(|| "porch-system".into())
 }
 
+/// The config.yaml generation's per-function pod settings: `policy` with
+/// the entries of `--pod-cache-config` (or its default file, if it exists),
+/// and the warm-up list; problems become warnings, as in Porch.
+fn pod_cache_config(
+    s: &PodSettings,
+    policy: PodCachePolicy,
+    warnings: &mut Vec<String>,
+) -> (PodCachePolicy, Vec<String>) {
+    let path = s
+        .pod_cache_config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_POD_CACHE_CONFIG));
+    let config = match std::fs::read(&path) {
+        Ok(text) => match PodCacheConfig::parse(&text, &path.display().to_string()) {
+            Ok(c) => c,
+            Err(e) => {
+                warnings.push(format!("{e}; using the global pod settings"));
+                return (policy, Vec::new());
+            }
+        },
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::NotFound || s.warm_up {
+                warnings.push(format!(
+                    "cannot read --pod-cache-config {}: {e}; using the global pod settings and warming nothing",
+                    path.display()
+                ));
+            }
+            return (policy, Vec::new());
+        }
+    };
+    warnings.extend(config.warnings.iter().cloned());
+    (policy.with_config(&config), config.warm_up_images())
+}
+
+/// The config.yaml generation's templates: the ConfigMap of
+/// `--function-pod-template` (runner's namespace, or `NAMESPACE/NAME`),
+/// re-read every scan interval, or Porch's inline templates.
+///
+/// Errors: the ConfigMap cannot be read or its templates are unusable.
+async fn config_yaml_templates(
+    s: &PodSettings,
+    platform: &Arc<dyn PodPlatform>,
+    wrapper_image: &str,
+) -> Result<TemplateFeed, StartupError> {
+    if s.function_pod_template.is_empty() {
+        return Ok(TemplateFeed::fixed(inline_templates(wrapper_image)));
+    }
+    let (namespace, name) = match s.function_pod_template.split_once('/') {
+        Some((namespace, name)) => (namespace.to_string(), name.to_string()),
+        None => (runner_namespace(), s.function_pod_template.clone()),
+    };
+    TemplateFeed::config_map(platform.clone(), &namespace, &name, s.scan_interval)
+        .await
+        .map_err(|e| StartupError::Pod(PodRuntimeError::Template(e).to_string()))
+}
+
 /// A replica token from the host name (the pod name in a Deployment) and
 /// the process id: 6 base-36 characters.
 fn default_replica_token() -> String {
@@ -220,15 +575,24 @@ fn default_replica_token() -> String {
         .collect()
 }
 
-/// Starts the pod runtime: Kubernetes client, image inspector, pull-secret
-/// sync, pod-cache policy and the [`PodEvaluator`] itself. Returns it with
-/// warnings to log.
+/// Starts the pod runtime: Kubernetes client (`client`, or one made from
+/// the settings), image inspector, pull-secret sync, pod-cache policy,
+/// templates and the [`PodEvaluator`] itself. Returns it with warnings to
+/// log.
+///
+/// With `function_configs` (the FunctionConfig generation) per-function
+/// settings and the warm-up list come from those objects and the templates
+/// from the PodTemplate/ServiceTemplate objects; without, from
+/// `--pod-cache-config` and `--function-pod-template` (or the inline
+/// templates).
 ///
 /// Errors: `WRAPPER_SERVER_IMAGE` unset (Porch's message), no usable
 /// Kubernetes configuration, an invalid replica token or registry CA, or the
-/// pod runtime failing to start (template, watch).
+/// pod runtime failing to start (templates, watch).
 pub async fn start_pod_runtime(
     s: &PodSettings,
+    client: Option<kube::Client>,
+    function_configs: Option<Arc<FunctionConfigStore>>,
 ) -> Result<(PodEvaluator, Vec<String>), StartupError> {
     let pod_err = |m: String| StartupError::Pod(m);
     let mut warnings = Vec::new();
@@ -238,27 +602,13 @@ pub async fn start_pod_runtime(
                 .into(),
         )
     })?;
-    let client = match &s.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                pod_err(format!("cannot read --kubeconfig {}: {e}", path.display()))
-            })?;
-            let config = kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
+    let client = match client {
+        Some(c) => c,
+        None => kube_client(s.kubeconfig.as_deref())
             .await
-            .map_err(|e| pod_err(format!("invalid --kubeconfig {}: {e}", path.display())))?;
-            kube::Client::try_from(config)
-        }
-        None => kube::Client::try_default().await,
-    }
-    .map_err(|e| {
-        pod_err(format!(
-            "no usable Kubernetes configuration for the pod runtime (in-cluster, KUBECONFIG or --kubeconfig): {e}"
-        ))
-    })?;
-    let platform: Arc<dyn PodPlatform> = Arc::new(KubePlatform::new(client, &s.namespace));
+            .map_err(|e| pod_err(format!("the pod runtime needs a cluster: {e}")))?,
+    };
+    let platform: Arc<dyn PodPlatform> = Arc::new(KubePlatform::new(client.clone(), &s.namespace));
 
     let mut inspector_config = InspectorConfig::new(&s.default_image_prefix).with_registry_flags(
         s.enable_private_registries,
@@ -302,42 +652,25 @@ pub async fn start_pod_runtime(
     let mut policy = PodCachePolicy::new(defaults, &token)
         .map_err(|e| pod_err(format!("--replica-token: {e}")))?;
     policy.pod_ready_timeout = s.pod_ready_timeout;
-    let cache_config = match std::fs::read(&s.pod_cache_config) {
-        Ok(text) => match PodCacheConfig::parse(&text, &s.pod_cache_config.display().to_string()) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                warnings.push(format!("{e}; using the global pod settings"));
-                None
-            }
-        },
-        Err(e) => {
-            if e.kind() != std::io::ErrorKind::NotFound || s.warm_up {
-                warnings.push(format!(
-                    "cannot read --pod-cache-config {}: {e}; using the global pod settings and warming nothing",
-                    s.pod_cache_config.display()
-                ));
-            }
-            None
-        }
-    };
     let mut warm_up = Vec::new();
-    if let Some(c) = &cache_config {
-        warnings.extend(c.warnings.iter().cloned());
-        policy = policy.with_config(c);
-        if s.warm_up {
-            warm_up = c.warm_up_images();
+    let templates = match function_configs {
+        Some(store) => {
+            if s.warm_up {
+                warm_up = store.warm_up_images();
+            }
+            policy = policy.with_function_configs(store);
+            watch_template_objects(client, &s.namespace, &wrapper_image, SYNC_TIMEOUT)
+                .await
+                .map_err(|e| pod_err(PodRuntimeError::Template(e).to_string()))?
         }
-    }
-    let templates = match s.function_pod_template.split_once('/') {
-        _ if s.function_pod_template.is_empty() => TemplateSource::Inline,
-        Some((namespace, name)) => TemplateSource::ConfigMap {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        },
-        None => TemplateSource::ConfigMap {
-            namespace: runner_namespace(),
-            name: s.function_pod_template.clone(),
-        },
+        None => {
+            let (with_config, images) = pod_cache_config(s, policy, &mut warnings);
+            policy = with_config;
+            if s.warm_up {
+                warm_up = images;
+            }
+            config_yaml_templates(s, &platform, &wrapper_image).await?
+        }
     };
     let resolver: Box<dyn Resolver> = match &s.wrapper_address_map {
         Some(path) => Box::new(MapFileResolver::new(path.clone())),

@@ -89,7 +89,7 @@ fn changed_policy(token: &str, configured: bool) -> PodCachePolicy {
         let entry = PodCacheConfigEntry {
             name: IMAGES[0].to_string(),
             ttl: Some(TTL * 2),
-            overrides: Some(overrides),
+            overrides: Some(std::sync::Arc::new(overrides)),
             source: Some("FunctionConfig set-namespace".into()),
             ..PodCacheConfigEntry::default()
         };
@@ -524,7 +524,7 @@ impl World {
             } => {
                 // A longer TTL may extend a pod's reclaim-after once at once.
                 self.persists.retain(|(r, _), _| *r != replica);
-                let policy = changed_policy(&format!("r{replica}"), configured);
+                let policy = Box::new(changed_policy(&format!("r{replica}"), configured));
                 self.feed(replica, Input::PolicyChanged { policy }, false);
             }
             Step::WarmUp { replica, image } => {

@@ -10,7 +10,7 @@ use clap::{ArgAction, Args};
 
 use crate::adapters::grpc::ServeOptions;
 use crate::adapters::pod::AddressMode;
-use crate::app::{PodSettings, RuntimeSettings, build_runtime, start_pod_runtime};
+use crate::app::{PodSettings, RuntimeSettings, start_runtimes};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 
 /// Porch's default `--max-request-body-size`: 6 MiB.
@@ -25,10 +25,10 @@ pub struct ServeArgs {
     /// Listen here instead of --port: `host:port` or `unix:/path/to.sock`.
     #[arg(long, value_parser = clap::value_parser!(String))]
     pub listen: Option<String>,
-    /// The exec runtime's config.yaml (`functions: [{function, images}]`) [default: ./config.yaml].
+    /// The exec runtime's config.yaml (`functions: [{function, images}]`); giving it selects the config.yaml generation [default: ./config.yaml].
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Directory holding the function binaries named in --config.
+    /// Directory holding the function binaries named in --config or in FunctionConfig binaryExecutor.path.
     #[arg(long, default_value = "./functions")]
     pub functions: PathBuf,
     /// Comma-separated runtimes to disable: exec, pod.
@@ -65,13 +65,13 @@ pub struct PodArgs {
     /// Garbage-collection period of the pod cache.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1m")]
     pub scan_interval: Duration,
-    /// Pre-create pods listed in --pod-cache-config at start-up.
+    /// Pre-create one pod per --pod-cache-config entry (or per FunctionConfig podExecutor) at start-up.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
     pub warm_up_pod_cache: bool,
-    /// Per-function pod settings and warm-up list.
-    #[arg(long, default_value = "/pod-cache-config/pod-cache-config.yaml")]
-    pub pod_cache_config: PathBuf,
-    /// ConfigMap holding `template` and `serviceTemplate` for function pods (in the runner's namespace, or NAMESPACE/NAME).
+    /// Per-function pod settings and warm-up list; giving it selects the config.yaml generation [default: /pod-cache-config/pod-cache-config.yaml].
+    #[arg(long)]
+    pub pod_cache_config: Option<PathBuf>,
+    /// ConfigMap holding `template` and `serviceTemplate` for function pods (in the runner's namespace, or NAMESPACE/NAME); giving it selects the config.yaml generation.
     #[arg(long, default_value = "")]
     pub function_pod_template: String,
     /// Load on a pod before another pod is started.
@@ -198,27 +198,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         default_image_prefix: args.default_image_prefix.clone(),
         exec_env: parse_exec_env(&args.exec_env)?,
     };
-    let runtime = build_runtime(&settings)?;
-    for w in &runtime.warnings {
+    let pod_settings = args
+        .pod
+        .settings(args.max_request_body_size, &args.default_image_prefix);
+    let started = start_runtimes(&settings, &pod_settings).await?;
+    for w in &started.warnings {
         tracing::warn!("{w}");
     }
-    let mut chain = runtime.chain;
-    let mut ready: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
-        Box::pin(std::future::ready(()));
-    let mut pod_runtime = None;
-    if runtime.pod {
-        let pod_settings = args
-            .pod
-            .settings(args.max_request_body_size, &args.default_image_prefix);
-        let (pod, warnings) = start_pod_runtime(&pod_settings).await?;
-        for w in &warnings {
-            tracing::warn!("{w}");
-        }
-        let pod = Arc::new(pod);
-        ready = Box::pin(pod.ready());
-        chain = chain.with("pod", pod.clone());
-        pod_runtime = Some(pod);
-    }
+    let chain = started.chain;
+    let pod_runtime = started.pod;
+    // Kept for the server's lifetime: it feeds FunctionConfig changes to
+    // the exec runtime and the pod cache.
+    let _function_configs = started.function_configs;
+    let ready: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match &pod_runtime
+    {
+        Some(pod) => Box::pin(pod.ready()),
+        None => Box::pin(std::future::ready(())),
+    };
     tracing::info!(runtimes = ?chain.names(), "starting");
     let server = super::bind("krm-fn-runner", args.listen.as_deref(), args.port).await?;
     let options = ServeOptions {

@@ -104,6 +104,60 @@ impl ExecConfig {
     }
 }
 
+/// Where the exec runtime looks up the binary that serves an image: the
+/// `config.yaml` table ([`ExecTable`]), or the FunctionConfig objects
+/// ([`FunctionConfigStore`](super::function_config::FunctionConfigStore),
+/// read live by the adapter that watches them).
+pub trait BinaryCatalog: Send + Sync + std::fmt::Debug {
+    /// The binary for `image`, or `None` when the exec runtime does not
+    /// serve it (the evaluator then answers NotFound).
+    fn binary_for(&self, image: &str) -> Option<PathBuf>;
+    /// Every distinct binary path, sorted (for start-up checks).
+    fn binaries(&self) -> Vec<PathBuf>;
+    /// Number of configured entries (images for `config.yaml`, objects for
+    /// FunctionConfigs), for the start-up log.
+    fn len(&self) -> usize;
+    /// True when nothing is configured.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Where the configuration comes from, for error messages, e.g. `--config`.
+    fn origin(&self) -> &'static str;
+}
+
+impl BinaryCatalog for ExecTable {
+    fn binary_for(&self, image: &str) -> Option<PathBuf> {
+        self.lookup(image).map(Path::to_path_buf)
+    }
+    fn binaries(&self) -> Vec<PathBuf> {
+        ExecTable::binaries(self)
+            .into_iter()
+            .map(Path::to_path_buf)
+            .collect()
+    }
+    fn len(&self) -> usize {
+        ExecTable::len(self)
+    }
+    fn origin(&self) -> &'static str {
+        "--config"
+    }
+}
+
+impl BinaryCatalog for super::function_config::FunctionConfigStore {
+    fn binary_for(&self, image: &str) -> Option<PathBuf> {
+        super::function_config::FunctionConfigStore::binary_for(self, image)
+    }
+    fn binaries(&self) -> Vec<PathBuf> {
+        super::function_config::FunctionConfigStore::binaries(self)
+    }
+    fn len(&self) -> usize {
+        super::function_config::FunctionConfigStore::len(self)
+    }
+    fn origin(&self) -> &'static str {
+        "the FunctionConfig's binaryExecutor.path"
+    }
+}
+
 /// The exec evaluator's lookup table: image string → binary path.
 #[derive(Debug, Clone, Default)]
 pub struct ExecTable {

@@ -51,6 +51,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, PodSecurityContext, ResourceRequirements};
@@ -383,7 +384,7 @@ fn compile(
                 overrides: p
                     .template_overrides
                     .as_ref()
-                    .map(TemplateOverridesSpec::to_overrides),
+                    .map(|o| Arc::new(o.to_overrides())),
                 source: Some(format!("FunctionConfig {name}")),
             },
         }

@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -11,7 +12,7 @@ use super::process::{self, ProcessError, ProcessLimits, ProcessSpec};
 use crate::domain::evaluation::{
     EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure,
 };
-use crate::domain::exec_config::ExecTable;
+use crate::domain::exec_config::{BinaryCatalog, ExecTable};
 use crate::ports::FunctionEvaluator;
 
 /// The `PATH` functions see. Functions get no other variable from the runner
@@ -81,10 +82,12 @@ impl ExecSettings {
     }
 }
 
-/// Runs functions as local binaries looked up by image in an [`ExecTable`].
+/// Runs functions as local binaries looked up by image in a
+/// [`BinaryCatalog`]: an [`ExecTable`] (`config.yaml`) or the live
+/// FunctionConfig objects.
 #[derive(Debug, Clone)]
 pub struct ExecEvaluator {
-    table: ExecTable,
+    catalog: Arc<dyn BinaryCatalog>,
     settings: ExecSettings,
 }
 
@@ -104,22 +107,29 @@ fn binary_problem(path: &Path) -> Option<String> {
 impl ExecEvaluator {
     /// An evaluator serving the images of `table`.
     pub fn new(table: ExecTable, settings: ExecSettings) -> Self {
-        Self { table, settings }
+        Self::with_catalog(Arc::new(table), settings)
+    }
+
+    /// An evaluator serving what `catalog` answers at the time of each call
+    /// (a live catalog follows configuration changes without a restart).
+    pub fn with_catalog(catalog: Arc<dyn BinaryCatalog>, settings: ExecSettings) -> Self {
+        Self { catalog, settings }
     }
 
     /// One message per configured binary that is missing or not executable;
     /// logged as warnings at start-up.
     pub fn check_binaries(&self) -> Vec<String> {
-        self.table
+        self.catalog
             .binaries()
-            .into_iter()
-            .filter_map(binary_problem)
+            .iter()
+            .filter_map(|p| binary_problem(p))
             .collect()
     }
 
-    /// Number of image strings this evaluator serves.
+    /// Number of configured entries (image strings of `config.yaml`, or
+    /// FunctionConfig objects).
     pub fn image_count(&self) -> usize {
-        self.table.len()
+        self.catalog.len()
     }
 }
 
@@ -150,13 +160,17 @@ impl FunctionEvaluator for ExecEvaluator {
     /// stdout.
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let image = request.image.as_str();
-        let Some(path) = self.table.lookup(image) else {
+        let Some(path) = self.catalog.binary_for(image) else {
             return Err(EvalError::not_found(image));
         };
+        let path = path.as_path();
         if let Some(problem) = binary_problem(path) {
             return Err(EvalError::NotFound {
                 image: image.to_string(),
-                detail: Some(format!("{problem}; check --functions and --config")),
+                detail: Some(format!(
+                    "{problem}; check --functions and {}",
+                    self.catalog.origin()
+                )),
             });
         }
         tracing::info!(image, binary = %path.display(), "Evaluating in executable mode");

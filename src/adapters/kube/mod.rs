@@ -7,6 +7,14 @@
 //! treats `AlreadyExists` as success (Porch does, spec §10 item 29): the
 //! caller decides whether the existing object is usable. Pod state reaches
 //! the driver from a watch on the labelled pods, not from polling.
+//!
+//! The FunctionConfig generation's objects are here too:
+//! [`function_configs`] (the FunctionConfig watch, its status writes and
+//! CRD discovery) and [`templates`] (the PodTemplate and ServiceTemplate
+//! watch).
+
+pub mod function_configs;
+pub mod templates;
 
 use std::collections::BTreeMap;
 use std::future::Future;

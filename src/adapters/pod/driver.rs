@@ -5,8 +5,8 @@
 //! carrying out the machine's commands.
 //!
 //! Kubernetes work never runs on the driver task itself: pod creation, the
-//! readiness wait for service endpoints, deletions, reclaim-after patches,
-//! GC listings and template re-reads are spawned tasks that report back
+//! readiness wait for service endpoints, deletions, reclaim-after patches
+//! and GC listings are spawned tasks that report back
 //! through the driver's channel. Deletions and patches are detached from any
 //! request, so a cancelled call never leaves a pod half-deleted. A request
 //! for a function with a ready pod is answered from memory: no API call.
@@ -22,15 +22,16 @@ use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
 use super::connections::ConnectionPool;
-use super::{AddressMode, PodRuntimeConfig, TemplateSource};
+use super::{AddressMode, PodRuntimeConfig};
 use crate::adapters::oci::PullSecretSync;
 use crate::domain::pod_cache::template::{
     PodBuild, TemplateOverrides, Templates, build_pod, build_service, has_template_version,
-    inline_templates, observe_pod, service_endpoint, templates_from_config_map,
+    observe_pod, service_endpoint,
 };
 use crate::domain::pod_cache::{
     Assignment, Command, IMAGE_LABEL, Input, ObservedPhase, ObservedPod, PodCache, PodCacheError,
-    PodCreation, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, SlotState, UnixTime, WRAPPER_PORT,
+    PodCachePolicy, PodCreation, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, SlotState, UnixTime,
+    WRAPPER_PORT,
 };
 use crate::ports::{
     EndpointEvent, EndpointEventStream, ImageInspector, PlatformError, PodEvent, PodEventStream,
@@ -70,8 +71,10 @@ pub(super) enum Msg {
         services: Result<Vec<Service>, PlatformError>,
         pods: Result<Vec<Pod>, PlatformError>,
     },
-    /// A template re-read ended.
-    Template(Result<Box<Templates>, String>),
+    /// The template feed has new templates.
+    Template(Arc<Templates>),
+    /// New per-function settings (FunctionConfig generation).
+    Policy(Box<PodCachePolicy>),
     /// Stop: waiters fail, new requests are refused.
     Shutdown,
 }
@@ -209,31 +212,14 @@ impl Shared {
     }
 }
 
-/// Loads the pod and service templates (`--function-pod-template`, or the
-/// inline ones built on `WRAPPER_SERVER_IMAGE`).
-///
-/// Errors: the ConfigMap cannot be read or its templates are unusable
-/// (Porch's messages).
-pub(super) async fn load_templates(
-    platform: &dyn PodPlatform,
-    source: &TemplateSource,
-    wrapper_image: &str,
-) -> Result<Templates, String> {
-    match source {
-        TemplateSource::Inline => Ok(inline_templates(wrapper_image)),
-        TemplateSource::ConfigMap { namespace, name } => {
-            let data = platform
-                .read_config_map(namespace, name)
-                .await
-                .map_err(|e| {
-                    format!(
-                        "could not get the ConfigMap {namespace}/{name} holding the function pod template: {e}"
-                    )
-                })?;
-            templates_from_config_map(name, &data.data, &data.resource_version)
-                .map_err(|e| e.to_string())
-        }
-    }
+/// How often the driver ticks: at least every half of the shortest TTL (so
+/// a busy pod's reclaim-after stays ahead), at most every scan interval,
+/// never more than 10 times a second.
+fn tick_period(policy: &PodCachePolicy, scan: Duration) -> Duration {
+    let shortest_ttl = policy.shortest_ttl();
+    (shortest_ttl / 2)
+        .min(if scan.is_zero() { shortest_ttl } else { scan })
+        .max(Duration::from_millis(100))
 }
 
 /// The endpoint of a ready pod in `mode`: the service DNS name, or the pod
@@ -274,7 +260,7 @@ impl Driver {
     /// Tokio runtime, where its background tasks will run.
     pub(super) fn new(
         ctx: Arc<Ctx>,
-        templates: Templates,
+        templates: Arc<Templates>,
         ready: watch::Sender<bool>,
         tx: mpsc::UnboundedSender<Msg>,
     ) -> Self {
@@ -282,7 +268,7 @@ impl Driver {
         Self {
             ctx,
             cache,
-            templates: Arc::new(templates),
+            templates,
             replies: HashMap::new(),
             creating: HashMap::new(),
             warming: None,
@@ -375,13 +361,8 @@ impl Driver {
         let ctx = shared.lock().ctx.clone();
         let config = &ctx.config;
         let scan = config.scan_interval;
-        let shortest_ttl = std::iter::once(config.policy.defaults.ttl)
-            .chain(config.policy.functions.values().filter_map(|e| e.ttl))
-            .min()
-            .unwrap_or(Duration::from_secs(60));
-        let tick_period = (shortest_ttl / 2)
-            .min(if scan.is_zero() { shortest_ttl } else { scan })
-            .max(Duration::from_millis(100));
+        let mut templates = config.templates.clone();
+        let mut tick_period = tick_period(&config.policy, scan);
         let mut gc = (!scan.is_zero()).then(|| {
             let mut i = tokio::time::interval_at(Instant::now() + scan, scan);
             i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -408,8 +389,14 @@ impl Driver {
                         shared.lock().feed(Input::Shutdown);
                         break;
                     }
+                    Some(Msg::Policy(policy)) => {
+                        tick_period = self::tick_period(&policy, scan);
+                        next_tick = next_tick.min(Instant::now() + tick_period);
+                        shared.lock().on_msg(Msg::Policy(policy));
+                    }
                     Some(m) => shared.lock().on_msg(m),
                 },
+                t = templates.changed() => shared.lock().on_msg(Msg::Template(t)),
                 event = pods.next() => match event {
                     Some(e) => shared.lock().on_event(e),
                     None => {
@@ -626,18 +613,18 @@ impl Driver {
                     Err(e) => tracing::warn!("cannot list function pods for GC: {e}"),
                 }
             }
-            Msg::Template(result) => match result {
-                Ok(t) if t.version != self.templates.version => {
-                    tracing::info!(version = %t.version, "the function pod template changed");
+            Msg::Template(t) => {
+                if t.version != self.templates.version {
+                    tracing::info!(version = %t.version, "new function pods use the changed pod template");
                     let version = t.version.clone();
-                    self.templates = Arc::from(t);
+                    self.templates = t;
                     self.feed(Input::TemplateChanged { version });
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(
-                    "cannot re-read the function pod template (keeping the previous one): {e}"
-                ),
-            },
+            }
+            Msg::Policy(policy) => {
+                tracing::info!("per-function pod settings changed");
+                self.feed(Input::PolicyChanged { policy });
+            }
             Msg::Shutdown => self.feed(Input::Shutdown),
         }
     }
@@ -801,7 +788,7 @@ impl Driver {
         }
     }
 
-    /// Starts a GC listing and, for a ConfigMap template, a template re-read.
+    /// Starts a GC listing.
     fn start_scan(&mut self) {
         if !self.listing {
             self.listing = true;
@@ -813,18 +800,6 @@ impl Driver {
                 let services = platform.list_services().await;
                 let pods = platform.list_pods(IMAGE_LABEL).await;
                 let _ = tx.send(Msg::Listed { services, pods });
-            });
-        }
-        if let TemplateSource::ConfigMap { .. } = &self.ctx.config.templates {
-            let (ctx, tx) = (self.ctx.clone(), self.tx.clone());
-            self.runtime.spawn(async move {
-                let t = load_templates(
-                    &*ctx.platform,
-                    &ctx.config.templates,
-                    &ctx.config.wrapper_image,
-                )
-                .await;
-                let _ = tx.send(Msg::Template(t.map(Box::new)));
             });
         }
     }
@@ -885,6 +860,7 @@ async fn create_pod_and_service(
                 && has_template_version(&existing, &c.template_version)
                 && seen.is_some_and(|s| {
                     s.image == c.image
+                        && s.settings_version == c.settings_version
                         && !matches!(s.phase, ObservedPhase::Failed | ObservedPhase::Terminating)
                 });
             if !usable {

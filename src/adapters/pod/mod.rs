@@ -1,8 +1,9 @@
 //! The pod evaluator: runs functions in function pods on Kubernetes (Porch
 //! spec §5), as a [`FunctionEvaluator`].
 //!
-//! [`PodEvaluator::start`] loads the pod template, opens a watch on the
-//! labelled pods of the pod namespace, adopts the pods an earlier run or
+//! [`PodEvaluator::start`] takes the templates from a [`TemplateFeed`]
+//! (and follows its changes), opens a watch on the labelled pods of the pod
+//! namespace, adopts the pods an earlier run or
 //! another replica left (by the pod cache's rules), starts warm-up and spawns
 //! the [driver](driver) task that owns the pod-cache state machine. Each call
 //! then asks the driver for a pod (answered from memory when one is ready),
@@ -12,6 +13,7 @@
 
 pub mod connections;
 mod driver;
+pub mod templates;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -25,11 +27,13 @@ use tonic::Code;
 use crate::adapters::grpc::pb::EvaluateFunctionRequest;
 use crate::adapters::oci::PullSecretSync;
 use crate::domain::evaluation::{EvalError, EvaluationRequest, EvaluationResponse};
+use crate::domain::function_config::FunctionConfigStore;
 use crate::domain::image::resolve_image;
 use crate::domain::pod_cache::{ErrorClass, IMAGE_LABEL, PodCacheError, PodCachePolicy, RequestId};
 use crate::ports::{FunctionEvaluator, ImageInspector, PodPlatform};
 use connections::{ConnectionPool, Resolver};
 use driver::{Ctx, Driver, Msg, Shared};
+pub use templates::{TemplateFeed, TemplatePublisher};
 
 /// How the runner addresses the wrapper server in a function pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,22 +62,6 @@ impl FromStr for AddressMode {
     }
 }
 
-/// Where the function pod and service templates come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TemplateSource {
-    /// Porch's inline templates, version `inline-v1`.
-    Inline,
-    /// A ConfigMap with keys `template` and `serviceTemplate` (Porch Gen B
-    /// `--function-pod-template`), re-read every scan interval; its
-    /// `resourceVersion` is the template version.
-    ConfigMap {
-        /// The runner's namespace.
-        namespace: String,
-        /// The ConfigMap's name.
-        name: String,
-    },
-}
-
 /// Everything the pod runtime is configured with.
 #[derive(Debug, Clone)]
 pub struct PodRuntimeConfig {
@@ -81,16 +69,15 @@ pub struct PodRuntimeConfig {
     pub namespace: String,
     /// Per-function settings, pod-ready timeout and replica token.
     pub policy: PodCachePolicy,
-    /// The pod and service templates.
-    pub templates: TemplateSource,
+    /// The pod and service templates, and their changes.
+    pub templates: TemplateFeed,
     /// `WRAPPER_SERVER_IMAGE`: the image of the init container that provides
     /// the wrapper server.
     pub wrapper_image: String,
     /// Images to start one pod for at startup (`--pod-cache-config` with
     /// `--warm-up-pod-cache`).
     pub warm_up: Vec<String>,
-    /// `--scan-interval`: GC period (and template re-read period); zero
-    /// disables GC.
+    /// `--scan-interval`: GC period; zero disables GC.
     pub scan_interval: Duration,
     /// `--pod-address-mode`.
     pub address_mode: AddressMode,
@@ -126,6 +113,9 @@ pub enum PodRuntimeError {
 pub struct PodEvaluator {
     shared: Arc<Shared>,
     tx: mpsc::UnboundedSender<Msg>,
+    /// The policy the runtime started with; FunctionConfig changes replace
+    /// its per-function part.
+    policy: PodCachePolicy,
     pool: Arc<ConnectionPool>,
     ready: watch::Receiver<bool>,
     next_id: AtomicU64,
@@ -154,14 +144,13 @@ impl Drop for Release {
 }
 
 impl PodEvaluator {
-    /// Starts the pod runtime: loads the template, opens the pod watch,
-    /// lists existing pods for adoption (a failed listing only skips
-    /// adoption, as in Porch), starts warm-up and spawns the driver. Returns
-    /// at once; [`ready`](Self::ready) resolves when adoption and warm-up
-    /// are done. Needs a Tokio runtime.
+    /// Starts the pod runtime: takes the current templates of the feed,
+    /// opens the pod watch, lists existing pods for adoption (a failed
+    /// listing only skips adoption, as in Porch), starts warm-up and spawns
+    /// the driver. Returns at once; [`ready`](Self::ready) resolves when
+    /// adoption and warm-up are done. Needs a Tokio runtime.
     ///
-    /// Errors: [`PodRuntimeError`] when the template cannot be loaded or the
-    /// pods cannot be watched.
+    /// Errors: [`PodRuntimeError::Watch`] when the pods cannot be watched.
     pub async fn start(
         config: PodRuntimeConfig,
         platform: Arc<dyn PodPlatform>,
@@ -169,10 +158,7 @@ impl PodEvaluator {
         pull_secret: Option<Arc<PullSecretSync>>,
         resolver: Box<dyn Resolver>,
     ) -> Result<Self, PodRuntimeError> {
-        let templates =
-            driver::load_templates(&*platform, &config.templates, &config.wrapper_image)
-                .await
-                .map_err(PodRuntimeError::Template)?;
+        let templates = config.templates.current();
         let watch_stream =
             platform
                 .watch_pods(IMAGE_LABEL)
@@ -200,6 +186,7 @@ impl PodEvaluator {
         ));
         let prefix = config.default_image_prefix.clone();
         let warm_up = config.warm_up.clone();
+        let policy = config.policy.clone();
         let ctx = Arc::new(Ctx {
             config,
             platform,
@@ -222,6 +209,7 @@ impl PodEvaluator {
         Ok(Self {
             shared,
             tx,
+            policy,
             pool,
             ready,
             next_id: AtomicU64::new(1),
@@ -242,6 +230,15 @@ impl PodEvaluator {
     /// refused; pods are left for GC and other replicas.
     pub fn shutdown(&self) {
         let _ = self.tx.send(Msg::Shutdown);
+    }
+
+    /// Takes per-function settings from `store` from now on (the
+    /// FunctionConfig generation: called with every new snapshot). The next
+    /// request sees them; see the pod cache's `Input::PolicyChanged` for
+    /// what happens to existing pods.
+    pub fn update_function_configs(&self, store: Arc<FunctionConfigStore>) {
+        let policy = self.policy.clone().with_function_configs(store);
+        let _ = self.tx.send(Msg::Policy(Box::new(policy)));
     }
 
     /// Asks the driver for a pod for `image`.

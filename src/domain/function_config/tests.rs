@@ -208,7 +208,7 @@ fn pod_settings_follow_pod_executor_tags() {
     assert_eq!(e.source.as_deref(), Some("FunctionConfig f"));
     let o = e.overrides.expect("overrides");
     assert_eq!(o.service_account_name.as_deref(), Some("fn-sa"));
-    assert_eq!(o.container.env.unwrap()[0].name, "A");
+    assert_eq!(o.container.env.as_ref().unwrap()[0].name, "A");
     assert_eq!(s.pod_entry(&format!("{CATALOG}/f:v2")), None, "other tags");
     // No tags: every tag.
     s.apply(object(

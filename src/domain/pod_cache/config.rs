@@ -49,7 +49,7 @@ pub struct FunctionSettings {
     /// Resource requests/limits for the `function` container, if configured.
     pub resources: Option<ResourceRequirements>,
     /// Pod-template overrides (FunctionConfig `podExecutor.templateOverrides`).
-    pub overrides: Option<TemplateOverrides>,
+    pub overrides: Option<Arc<TemplateOverrides>>,
     /// What configured these settings, e.g. `FunctionConfig set-namespace`;
     /// `None` for the global defaults.
     pub source: Option<String>,
@@ -140,7 +140,7 @@ pub struct PodCacheConfigEntry {
     /// `resources`.
     pub resources: Option<ResourceRequirements>,
     /// Pod-template overrides (FunctionConfig generation).
-    pub overrides: Option<TemplateOverrides>,
+    pub overrides: Option<Arc<TemplateOverrides>>,
     /// What configured the entry (FunctionConfig generation), e.g.
     /// `FunctionConfig set-namespace`.
     pub source: Option<String>,

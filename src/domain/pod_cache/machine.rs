@@ -183,7 +183,7 @@ pub enum Input {
     PolicyChanged {
         /// The new policy (its replica token and pod-ready timeout are kept
         /// from the old one).
-        policy: PodCachePolicy,
+        policy: Box<PodCachePolicy>,
     },
     /// The runner is stopping: waiters get [`PodCacheError::ShuttingDown`] and
     /// new requests are refused. Pods are left for other replicas and GC.
@@ -191,6 +191,9 @@ pub enum Input {
 }
 
 /// What the driver must do; drained with [`PodCache::poll_command`].
+// Commands are drained as soon as an input is handled, a few at a time:
+// boxing the creation would cost more than the queue's spare bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     /// Create the pod (and its service) for a new slot, then report
@@ -711,7 +714,8 @@ impl PodCache {
     }
 
     // New per-function settings: see [`Input::PolicyChanged`].
-    fn on_policy(&mut self, now: UnixTime, mut policy: PodCachePolicy) {
+    fn on_policy(&mut self, now: UnixTime, policy: Box<PodCachePolicy>) {
+        let mut policy = *policy;
         policy.replica_token = std::mem::take(&mut self.policy.replica_token);
         policy.pod_ready_timeout = self.policy.pod_ready_timeout;
         self.policy = policy;

@@ -194,7 +194,7 @@ impl TemplateOverrides {
     /// `resources` on the `function` container (Porch Gen B) unless those
     /// overrides set resources themselves.
     pub fn from_settings(settings: &FunctionSettings) -> Self {
-        let mut o = settings.overrides.clone().unwrap_or_default();
+        let mut o = settings.overrides.as_deref().cloned().unwrap_or_default();
         if o.container.resources.is_none() {
             o.container.resources.clone_from(&settings.resources);
         }

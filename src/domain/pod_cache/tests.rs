@@ -665,7 +665,7 @@ fn new_limits_apply_to_existing_pods() {
     pc.handle(
         t(0),
         Input::PolicyChanged {
-            policy: policy_with(&pc, Some(entry(TTL, 1, source))),
+            policy: Box::new(policy_with(&pc, Some(entry(TTL, 1, source)))),
         },
     );
     let first = warm(&mut pc);
@@ -673,7 +673,7 @@ fn new_limits_apply_to_existing_pods() {
     pc.handle(
         t(3),
         Input::PolicyChanged {
-            policy: policy_with(&pc, Some(entry(TTL * 2, 3, source))),
+            policy: Box::new(policy_with(&pc, Some(entry(TTL * 2, 3, source)))),
         },
     );
     let cmds = drain(&mut pc);
@@ -709,7 +709,7 @@ fn pods_of_outdated_settings_take_no_new_calls_and_go_to_gc() {
     pc.handle(
         t(0),
         Input::PolicyChanged {
-            policy: policy_with(&pc, Some(configured)),
+            policy: Box::new(policy_with(&pc, Some(configured))),
         },
     );
     let idle = warm(&mut pc);
@@ -730,7 +730,7 @@ fn pods_of_outdated_settings_take_no_new_calls_and_go_to_gc() {
     pc.handle(
         t(5),
         Input::PolicyChanged {
-            policy: policy_with(&pc, None),
+            policy: Box::new(policy_with(&pc, None)),
         },
     );
     let cmds = drain(&mut pc);
@@ -803,7 +803,7 @@ fn a_lowered_limit_retires_surplus_pods() {
     pc.handle(
         t(3),
         Input::PolicyChanged {
-            policy: policy_with(&pc, Some(lowered)),
+            policy: Box::new(policy_with(&pc, Some(lowered))),
         },
     );
     assert!(deleted(&drain(&mut pc)).is_empty());
@@ -830,7 +830,7 @@ fn adoption_requires_the_current_settings_version() {
     pc.handle(
         t(0),
         Input::PolicyChanged {
-            policy: policy_with(&pc, Some(configured)),
+            policy: Box::new(policy_with(&pc, Some(configured))),
         },
     );
     let version = pc.policy().settings_for(IMG).pod_version();
@@ -864,7 +864,7 @@ fn adoption_requires_the_current_settings_version() {
     pc.handle(
         t(0),
         Input::PolicyChanged {
-            policy: policy_with(&pc, Some(entry(TTL, 2, "FunctionConfig f"))),
+            policy: Box::new(policy_with(&pc, Some(entry(TTL, 2, "FunctionConfig f")))),
         },
     );
     let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
