@@ -30,6 +30,10 @@ use crate::ports::{ImageInspector, PodPlatform};
 /// to be listed.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Porch's error when the pod runtime is enabled without its init image.
+const WRAPPER_IMAGE_MISSING: &str =
+    "environment variable WRAPPER_SERVER_IMAGE must be set to use pod function evaluator runtime";
+
 /// The default `--config` of the config.yaml generation.
 const DEFAULT_CONFIG: &str = "./config.yaml";
 /// The default `--pod-cache-config`.
@@ -271,6 +275,9 @@ pub async fn start_runtimes(
     pod: &PodSettings,
 ) -> Result<Started, StartupError> {
     let enabled = |r: &str| !settings.disabled.iter().any(|d| d == r);
+    if enabled("pod") && pod.wrapper_image.as_deref().is_none_or(str::is_empty) {
+        return Err(StartupError::Pod(WRAPPER_IMAGE_MISSING.into()));
+    }
     let choice = choose_generation(settings, pod, enabled("pod")).await?;
     tracing::info!(
         generation = %choice.generation,
@@ -320,11 +327,11 @@ pub async fn start_runtimes(
     );
     let mut chain = EvaluatorChain::new();
     if enabled("exec") {
+        // Missing binaries are reported by the watch, also for later changes.
         let exec = ExecEvaluator::with_catalog(
             watch.catalog(),
             ExecSettings::new(settings.max_message_bytes, &settings.exec_env),
         );
-        warnings.extend(exec.check_binaries());
         chain = chain.with("exec", Arc::new(exec));
     }
     let mut pod_runtime = None;
@@ -596,12 +603,11 @@ pub async fn start_pod_runtime(
 ) -> Result<(PodEvaluator, Vec<String>), StartupError> {
     let pod_err = |m: String| StartupError::Pod(m);
     let mut warnings = Vec::new();
-    let wrapper_image = s.wrapper_image.clone().filter(|w| !w.is_empty()).ok_or_else(|| {
-        pod_err(
-            "environment variable WRAPPER_SERVER_IMAGE must be set to use pod function evaluator runtime"
-                .into(),
-        )
-    })?;
+    let wrapper_image = s
+        .wrapper_image
+        .clone()
+        .filter(|w| !w.is_empty())
+        .ok_or_else(|| pod_err(WRAPPER_IMAGE_MISSING.into()))?;
     let client = match client {
         Some(c) => c,
         None => kube_client(s.kubeconfig.as_deref())

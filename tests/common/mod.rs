@@ -83,6 +83,18 @@ impl Runner {
         Self::spawn(Command::new(env!("CARGO_BIN_EXE_wrapper-server")), args)
     }
 
+    /// Starts `program` (a server that prints `listening on <address>`,
+    /// as `wrapper-server` does) with `args` and exactly the environment
+    /// `env` (plus `PATH`), adding `--listen 127.0.0.1:0` unless given.
+    pub fn start_program(program: &Path, args: &[String], env: &[(String, String)]) -> Runner {
+        let mut cmd = Command::new(program);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Self::spawn(cmd, &args)
+    }
+
     fn spawn(mut cmd: Command, args: &[&str]) -> Runner {
         if !args.iter().any(|a| a.starts_with("--listen")) {
             cmd.args(["--listen", "127.0.0.1:0"]);

@@ -2,11 +2,22 @@
 //! pods of one namespace on the real API server and, for each, starts the
 //! real `wrapper-server` binary as a local process on its own loopback port
 //! with the catalog function the pod's image names, then publishes the pod
-//! through the API server as a kubelet and the endpoints controller would:
-//! pod status (podIP, phase Running, Ready) and an EndpointSlice for the
-//! pod's service. The runner reaches the wrapper through its
+//! through the API server as a kubelet and the endpoint controllers would:
+//! pod status (podIP, phase Running, Ready), an EndpointSlice and a core/v1
+//! Endpoints object for the pod's service (Porch's Role grants the runner
+//! only the latter). The runner reaches the wrapper through its
 //! `--wrapper-address-map` file, which this kubelet keeps up to date for
 //! both address modes (service DNS name and pod IP).
+//!
+//! With [`Kubelet::start_with_images`] it runs the pod's own containers
+//! instead, from image layouts on disk: every init container's command
+//! (Porch's `copy-wrapper-server` copies the wrapper server out of the
+//! wrapper image into the `emptyDir`), then the `function` container's
+//! command and args with its environment. Absolute paths in commands and
+//! arguments are mapped the way the container would see them: under a
+//! volume mount to that volume's directory, anything else into the image's
+//! layout. Only the network is emulated (the wrapper listens on a loopback
+//! port instead of 9446).
 //!
 //! On request it makes the next pod of a function fail or never become
 //! ready, fails a running pod, or kills a wrapper process (a crash).
@@ -24,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Endpoints, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -45,6 +56,49 @@ pub enum Plan {
 struct Wrapper {
     process: Runner,
     ip: String,
+    /// The pod's volumes, when its containers run from image layouts.
+    _volumes: Option<tempfile::TempDir>,
+}
+
+/// Image layouts for [`Kubelet::start_with_images`]: the wrapper image's
+/// files, and function images made from the catalog binaries.
+pub struct Images {
+    /// The wrapper server's image (`WRAPPER_SERVER_IMAGE`).
+    pub wrapper_image: String,
+    /// The root of its layout (holding `home/nonroot/wrapper-server/`).
+    pub wrapper_root: PathBuf,
+    /// Where function image layouts are made: `<dir>/<function>/usr/local/bin/function`
+    /// is the catalog binary of the function the image names.
+    pub function_roots: PathBuf,
+}
+
+impl Images {
+    /// The layout of `image`.
+    fn root(&self, image: &str, functions: &std::path::Path) -> PathBuf {
+        if image == self.wrapper_image {
+            return self.wrapper_root.clone();
+        }
+        let function = function_of(image);
+        let root = self.function_roots.join(&function);
+        let entry = root.join("usr/local/bin/function");
+        if !entry.exists() {
+            std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
+            let _ = std::os::unix::fs::symlink(functions.join(&function), &entry);
+        }
+        root
+    }
+}
+
+/// Makes the wrapper image's layout in `root`: Porch's
+/// `/home/nonroot/wrapper-server/wrapper-server`, the built binary.
+pub fn wrapper_image_layout(root: &std::path::Path) {
+    let dir = root.join("home/nonroot/wrapper-server");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_wrapper-server"),
+        dir.join("wrapper-server"),
+    )
+    .expect("copy wrapper-server into the image layout");
 }
 
 #[derive(Default)]
@@ -61,6 +115,7 @@ struct Inner {
     namespace: String,
     functions: PathBuf,
     map_file: PathBuf,
+    images: Option<Images>,
     state: Mutex<State>,
 }
 
@@ -105,11 +160,34 @@ impl Kubelet {
     /// binaries in `functions` (named like the functions) and are announced
     /// in `map_file`.
     pub fn start(client: Client, namespace: &str, functions: PathBuf, map_file: PathBuf) -> Self {
+        Self::launch(client, namespace, functions, map_file, None)
+    }
+
+    /// As [`Kubelet::start`], but runs each pod's own init and `function`
+    /// containers from the layouts of `images`.
+    pub fn start_with_images(
+        client: Client,
+        namespace: &str,
+        functions: PathBuf,
+        map_file: PathBuf,
+        images: Images,
+    ) -> Self {
+        Self::launch(client, namespace, functions, map_file, Some(images))
+    }
+
+    fn launch(
+        client: Client,
+        namespace: &str,
+        functions: PathBuf,
+        map_file: PathBuf,
+        images: Option<Images>,
+    ) -> Self {
         let inner = Arc::new(Inner {
             client,
             namespace: namespace.to_string(),
             functions,
             map_file,
+            images,
             state: Mutex::new(State::default()),
         });
         inner.write_map();
@@ -243,6 +321,106 @@ impl Inner {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
+    fn endpoints(&self) -> Api<Endpoints> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Runs `pod`'s init containers, then starts its `function` container,
+    /// from the image layouts, with its volumes in a fresh directory.
+    fn run_containers(
+        &self,
+        pod: &Pod,
+        images: &Images,
+    ) -> Result<(Runner, tempfile::TempDir), String> {
+        let spec = pod.spec.as_ref().ok_or("no spec")?;
+        let volumes = tempfile::tempdir().map_err(|e| e.to_string())?;
+        for v in spec.volumes.iter().flatten() {
+            std::fs::create_dir_all(volumes.path().join(&v.name)).map_err(|e| e.to_string())?;
+        }
+        let map = |c: &Container, arg: &str| -> String {
+            if !arg.starts_with('/') {
+                return arg.to_string();
+            }
+            let mount = c
+                .volume_mounts
+                .iter()
+                .flatten()
+                .filter(|m| std::path::Path::new(arg).starts_with(&m.mount_path))
+                .max_by_key(|m| m.mount_path.len());
+            let path = match mount {
+                Some(m) => volumes.path().join(&m.name).join(
+                    std::path::Path::new(arg)
+                        .strip_prefix(&m.mount_path)
+                        .unwrap(),
+                ),
+                None => {
+                    let root = images.root(c.image.as_deref().unwrap_or_default(), &self.functions);
+                    root.join(arg.trim_start_matches('/'))
+                }
+            };
+            // Keep a trailing "/." (cp -a SRC/. DST copies the contents).
+            let mut path = path.display().to_string();
+            if arg.ends_with("/.") && !path.ends_with("/.") {
+                path.push_str("/.");
+            }
+            path
+        };
+        let command_line = |c: &Container| -> Vec<String> {
+            c.command
+                .iter()
+                .flatten()
+                .chain(c.args.iter().flatten())
+                .map(|a| map(c, a))
+                .collect()
+        };
+        for init in spec.init_containers.iter().flatten() {
+            let argv = command_line(init);
+            let (program, args) = argv.split_first().ok_or("init container without command")?;
+            let out = std::process::Command::new(program)
+                .args(args)
+                .output()
+                .map_err(|e| format!("init container {}: {program}: {e}", init.name))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "init container {} failed: {}",
+                    init.name,
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        let function = spec
+            .containers
+            .iter()
+            .find(|c| c.name == "function")
+            .ok_or("no function container")?;
+        let argv = command_line(function);
+        let (program, args) = argv
+            .split_first()
+            .ok_or("function container without command")?;
+        if !std::path::Path::new(program).is_file() {
+            return Err(format!(
+                "{program} does not exist (was the wrapper copied?)"
+            ));
+        }
+        let env: Vec<(String, String)> = function
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect();
+        let mut args = args.to_vec();
+        args.push("--shutdown-grace-period=1s".into());
+        // Flags after `--` belong to the function: put ours before it.
+        if let Some(i) = args.iter().position(|a| a == "--") {
+            let flag = args.pop().unwrap();
+            args.insert(i, flag);
+        }
+        Ok((
+            Runner::start_program(std::path::Path::new(program), &args, &env),
+            volumes,
+        ))
+    }
+
     /// Rewrites the address map: service name and pod IP of every wrapper.
     fn write_map(&self) {
         let state = self.state.lock().unwrap();
@@ -294,6 +472,10 @@ impl Inner {
             .slices()
             .delete(&format!("{name}-kubelet"), &DeleteParams::default())
             .await;
+        let _ = self
+            .endpoints()
+            .delete(name, &DeleteParams::default())
+            .await;
     }
 
     fn stop(&self, name: &str) {
@@ -336,19 +518,30 @@ impl Inner {
             Some(Plan::NeverReady) => return,
             None => {}
         }
-        let binary = self.functions.join(&function);
-        let size = body_size(&pod);
-        let process = tokio::task::spawn_blocking(move || {
-            Runner::start_wrapper(&[
-                "--max-request-body-size",
-                &size,
-                "--shutdown-grace-period=1s",
-                "--",
-                binary.to_str().unwrap(),
-            ])
-        })
-        .await
-        .expect("start wrapper-server");
+        let (process, volumes) = if let Some(images) = &self.images {
+            match tokio::task::block_in_place(|| self.run_containers(&pod, images)) {
+                Ok((p, v)) => (p, Some(v)),
+                Err(e) => {
+                    eprintln!("test kubelet: pod {name} cannot run: {e}");
+                    return self.set_failed(&name).await;
+                }
+            }
+        } else {
+            let binary = self.functions.join(&function);
+            let size = body_size(&pod);
+            let p = tokio::task::spawn_blocking(move || {
+                Runner::start_wrapper(&[
+                    "--max-request-body-size",
+                    &size,
+                    "--shutdown-grace-period=1s",
+                    "--",
+                    binary.to_str().unwrap(),
+                ])
+            })
+            .await
+            .expect("start wrapper-server");
+            (p, None)
+        };
         let ip = {
             let mut state = self.state.lock().unwrap();
             state.next_ip += 1;
@@ -368,6 +561,7 @@ impl Inner {
                 Wrapper {
                     process,
                     ip: ip.clone(),
+                    _volumes: volumes,
                 },
             );
         }
@@ -415,6 +609,21 @@ impl Inner {
         .unwrap();
         if let Err(e) = self.slices().create(&PostParams::default(), &slice).await {
             eprintln!("test kubelet: cannot publish the endpoint of {name}: {e}");
+        }
+        let endpoints: Endpoints = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "subsets": [{
+                "addresses": [{"ip": ip, "targetRef": {"kind": "Pod", "namespace": self.namespace, "name": name}}],
+                "ports": [{"port": 9446, "protocol": "TCP"}],
+            }],
+        }))
+        .unwrap();
+        if let Err(e) = self
+            .endpoints()
+            .create(&PostParams::default(), &endpoints)
+            .await
+        {
+            eprintln!("test kubelet: cannot publish the endpoints of {name}: {e}");
         }
     }
 }

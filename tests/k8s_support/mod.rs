@@ -93,9 +93,44 @@ pub struct PodAudit {
     pub code: i64,
 }
 
+/// Audit every request of `user` (metadata only).
+fn user_audit_rule(user: &str) -> String {
+    format!("- level: Metadata\n  users: [\"{user}\"]\n")
+}
+
+/// One audited request.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AuditEvent {
+    /// The user who made it.
+    pub user: String,
+    /// The verb (`get`, `list`, `watch`, `create`, `patch`, …).
+    pub verb: String,
+    /// API group (`""` for core), resource and subresource (`""` if none);
+    /// all empty for a non-resource URL.
+    pub group: String,
+    /// The resource, e.g. `pods`.
+    pub resource: String,
+    /// The subresource, e.g. `status`.
+    pub subresource: String,
+    /// The request path for non-resource URLs (discovery), else `""`.
+    pub path: String,
+    /// The HTTP status the API server answered.
+    pub code: i64,
+}
+
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until the API answers (60 s at most).
     pub async fn start() -> ControlPlane {
+        Self::start_auditing(None).await
+    }
+
+    /// As [`ControlPlane::start`], and audits every request `user` makes
+    /// (read them with [`ControlPlane::audit_events`]).
+    pub async fn start_auditing_user(user: &str) -> ControlPlane {
+        Self::start_auditing(Some(user)).await
+    }
+
+    async fn start_auditing(user: Option<&str>) -> ControlPlane {
         let assets = assets();
         let dir = tempfile::tempdir().unwrap();
         let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
@@ -135,7 +170,14 @@ impl ControlPlane {
         // An audit log of pod creations and deletions: the proof, read by
         // tests, of what was done to pods and when.
         let policy = dir.path().join("audit-policy.yaml");
-        std::fs::write(&policy, AUDIT_POLICY).unwrap();
+        let rules = match user {
+            // Rules match in order: the user's first, then the pod rules.
+            Some(u) => {
+                AUDIT_POLICY.replacen("rules:\n", &format!("rules:\n{}", user_audit_rule(u)), 1)
+            }
+            None => AUDIT_POLICY.to_string(),
+        };
+        std::fs::write(&policy, rules).unwrap();
         let apiserver = Proc(
             Command::new(assets.join("kube-apiserver"))
                 .arg(format!("--etcd-servers={etcd_url}"))
@@ -213,6 +255,38 @@ impl ControlPlane {
                 )
                 .expect("audit timestamps are RFC 3339"),
                 code: e["responseStatus"]["code"].as_i64().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// Every request the API server audited so far, in order (pod
+    /// creations and deletions, and all requests of the user given to
+    /// [`ControlPlane::start_auditing_user`]): completed requests, and
+    /// watches once started (they complete only when they end).
+    pub fn audit_events(&self) -> Vec<AuditEvent> {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| {
+                e["stage"] == "ResponseComplete"
+                    || (e["stage"] == "ResponseStarted" && e["verb"] == "watch")
+            })
+            .map(|e| {
+                let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                let object = &e["objectRef"];
+                AuditEvent {
+                    user: s(&e["user"]["username"]),
+                    verb: s(&e["verb"]),
+                    group: s(&object["apiGroup"]),
+                    resource: s(&object["resource"]),
+                    subresource: s(&object["subresource"]),
+                    path: if object.is_null() {
+                        s(&e["requestURI"])
+                    } else {
+                        String::new()
+                    },
+                    code: e["responseStatus"]["code"].as_i64().unwrap_or_default(),
+                }
             })
             .collect()
     }

@@ -18,6 +18,8 @@ pub mod templates;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -49,6 +51,10 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 pub struct KubePlatform {
     client: Client,
     namespace: String,
+    /// Set once the API server refused EndpointSlices (Porch's Role grants
+    /// core/v1 `endpoints` only): services are then read from their
+    /// Endpoints directly and not watched.
+    slices_denied: Arc<AtomicBool>,
 }
 
 impl KubePlatform {
@@ -58,6 +64,16 @@ impl KubePlatform {
         Self {
             client,
             namespace: namespace.into(),
+            slices_denied: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Records that EndpointSlices may not be read, saying so once.
+    fn deny_slices(&self, why: &PlatformError) {
+        if !self.slices_denied.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                "EndpointSlices are not readable here ({why}); services are read from their core/v1 Endpoints, polled while a new pod starts"
+            );
         }
     }
 
@@ -220,18 +236,25 @@ impl PodPlatform for KubePlatform {
     /// core/v1 Endpoints object of the same name (a missing one is an empty
     /// list).
     async fn service_endpoints(&self, name: &str) -> Result<Vec<ServiceEndpoint>, PlatformError> {
-        let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
-        let params = ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={name}"));
-        let slice_error = match with_retries("EndpointSlice", name, || slices.list(&params)).await {
-            Ok(list) => {
-                let found = endpoints_from_slices(&list.items);
-                if !found.is_empty() {
-                    return Ok(found);
+        let slice_error = if self.slices_denied.load(Ordering::Relaxed) {
+            None
+        } else {
+            let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
+            let params = ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={name}"));
+            match with_retries("EndpointSlice", name, || slices.list(&params)).await {
+                Ok(list) => {
+                    let found = endpoints_from_slices(&list.items);
+                    if !found.is_empty() {
+                        return Ok(found);
+                    }
+                    None
                 }
-                None
+                Err(e @ (PlatformError::NotFound { .. } | PlatformError::Forbidden(_))) => {
+                    self.deny_slices(&e);
+                    Some(e)
+                }
+                Err(e) => return Err(e),
             }
-            Err(e @ (PlatformError::NotFound { .. } | PlatformError::Forbidden(_))) => Some(e),
-            Err(e) => return Err(e),
         };
         let endpoints: Api<Endpoints> = Api::namespaced(self.client.clone(), &self.namespace);
         match with_retries("Endpoints", name, || endpoints.get(name)).await {
@@ -349,11 +372,21 @@ impl PodPlatform for KubePlatform {
 
     /// EndpointSlices of the namespace, each change reported under the
     /// slice's `kubernetes.io/service-name`. A watch error is reported as
-    /// [`EndpointEvent::Lost`] (at debug level: clusters that deny
-    /// EndpointSlices fall back to polling core/v1 Endpoints) and retried
-    /// with kube-runtime's default backoff.
+    /// [`EndpointEvent::Lost`] and retried with kube-runtime's default
+    /// backoff. When the API server refuses to list EndpointSlices (Porch's
+    /// Role grants only core/v1 `endpoints`; or no such API) there is no
+    /// watch: a stream that never reports, so callers poll.
     async fn watch_endpoints(&self) -> Result<EndpointEventStream, PlatformError> {
         let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
+        let probe = ListParams::default().limit(1);
+        match with_retries("EndpointSlice", "*", || slices.list(&probe)).await {
+            Err(e @ (PlatformError::NotFound { .. } | PlatformError::Forbidden(_))) => {
+                self.deny_slices(&e);
+                return Ok(Box::pin(tokio_stream::pending()));
+            }
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
         let stream = watcher(slices, watcher::Config::default())
             .default_backoff()
             .filter_map(|event| match event {

@@ -622,7 +622,7 @@ impl Driver {
                 }
             }
             Msg::Policy(policy) => {
-                tracing::info!("per-function pod settings changed");
+                tracing::debug!("per-function pod settings changed");
                 self.feed(Input::PolicyChanged { policy });
             }
             Msg::Shutdown => self.feed(Input::Shutdown),
