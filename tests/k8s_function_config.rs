@@ -351,6 +351,12 @@ fn without_a_config_file_or_a_cluster_no_generation_can_work() {
         let (ok, stderr) = serve_output(args, &env);
         assert!(!ok, "{args:?}: {stderr}");
         assert!(stderr.contains("no configuration to serve"), "{stderr}");
+        let why = if args.is_empty() {
+            "the pod runtime and the FunctionConfig generation need a cluster"
+        } else {
+            "the exec runtime reads FunctionConfigs from a cluster when no --config is given"
+        };
+        assert!(stderr.contains(why), "{stderr}");
         assert!(
             stderr.contains("give --config FILE")
                 && stderr.contains("FunctionConfig CRD (functionconfigs.config.porch.kpt.dev)"),
@@ -501,6 +507,15 @@ async fn porchs_manifests_drive_exec_and_pods_live() {
     )
     .await;
     eprintln!("runner ready after {:?}", started.elapsed());
+    // Warm-up saw every listed FunctionConfig (Porch warms whatever its
+    // reconciler happened to have stored by then).
+    let log = runner.log();
+    let ready_at = log.find("pod runtime ready").expect("ready");
+    let warmed = log[..ready_at]
+        .lines()
+        .filter(|l| l.contains("creating function pod") && l.contains(&format!("image={CATALOG}/")))
+        .count();
+    assert_eq!(warmed, 19, "{log}");
 
     // Every head FunctionConfig got the runner's finalizer and status.
     let fcs = function_configs(&admin);
@@ -864,6 +879,18 @@ async fn porchs_manifests_drive_exec_and_pods_live() {
             .then_some(())
     })
     .await;
+
+    // Statuses are written only when they change: once per head object
+    // and runner at most (no write loop on the runners' own updates).
+    let events = plane.audit_events();
+    for name in &names {
+        let writes = events
+            .iter()
+            .filter(|e| e.user == RUNNER_USER && e.resource == "functionconfigs" && &e.name == name)
+            .filter(|e| e.verb == "patch" && e.code == 200)
+            .count();
+        assert!((1..=4).contains(&writes), "{name}: {writes} writes");
+    }
 
     // Every Kubernetes call the runners made, from the API server's audit
     // log: all granted by Porch's Role, except the one probe for

@@ -112,6 +112,8 @@ pub struct AuditEvent {
     pub resource: String,
     /// The subresource, e.g. `status`.
     pub subresource: String,
+    /// The object's name (empty for lists and watches).
+    pub name: String,
     /// The request path for non-resource URLs (discovery), else `""`.
     pub path: String,
     /// The HTTP status the API server answered.
@@ -280,6 +282,7 @@ impl ControlPlane {
                     group: s(&object["apiGroup"]),
                     resource: s(&object["resource"]),
                     subresource: s(&object["subresource"]),
+                    name: s(&object["name"]),
                     path: if object.is_null() {
                         s(&e["requestURI"])
                     } else {

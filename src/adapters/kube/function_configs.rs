@@ -242,6 +242,7 @@ async fn run(
     let mut objects: BTreeMap<String, DynamicObject> = BTreeMap::new();
     let mut listing: Option<Vec<DynamicObject>> = None;
     let mut warned: HashSet<(String, i64)> = HashSet::new();
+    let mut writes = Writes::default();
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(watcher::Event::Init) => {
@@ -326,8 +327,9 @@ async fn run(
             changed
         });
         let store = store_tx.borrow().clone();
+        writes.forget_all_but(&objects);
         for o in objects.values() {
-            write_back(&api, o, &store).await;
+            writes.write_back(&api, o, &store).await;
         }
     }
 }
@@ -349,71 +351,109 @@ fn warn_missing_binaries(store: &FunctionConfigStore) {
     }
 }
 
-/// Brings `o`'s finalizer and status in line with `store` (only the writes
-/// that change something).
-async fn write_back(api: &Api<DynamicObject>, o: &DynamicObject, store: &FunctionConfigStore) {
-    let Some(name) = o.metadata.name.as_deref() else {
-        return;
-    };
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
-    let rv = o.metadata.resource_version.clone();
-    let finalizers = o.metadata.finalizers.clone().unwrap_or_default();
-    if deleting(o) {
-        if has_finalizer(o) {
-            let rest: Vec<&String> = finalizers
-                .iter()
-                .filter(|f| *f != RUNNER_FINALIZER)
-                .collect();
+/// The writes already made, so that an object whose own update has not
+/// come back through the watch yet is not written again.
+#[derive(Default)]
+struct Writes {
+    /// Object → resourceVersion a finalizer patch was sent for.
+    finalizer: std::collections::HashMap<String, Option<String>>,
+    /// Object → (generation, error) last written to its status.
+    status: std::collections::HashMap<String, (i64, Option<String>)>,
+}
+
+impl Writes {
+    /// Drops what is remembered of objects that are gone.
+    fn forget_all_but(&mut self, objects: &BTreeMap<String, DynamicObject>) {
+        self.finalizer.retain(|n, _| objects.contains_key(n));
+        self.status.retain(|n, _| objects.contains_key(n));
+    }
+
+    /// Brings `o`'s finalizer and status in line with `store`: only the
+    /// writes that change something and have not been made already.
+    async fn write_back(
+        &mut self,
+        api: &Api<DynamicObject>,
+        o: &DynamicObject,
+        store: &FunctionConfigStore,
+    ) {
+        let Some(name) = o.metadata.name.as_deref() else {
+            return;
+        };
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let rv = o.metadata.resource_version.clone();
+        let finalizers = o.metadata.finalizers.clone().unwrap_or_default();
+        let wants_finalizer = !deleting(o);
+        if has_finalizer(o) != wants_finalizer {
+            // One patch per object version: it either lands (and comes back
+            // as a new version) or conflicts with a newer one.
+            if self.finalizer.get(name) == Some(&rv) {
+                return;
+            }
+            self.finalizer.insert(name.to_string(), rv.clone());
+            let list: Vec<String> = if wants_finalizer {
+                finalizers
+                    .iter()
+                    .cloned()
+                    .chain(std::iter::once(RUNNER_FINALIZER.to_string()))
+                    .collect()
+            } else {
+                finalizers
+                    .iter()
+                    .filter(|f| *f != RUNNER_FINALIZER)
+                    .cloned()
+                    .collect()
+            };
             let patch =
-                serde_json::json!({"metadata": {"finalizers": rest, "resourceVersion": rv}});
+                serde_json::json!({"metadata": {"finalizers": list, "resourceVersion": rv}});
+            let what = if wants_finalizer {
+                "add the finalizer to"
+            } else {
+                "remove the finalizer from"
+            };
             report(
                 name,
-                "remove the finalizer from",
+                what,
                 api.patch(name, &params, &Patch::Merge(&patch)).await,
             );
+            return;
         }
-        return;
+        if !wants_finalizer {
+            return;
+        }
+        let Some(outcome) = store.outcome(name) else {
+            return;
+        };
+        let generation = o.metadata.generation.unwrap_or_default();
+        let status = o.data.get("status");
+        let observed = status
+            .and_then(|s| s.get("functionRunnerObservedGeneration"))
+            .and_then(serde_json::Value::as_i64);
+        let error = status
+            .and_then(|s| s.get("error"))
+            .and_then(serde_json::Value::as_str)
+            .filter(|e| !e.is_empty());
+        let wanted = outcome.err();
+        if observed == Some(generation) && error == wanted.as_deref() {
+            self.status.remove(name);
+            return;
+        }
+        let key = (generation, wanted.clone());
+        if self.status.get(name) == Some(&key) {
+            return;
+        }
+        let patch = serde_json::json!({"status": {
+            "functionRunnerObservedGeneration": generation,
+            "error": wanted,
+        }});
+        let result = api.patch_status(name, &params, &Patch::Merge(&patch)).await;
+        if result.is_ok() {
+            self.status.insert(name.to_string(), key);
+        }
+        report(name, "write the status of", result);
     }
-    if !has_finalizer(o) {
-        let mut all = finalizers.clone();
-        all.push(RUNNER_FINALIZER.to_string());
-        let patch = serde_json::json!({"metadata": {"finalizers": all, "resourceVersion": rv}});
-        report(
-            name,
-            "add the finalizer to",
-            api.patch(name, &params, &Patch::Merge(&patch)).await,
-        );
-        // The change comes back as a watch event; the status follows then.
-        return;
-    }
-    let Some(outcome) = store.outcome(name) else {
-        return;
-    };
-    let generation = o.metadata.generation.unwrap_or_default();
-    let status = o.data.get("status");
-    let observed = status
-        .and_then(|s| s.get("functionRunnerObservedGeneration"))
-        .and_then(serde_json::Value::as_i64);
-    let error = status
-        .and_then(|s| s.get("error"))
-        .and_then(serde_json::Value::as_str)
-        .filter(|e| !e.is_empty());
-    let wanted = outcome.as_ref().err().map(String::as_str);
-    if observed == Some(generation) && error == wanted {
-        return;
-    }
-    let patch = serde_json::json!({"status": {
-        "functionRunnerObservedGeneration": generation,
-        "error": wanted,
-    }});
-    report(
-        name,
-        "write the status of",
-        api.patch_status(name, &params, &Patch::Merge(&patch)).await,
-    );
 }
 
 /// Logs a failed write; conflicts and vanished objects are expected (the
