@@ -151,8 +151,9 @@ fn both_options() -> String {
 /// without a cluster, config.yaml works only if `./config.yaml` exists.
 ///
 /// Errors: no generation can serve anything (no cluster and no config file,
-/// an unreachable cluster, or exec only with neither the CRD nor a config
-/// file) — the message names both ways out.
+/// an unreachable cluster while the pod runtime is on or no config file
+/// exists, or exec only with neither the CRD nor a config file) — the
+/// message names both ways out.
 pub async fn choose_generation(
     settings: &RuntimeSettings,
     pod: &PodSettings,
@@ -214,6 +215,13 @@ pub async fn choose_generation(
             "nothing to serve: the exec runtime has no --config, {DEFAULT_CONFIG} does not exist and the cluster does not serve {PLURAL}.{GROUP}; {}",
             both_options()
         ))),
+        Err(e) if !pod_enabled && config_file => Ok(GenerationChoice {
+            generation: Generation::ConfigYaml,
+            reason: format!(
+                "{DEFAULT_CONFIG} exists and the cluster cannot be asked whether it serves {PLURAL}.{GROUP} ({e})"
+            ),
+            client: None,
+        }),
         Err(e) => Err(StartupError::Generation(format!(
             "cannot ask the cluster whether Porch's FunctionConfig CRD is installed: {e}; {}",
             both_options()
