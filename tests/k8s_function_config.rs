@@ -19,19 +19,19 @@ mod k8s_support;
 mod kubelet;
 mod registry_support;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Runner, catalog_dir, catalog_version};
+use common::{Runner, SERVING, catalog_dir, catalog_version, eventually, health};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Pod, PodTemplate, Service, ServiceAccount};
 use k8s_support::ControlPlane;
 use krm_fn_runner::adapters::grpc::pb::{EvaluateFunctionRequest, EvaluateFunctionResponse};
+use krm_fn_runner::adapters::kube::function_configs;
+use krm_fn_runner::adapters::kube::templates::service_template_resource;
 use krm_fn_runner::domain::codec;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    PostParams,
+    DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::discovery::{Scope, pinned_kind};
 use kube::{Api, Client};
@@ -50,22 +50,6 @@ fn porch_file(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("third_party/porch")
         .join(name)
-}
-
-/// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
-async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Creates every object of the YAML stream `file` through `client` (what
@@ -100,27 +84,9 @@ async fn apply_file(client: &Client, file: &Path) {
     }
 }
 
-/// The FunctionConfig resource.
+/// The FunctionConfig objects of the pod namespace.
 fn function_configs(client: &Client) -> Api<DynamicObject> {
-    let resource = ApiResource {
-        group: "config.porch.kpt.dev".into(),
-        version: "v1alpha1".into(),
-        api_version: "config.porch.kpt.dev/v1alpha1".into(),
-        kind: "FunctionConfig".into(),
-        plural: "functionconfigs".into(),
-    };
-    Api::namespaced_with(client.clone(), NS, &resource)
-}
-
-/// Porch's ServiceTemplate resource.
-fn service_template_resource() -> ApiResource {
-    ApiResource {
-        group: "config.porch.kpt.dev".into(),
-        version: "v1alpha1".into(),
-        api_version: "config.porch.kpt.dev/v1alpha1".into(),
-        kind: "ServiceTemplate".into(),
-        plural: "servicetemplates".into(),
-    }
+    Api::namespaced_with(client.clone(), NS, &function_configs::resource())
 }
 
 /// The rules of Role `role` in Porch's `5-rbac.yaml`: (API group,
@@ -228,21 +194,6 @@ async fn runs(runner: &Runner, image: &str) -> bool {
         Err(s) => panic!("{image}: {s:?}\n{}", runner.log()),
     }
 }
-
-async fn health(runner: &Runner) -> i32 {
-    use tonic_health::pb::HealthCheckRequest;
-    use tonic_health::pb::health_client::HealthClient;
-    HealthClient::new(runner.channel().await)
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .expect("health check")
-        .into_inner()
-        .status
-}
-
-const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
 
 /// Whether FunctionConfig `name` carries the runner's finalizer and its
 /// status says generation `generation` was applied with `error` (`None`:

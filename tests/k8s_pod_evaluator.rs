@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{Runner, catalog_dir, catalog_version};
+use common::{NOT_SERVING, Runner, SERVING, catalog_dir, catalog_version, eventually, health};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_support::ControlPlane;
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
@@ -37,22 +37,6 @@ struct Bed {
     client: Client,
     plane: ControlPlane,
     dir: tempfile::TempDir,
-}
-
-/// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
-async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn set_namespace_rl(namespace: &str) -> Vec<u8> {
@@ -697,23 +681,6 @@ fn the_pod_runtime_needs_the_wrapper_server_image() {
         "{stderr}"
     );
 }
-
-/// The runner's health: the overall status (`""`).
-async fn health(runner: &Runner) -> i32 {
-    use tonic_health::pb::HealthCheckRequest;
-    use tonic_health::pb::health_client::HealthClient;
-    HealthClient::new(runner.channel().await)
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .expect("health check")
-        .into_inner()
-        .status
-}
-
-const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
-const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn warm_up_from_the_pod_cache_config_before_serving() {

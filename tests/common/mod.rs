@@ -214,3 +214,42 @@ pub fn config_map_rl(name: &str) -> Vec<u8> {
     )
     .into_bytes()
 }
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The runner's overall health (service `""`) from `grpc.health.v1`.
+pub async fn health(runner: &Runner) -> i32 {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    HealthClient::new(runner.channel().await)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health check")
+        .into_inner()
+        .status
+}
+
+/// `grpc.health.v1` SERVING.
+pub const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+/// `grpc.health.v1` NOT_SERVING.
+pub const NOT_SERVING: i32 =
+    tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
