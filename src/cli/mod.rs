@@ -1,10 +1,15 @@
-//! The `krm-fn-runner` command line: `serve` and `eval`.
+//! The `krm-fn-runner` command line: `serve`, `eval`, `simulate`, `render`;
+//! and the `wrapper-server` and `grpc-health-probe` commands.
 //!
 //! Flags keep Porch's names and defaults, and Go's flag syntax is accepted
 //! too (`-port 9445`, `--warm-up-pod-cache=false`), so deployment manifests
-//! written for Porch's function runner work unchanged.
+//! written for Porch's function runner work unchanged. Porch's Deployment
+//! runs `/home/nonroot/server --pod-namespace=… --functions=…` (flags only,
+//! no subcommand): invoked under the file name `server`, as the container
+//! image installs it, the binary is `krm-fn-runner serve`.
 
 mod eval;
+pub mod probe;
 mod render;
 mod serve;
 mod simulate;
@@ -113,11 +118,29 @@ pub(crate) fn init_logging(level: u8) {
         .try_init();
 }
 
+/// The file name under which the binary is `serve` without a subcommand:
+/// Porch's runner binary, `/home/nonroot/server` in its image.
+pub const SERVER_NAME: &str = "server";
+
+/// `args` (the process arguments, program name first) with `serve`
+/// inserted after the program name when the program's file name is
+/// [`SERVER_NAME`] and `serve` is not already there.
+fn with_implied_serve(mut args: Vec<String>) -> Vec<String> {
+    let invoked_as_server = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|n| n == SERVER_NAME);
+    if invoked_as_server && args.get(1).map(String::as_str) != Some("serve") {
+        args.insert(1, "serve".into());
+    }
+    args
+}
+
 /// Parses the process arguments and runs the chosen command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse_from(normalize_go_flags(
         Cli::command(),
-        std::env::args().collect(),
+        with_implied_serve(std::env::args().collect()),
     ));
     run_async(async {
         match cli.command {
@@ -183,6 +206,23 @@ mod tests {
                 "--config=c",
                 "-v"
             ]
+        );
+    }
+
+    #[test]
+    fn invoked_as_server_it_serves() {
+        let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            with_implied_serve(argv("/home/nonroot/server --functions=/f")),
+            argv("/home/nonroot/server serve --functions=/f")
+        );
+        assert_eq!(
+            with_implied_serve(argv("server serve --port=1")),
+            argv("server serve --port=1")
+        );
+        assert_eq!(
+            with_implied_serve(argv("/usr/bin/krm-fn-runner eval x")),
+            argv("/usr/bin/krm-fn-runner eval x")
         );
     }
 

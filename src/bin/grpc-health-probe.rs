@@ -1,0 +1,6 @@
+//! The `grpc-health-probe` binary (Kubernetes exec probes of the runner and
+//! of function pods); everything lives in the library.
+
+fn main() -> std::process::ExitCode {
+    krm_fn_runner::cli::probe::main()
+}
