@@ -6,7 +6,10 @@
 #   - kpt's end-to-end fixtures, from the kpt Go module;
 #   - the kpt CLI itself, built from the same module (about 3 minutes once);
 #   - a real kube-apiserver and etcd, built from the Go module proxy
-#     (about 12 minutes the first time on 2 cores, then cached).
+#     (about 12 minutes the first time on 2 cores, then cached);
+#   - kustomize and kubectl, built from the Go module proxy (deploy/ tests);
+#   - the Rust musl target, added with rustup by scripts/build-images.sh, which
+#     tests/images.rs runs (its static build is cached per machine too).
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail
@@ -21,6 +24,10 @@ KRM_FN_KPT_BIN="$(bash scripts/build-kpt.sh)"
 export KRM_FN_KPT_BIN
 KUBEBUILDER_ASSETS="$(bash scripts/build-test-apiserver.sh)"
 export KUBEBUILDER_ASSETS
+KRM_FN_KUSTOMIZE_BIN="$(bash scripts/build-kustomize.sh)"
+export KRM_FN_KUSTOMIZE_BIN
+KRM_FN_KUBECTL_BIN="$(bash scripts/build-kubectl.sh)"
+export KRM_FN_KUBECTL_BIN
 
 cargo test "$@"
 

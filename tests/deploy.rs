@@ -1,0 +1,452 @@
+//! deploy/ against a real kube-apiserver, with the README's "Deploying with
+//! Porch" commands: the real kustomize CLI (`scripts/build-kustomize.sh`)
+//! builds each generation's kustomization, real kubectl
+//! (`scripts/build-kubectl.sh`) applies Porch's CRDs and namespaces, waits for
+//! the CRDs, then applies the build with `--server-side --dry-run=server` and
+//! for real. The runner's ServiceAccount is then asked, through the API
+//! server's authorizer (`kubectl auth can-i --as`), for every call the runner
+//! makes (allowed) and for neighbouring ones it never makes (denied).
+
+mod k8s_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use k8s_support::ControlPlane;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+const RUNNER_SA: &str = "system:serviceaccount:porch-system:porch-fn-runner";
+
+/// A tool built by one of the repository's scripts: `$env`, or the script's
+/// answer (it builds once per machine, then answers from its cache).
+fn tool(env: &str, script: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let out = Command::new("bash")
+        .arg(Path::new(REPO).join("scripts").join(script))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/{script} failed (needs Go and the Go module proxy)"
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn kustomize() -> PathBuf {
+    tool("KRM_FN_KUSTOMIZE_BIN", "build-kustomize.sh")
+}
+
+fn kubectl_bin() -> PathBuf {
+    tool("KRM_FN_KUBECTL_BIN", "build-kubectl.sh")
+}
+
+fn check(what: &str, out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `kustomize build DIR`.
+fn kustomize_build(dir: &Path) -> String {
+    let out = Command::new(kustomize())
+        .arg("build")
+        .arg(dir)
+        .output()
+        .expect("run kustomize");
+    check(&format!("kustomize build {}", dir.display()), out)
+}
+
+/// kubectl against `plane`, with its own discovery cache.
+struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    cache: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(plane: &ControlPlane) -> Self {
+        Self {
+            bin: kubectl_bin(),
+            kubeconfig: plane.kubeconfig_file(),
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.cache.path())
+            .args(args);
+        cmd
+    }
+
+    /// Runs kubectl with `args`; panics with its output unless it succeeds.
+    fn run(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().expect("run kubectl");
+        check(&format!("kubectl {}", args.join(" ")), out)
+    }
+
+    /// Runs kubectl with `args`, `stdin` piped in.
+    fn run_with_input(&self, args: &[&str], stdin: &str) -> String {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        check(&format!("kubectl {}", args.join(" ")), out)
+    }
+
+    /// Whether the runner's ServiceAccount may `verb` `resource` (or
+    /// `resource/subresource`) in `namespace`.
+    fn runner_can(&self, verb: &str, resource: &str, namespace: &str) -> bool {
+        let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
+        let sub = format!("--subresource={sub}");
+        let mut args = vec![
+            "auth", "can-i", verb, resource, "-n", namespace, "--as", RUNNER_SA,
+        ];
+        if sub.len() > "--subresource=".len() {
+            args.push(&sub);
+        }
+        let out = self
+            .command(&args)
+            .output()
+            .expect("run kubectl auth can-i");
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        match answer.as_str() {
+            "yes" => true,
+            "no" => false,
+            _ => panic!(
+                "kubectl auth can-i {verb} {resource}: {answer} {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+}
+
+/// Porch's own installation of the FunctionConfig generation, as its
+/// manifests ship (client-side `kubectl apply`): the state the README's
+/// commands take over.
+fn install_porch(kubectl: &Kubectl) {
+    let head = Path::new(REPO).join("deploy/porch/head");
+    let file = |f: &str| head.join(f).display().to_string();
+    let (crd1, crd2) = (
+        file("config.porch.kpt.dev_functionconfigs.yaml"),
+        file("config.porch.kpt.dev_servicetemplates.yaml"),
+    );
+    kubectl.run(&["apply", "-f", &crd1, "-f", &crd2]);
+    wait_for_crds(kubectl);
+    let ns = Path::new(REPO).join("deploy/porch/common/1-namespace.yaml");
+    let mut args = vec!["apply", "-f", ns.to_str().unwrap()];
+    let files: Vec<String> = [
+        "2-function-runner.yaml",
+        "5-rbac.yaml",
+        "6-rbac-bind.yaml",
+        "22-function-templates.yaml",
+        "23-function-configurations.yaml",
+    ]
+    .iter()
+    .map(|f| file(f))
+    .collect();
+    for f in &files {
+        args.extend(["-f", f]);
+    }
+    kubectl.run(&args);
+}
+
+fn wait_for_crds(kubectl: &Kubectl) {
+    kubectl.run(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "--timeout=60s",
+        "crd/functionconfigs.config.porch.kpt.dev",
+        "crd/servicetemplates.config.porch.kpt.dev",
+    ]);
+}
+
+/// The README's steps for one generation: Porch's namespaces (and, given
+/// `crds`, its CRDs, waited for) applied for real, then the kustomize build
+/// of `deploy/<variant>` applied with a server-side dry run, then for real
+/// (`--force-conflicts`: over a Porch installation it takes over the fields
+/// Porch's apply owns). Returns the build and the number of objects in it.
+fn apply(kubectl: &Kubectl, variant: &str, crds: &[&str]) -> (String, usize) {
+    let deploy = Path::new(REPO).join("deploy");
+    let mut first = vec!["apply", "--server-side", "--force-conflicts", "-f"];
+    let namespaces = deploy.join("porch/common/1-namespace.yaml");
+    first.push(namespaces.to_str().unwrap());
+    let crd_paths: Vec<String> = crds
+        .iter()
+        .map(|c| deploy.join("porch/head").join(c).display().to_string())
+        .collect();
+    for c in &crd_paths {
+        first.extend(["-f", c]);
+    }
+    kubectl.run(&first);
+    if !crds.is_empty() {
+        wait_for_crds(kubectl);
+    }
+    let built = kustomize_build(&deploy.join(variant));
+    let objects = built.matches("\nkind: ").count();
+    let dry = kubectl.run_with_input(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ],
+        &built,
+    );
+    assert_eq!(
+        dry.matches("(server dry run)").count(),
+        objects,
+        "every object passes the server-side dry run:\n{dry}"
+    );
+    let real = kubectl.run_with_input(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        &built,
+    );
+    assert_eq!(
+        real.matches("serverside-applied").count(),
+        objects,
+        "{real}"
+    );
+    (built, objects)
+}
+
+/// The calls of the pod runtime, in the pod namespace (both generations).
+const POD_RUNTIME_CALLS: &[(&str, &str)] = &[
+    ("create", "pods"),
+    ("get", "pods"),
+    ("list", "pods"),
+    ("watch", "pods"),
+    ("patch", "pods"),
+    ("delete", "pods"),
+    ("create", "services"),
+    ("get", "services"),
+    ("list", "services"),
+    ("delete", "services"),
+    ("list", "endpointslices.discovery.k8s.io"),
+    ("watch", "endpointslices.discovery.k8s.io"),
+    ("get", "endpoints"),
+];
+
+/// Calls the runner never makes (Porch's own Role grants several of them).
+const NEVER: &[(&str, &str)] = &[
+    ("update", "pods"),
+    ("deletecollection", "pods"),
+    ("watch", "services"),
+    ("update", "services"),
+    ("create", "endpoints"),
+    ("get", "endpointslices.discovery.k8s.io"),
+    ("get", "secrets"),
+    ("create", "secrets"),
+    ("get", "configmaps"),
+    ("create", "pods/exec"),
+    ("update", "functionconfigs.config.porch.kpt.dev"),
+    ("delete", "functionconfigs.config.porch.kpt.dev"),
+    ("update", "podtemplates"),
+    ("delete", "podtemplates"),
+    ("update", "servicetemplates.config.porch.kpt.dev"),
+];
+
+/// The FunctionConfig generation's extra calls.
+const FUNCTION_CONFIG_CALLS: &[(&str, &str)] = &[
+    ("get", "functionconfigs.config.porch.kpt.dev"),
+    ("list", "functionconfigs.config.porch.kpt.dev"),
+    ("watch", "functionconfigs.config.porch.kpt.dev"),
+    ("patch", "functionconfigs.config.porch.kpt.dev"),
+    ("patch", "functionconfigs.config.porch.kpt.dev/status"),
+    ("get", "podtemplates"),
+    ("list", "podtemplates"),
+    ("watch", "podtemplates"),
+    ("create", "podtemplates"),
+    ("get", "servicetemplates.config.porch.kpt.dev"),
+    ("list", "servicetemplates.config.porch.kpt.dev"),
+    ("watch", "servicetemplates.config.porch.kpt.dev"),
+    ("create", "servicetemplates.config.porch.kpt.dev"),
+];
+
+fn assert_grants(kubectl: &Kubectl, allowed: &[&[(&str, &str)]], denied: &[&[(&str, &str)]]) {
+    let mut wrong = Vec::new();
+    for (set, want) in allowed
+        .iter()
+        .map(|s| (s, true))
+        .chain(denied.iter().map(|s| (s, false)))
+    {
+        for (verb, resource) in set.iter() {
+            if kubectl.runner_can(verb, resource, "porch-fn-system") != want {
+                wrong.push(format!("{verb} {resource}: expected {want}"));
+            }
+        }
+    }
+    // Nothing anywhere else: not in the runner's own namespace, not cluster-wide.
+    for ns in ["porch-system", "default"] {
+        for (verb, resource) in [("create", "pods"), ("list", "pods"), ("get", "configmaps")] {
+            if kubectl.runner_can(verb, resource, ns) {
+                wrong.push(format!("{verb} {resource} in {ns}: expected false"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the runner's RBAC is off: {wrong:#?}");
+}
+
+#[tokio::test]
+async fn function_config_generation_applies_with_least_privilege() {
+    let plane = ControlPlane::start().await;
+    let kubectl = Kubectl::new(&plane);
+    // Over Porch as installed by its own manifests, whose Role grants more.
+    install_porch(&kubectl);
+    assert!(kubectl.runner_can("watch", "services", "porch-fn-system"));
+    let (built, objects) = apply(
+        &kubectl,
+        "head",
+        &[
+            "config.porch.kpt.dev_functionconfigs.yaml",
+            "config.porch.kpt.dev_servicetemplates.yaml",
+        ],
+    );
+    // Porch's objects are all there: 19 FunctionConfigs, both templates,
+    // both CRDs, namespaces, the runner's ServiceAccount, Deployment, Service;
+    // plus the Role, RoleBinding and PodDisruptionBudget.
+    assert_eq!(objects, 31, "{built}");
+    assert_eq!(built.matches("\nkind: FunctionConfig\n").count(), 19);
+    let configs = kubectl.run(&[
+        "get",
+        "functionconfigs",
+        "-n",
+        "porch-fn-system",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(configs.lines().count(), 19, "{configs}");
+
+    let replicas = kubectl.run(&[
+        "get",
+        "deployment/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem}",
+    ]);
+    assert_eq!(replicas, "2 true", "our Deployment fields won over Porch's");
+
+    // Our images, also as WRAPPER_SERVER_IMAGE and the pod template's init container.
+    let deployment = kubectl.run(&[
+        "get",
+        "deployment/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image} \
+         {.spec.template.spec.containers[0].env[?(@.name==\"WRAPPER_SERVER_IMAGE\")].value} \
+         {.spec.template.spec.containers[0].command[0]}",
+    ]);
+    assert_eq!(
+        deployment,
+        "localhost/krm-fn-runner:latest localhost/krm-fn-wrapper-server:latest /home/nonroot/server"
+    );
+    let init = kubectl.run(&[
+        "get",
+        "podtemplate/base-pod-template",
+        "-n",
+        "porch-fn-system",
+        "-o",
+        "jsonpath={.template.spec.initContainers[0].image}",
+    ]);
+    assert_eq!(init, "localhost/krm-fn-wrapper-server:latest");
+
+    assert_grants(
+        &kubectl,
+        &[POD_RUNTIME_CALLS, FUNCTION_CONFIG_CALLS],
+        &[NEVER],
+    );
+}
+
+#[tokio::test]
+async fn config_yaml_generation_applies_with_least_privilege() {
+    let plane = ControlPlane::start().await;
+    let kubectl = Kubectl::new(&plane);
+    let (built, objects) = apply(&kubectl, "config-yaml-era", &[]);
+    // Namespaces, ServiceAccount, Deployment, Service, pod-cache-config;
+    // Role, RoleBinding, PodDisruptionBudget.
+    assert_eq!(objects, 9, "{built}");
+    let command = kubectl.run(&[
+        "get",
+        "deployment/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].command}",
+    ]);
+    assert!(
+        command.contains("--config=/home/nonroot/config.yaml"),
+        "{command}"
+    );
+    assert_grants(
+        &kubectl,
+        &[POD_RUNTIME_CALLS],
+        &[NEVER, FUNCTION_CONFIG_CALLS],
+    );
+}
+
+#[test]
+fn images_are_set_with_kustomize_edit() {
+    // The README's way to point the manifests at a registry, on a copy.
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(Path::new(REPO).join("deploy"))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let head = dir.path().join("deploy/head");
+    for set in [
+        "docker.io/nephio/porch-function-runner=registry.example:5000/krm-fn-runner:v9",
+        "docker.io/nephio/porch-wrapper-server=registry.example:5000/krm-fn-wrapper-server:v9",
+    ] {
+        let out = Command::new(kustomize())
+            .current_dir(&head)
+            .args(["edit", "set", "image", set])
+            .output()
+            .unwrap();
+        check("kustomize edit set image", out);
+    }
+    let built = kustomize_build(&head);
+    assert_eq!(
+        built
+            .matches("registry.example:5000/krm-fn-wrapper-server:v9")
+            .count(),
+        2,
+        "WRAPPER_SERVER_IMAGE and the pod template's init container:\n{built}"
+    );
+    assert_eq!(
+        built
+            .matches("image: registry.example:5000/krm-fn-runner:v9")
+            .count(),
+        1
+    );
+    assert!(!built.contains("docker.io/nephio"), "{built}");
+    assert!(!built.contains("localhost/krm-fn"), "{built}");
+}
