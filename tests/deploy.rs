@@ -116,9 +116,9 @@ impl Kubectl {
     }
 
     /// Whether the runner's ServiceAccount may `verb` `resource` (or
-    /// `resource/subresource`) in `namespace`.
+    /// `resource/name`, or `resource:subresource`) in `namespace`.
     fn runner_can(&self, verb: &str, resource: &str, namespace: &str) -> bool {
-        let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
+        let (resource, sub) = resource.split_once(':').unwrap_or((resource, ""));
         let sub = format!("--subresource={sub}");
         let mut args = vec![
             "auth", "can-i", verb, resource, "-n", namespace, "--as", RUNNER_SA,
@@ -262,29 +262,37 @@ const NEVER: &[(&str, &str)] = &[
     ("get", "secrets"),
     ("create", "secrets"),
     ("get", "configmaps"),
-    ("create", "pods/exec"),
-    ("update", "functionconfigs.config.porch.kpt.dev"),
-    ("delete", "functionconfigs.config.porch.kpt.dev"),
-    ("update", "podtemplates"),
-    ("delete", "podtemplates"),
-    ("update", "servicetemplates.config.porch.kpt.dev"),
+    ("create", "pods:exec"),
 ];
 
-/// The FunctionConfig generation's extra calls.
+/// The FunctionConfig generation's extra calls (`kind/name`: a call on that
+/// object only; `resource:subresource`).
 const FUNCTION_CONFIG_CALLS: &[(&str, &str)] = &[
-    ("get", "functionconfigs.config.porch.kpt.dev"),
     ("list", "functionconfigs.config.porch.kpt.dev"),
     ("watch", "functionconfigs.config.porch.kpt.dev"),
     ("patch", "functionconfigs.config.porch.kpt.dev"),
-    ("patch", "functionconfigs.config.porch.kpt.dev/status"),
-    ("get", "podtemplates"),
-    ("list", "podtemplates"),
-    ("watch", "podtemplates"),
+    ("patch", "functionconfigs.config.porch.kpt.dev:status"),
+    ("list", "podtemplates/base-pod-template"),
+    ("watch", "podtemplates/base-pod-template"),
     ("create", "podtemplates"),
-    ("get", "servicetemplates.config.porch.kpt.dev"),
-    ("list", "servicetemplates.config.porch.kpt.dev"),
-    ("watch", "servicetemplates.config.porch.kpt.dev"),
+    ("list", "servicetemplates.config.porch.kpt.dev/base-service-template"),
+    ("watch", "servicetemplates.config.porch.kpt.dev/base-service-template"),
     ("create", "servicetemplates.config.porch.kpt.dev"),
+];
+
+/// Calls of the FunctionConfig generation's kinds that it never makes.
+const FUNCTION_CONFIG_NEVER: &[(&str, &str)] = &[
+    ("get", "functionconfigs.config.porch.kpt.dev"),
+    ("update", "functionconfigs.config.porch.kpt.dev"),
+    ("delete", "functionconfigs.config.porch.kpt.dev"),
+    ("update", "functionconfigs.config.porch.kpt.dev:status"),
+    ("list", "podtemplates"),
+    ("get", "podtemplates/base-pod-template"),
+    ("watch", "podtemplates/other"),
+    ("update", "podtemplates/base-pod-template"),
+    ("delete", "podtemplates/base-pod-template"),
+    ("list", "servicetemplates.config.porch.kpt.dev"),
+    ("update", "servicetemplates.config.porch.kpt.dev/base-service-template"),
 ];
 
 fn assert_grants(kubectl: &Kubectl, allowed: &[&[(&str, &str)]], denied: &[&[(&str, &str)]]) {
@@ -379,8 +387,28 @@ async fn function_config_generation_applies_with_least_privilege() {
     assert_grants(
         &kubectl,
         &[POD_RUNTIME_CALLS, FUNCTION_CONFIG_CALLS],
-        &[NEVER],
+        &[NEVER, FUNCTION_CONFIG_NEVER],
     );
+    // The template watch's request shape, as the ServiceAccount: a list by
+    // `metadata.name` field selector is allowed by the name-restricted rule.
+    for (kind, name) in [
+        ("podtemplates", "base-pod-template"),
+        ("servicetemplates", "base-service-template"),
+    ] {
+        let listed = kubectl.run(&[
+            "get",
+            kind,
+            "-n",
+            "porch-fn-system",
+            "--field-selector",
+            &format!("metadata.name={name}"),
+            "-o",
+            "name",
+            "--as",
+            RUNNER_SA,
+        ]);
+        assert!(listed.contains(name), "{listed}");
+    }
 }
 
 #[tokio::test]
