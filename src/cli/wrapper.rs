@@ -53,12 +53,19 @@ pub struct WrapperArgs {
 
 /// Function processes inherit the container's environment in Porch; here
 /// they get the scrubbed one plus `--exec-env`, and the container's `PATH`.
+/// They run in the wrapper's own working directory (the function image's
+/// `WORKDIR`), as Porch's wrapper runs them: a function image need not
+/// have a `/tmp` (a `FROM scratch` image has none).
 fn settings(args: &WrapperArgs) -> anyhow::Result<ExecSettings> {
     let mut env = super::serve::parse_exec_env(&args.exec_env)?;
     if let Ok(path) = std::env::var("PATH") {
         env.insert(0, ("PATH".into(), path));
     }
-    Ok(ExecSettings::new(args.max_request_body_size, &env))
+    let mut settings = ExecSettings::new(args.max_request_body_size, &env);
+    if let Ok(dir) = std::env::current_dir() {
+        settings.work_dir = dir;
+    }
+    Ok(settings)
 }
 
 /// Runs the wrapper server until SIGTERM/SIGINT.
