@@ -9,7 +9,7 @@
 #
 # Produces:
 #   DEST/bin/<fn>       one executable per function (a KRM function: ResourceList
-#                       on stdin, ResourceList on stdout)
+#                       on stdin, ResourceList on stdout), static and stripped
 #   DEST/config.yaml    Porch exec-evaluator config mapping catalog image names to
 #                       the binaries; use it with `--functions DEST/bin`
 #   DEST/versions.txt   "<fn> <version> <module path>" per function
@@ -41,7 +41,7 @@ FUNCTIONS=(
 )
 
 # Bump when the layout or the generated files change, to force a rebuild.
-STAMP_FORMAT="install-catalog-functions format 1"
+STAMP_FORMAT="install-catalog-functions format 2"
 
 DEST="${1:-${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}/catalog}"
 BIN="$DEST/bin"
@@ -81,6 +81,9 @@ rm -f "$STAMP"   # a partial build must never look complete
 
 # shellcheck source=scripts/lib/go-proxy.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/go-proxy.sh"
+# Static and stripped: the runner image (images/runner.Containerfile) has no
+# libc, and smaller binaries make a smaller image.
+export CGO_ENABLED=0
 
 : >"$workdir/versions.txt"
 : >"$workdir/modules.txt"
@@ -89,7 +92,7 @@ for entry in "${FUNCTIONS[@]}"; do
   start=$SECONDS
 
   dir="$(go_download "$mod" "$ver")"
-  go_install_cached "$BIN" "$mod" "$ver"
+  go_install_cached "$BIN" "$mod" "$ver" -trimpath -ldflags "-s -w"
   built="$BIN/$(basename "$mod")"
   [[ -x "$built" ]] || die "go install $mod@$ver did not produce $built"
   [[ "$built" == "$BIN/$fn" ]] || mv -f "$built" "$BIN/$fn"

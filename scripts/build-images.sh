@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+#
+# build-images.sh — build krm-fn-runner's two container images with buildah,
+# laid out as Porch's (images/*.Containerfile), and optionally push them.
+#
+# Usage: scripts/build-images.sh [--push] [--tls-verify=false] [RUNNER_IMAGE [WRAPPER_IMAGE]]
+#   RUNNER_IMAGE   default localhost/krm-fn-runner:latest
+#   WRAPPER_IMAGE  default localhost/krm-fn-wrapper-server:latest
+#   --push         push both to their registries (docker://IMAGE) and print
+#                  "IMAGE DIGEST" for each on stdout
+#   --tls-verify=false  push over plain HTTP / without verifying TLS
+#
+# Steps:
+#   1. the three binaries, static (x86_64-unknown-linux-musl, cargo profile
+#      `image`: release, stripped), in ${KRM_FN_IMAGE_TARGET_DIR:-CACHE/image-target}
+#      so that dependencies are compiled once per machine;
+#   2. the catalog function binaries (scripts/install-catalog-functions.sh,
+#      static Go builds) and their config.yaml;
+#   3. a staged build context per image, then `buildah bud` FROM scratch with
+#      a fixed timestamp (same inputs, same digest).
+#
+# Needs: cargo + rustup (adds the musl target when missing), Go, and the
+# Debian packages buildah, musl-tools (musl-gcc), busybox-static (the
+# wrapper image's `cp`, or KRM_FN_STATIC_CP) and ca-certificates. Buildah runs with
+# --isolation chroot and the storage driver $STORAGE_DRIVER (default vfs),
+# which work without privileges beyond root in a container.
+# CACHE is ${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}.
+
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { echo "build-images: error: $*" >&2; exit 1; }
+
+push=false
+tls_verify=true
+images=()
+for arg in "$@"; do
+  case "$arg" in
+    --push) push=true ;;
+    --tls-verify=false) tls_verify=false ;;
+    --tls-verify=true) tls_verify=true ;;
+    -*) die "unknown option $arg (see the usage at the top of $0)" ;;
+    *) images+=("$arg") ;;
+  esac
+done
+((${#images[@]} <= 2)) || die "at most two images: RUNNER_IMAGE WRAPPER_IMAGE"
+RUNNER_IMAGE="${images[0]:-localhost/krm-fn-runner:latest}"
+WRAPPER_IMAGE="${images[1]:-localhost/krm-fn-wrapper-server:latest}"
+
+TARGET=x86_64-unknown-linux-musl
+CACHE="${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}"
+TARGET_DIR="${KRM_FN_IMAGE_TARGET_DIR:-$CACHE/image-target}"
+CATALOG="${KRM_FN_CATALOG:-$CACHE/catalog}"
+CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+STATIC_CP="${KRM_FN_STATIC_CP:-/bin/busybox}"
+DRIVER="${STORAGE_DRIVER:-vfs}"
+
+command -v buildah >/dev/null || die "buildah is not installed: apt-get install -y buildah"
+command -v musl-gcc >/dev/null || die "musl-gcc is not installed: apt-get install -y musl-tools"
+[[ -f "$CA_BUNDLE" ]] || die "$CA_BUNDLE is missing: apt-get install -y ca-certificates"
+# busybox-static installs a statically linked /bin/busybox (it runs `cp`
+# when called by that name); the `busybox` package's is dynamic and would not
+# run in the image. KRM_FN_STATIC_CP names another static `cp` instead.
+if [[ -z "${KRM_FN_STATIC_CP:-}" ]] && ! dpkg -S "$STATIC_CP" 2>/dev/null | grep -q '^busybox-static:'; then
+  die "a static $STATIC_CP is missing: apt-get install -y busybox-static"
+fi
+[[ -x "$STATIC_CP" ]] || die "$STATIC_CP is not an executable file"
+
+start=$SECONDS
+if ! rustup target list --installed | grep -qx "$TARGET"; then
+  echo "build-images: adding the Rust target $TARGET" >&2
+  rustup target add "$TARGET" >&2
+fi
+echo "build-images: building the static binaries ($TARGET, profile image)" >&2
+CC_x86_64_unknown_linux_musl=musl-gcc \
+  cargo build --profile image --target "$TARGET" --target-dir "$TARGET_DIR" \
+  --bin krm-fn-runner --bin wrapper-server --bin grpc-health-probe >&2
+bins="$TARGET_DIR/$TARGET/image"
+echo "build-images: binaries ready after $((SECONDS - start))s" >&2
+
+bash scripts/install-catalog-functions.sh "$CATALOG" >&2
+
+ctx="$(mktemp -d)"
+trap 'rm -rf "$ctx"' EXIT
+mkdir -p "$ctx/runner/functions" "$ctx/runner/tmp" "$ctx/wrapper"
+chmod 1777 "$ctx/runner/tmp"
+cp "$bins/krm-fn-runner" "$ctx/runner/server"
+cp "$bins/grpc-health-probe" "$ctx/runner/grpc-health-probe"
+cp "$CATALOG/config.yaml" "$ctx/runner/config.yaml"
+cp "$CATALOG"/bin/* "$ctx/runner/functions/"
+cp "$CA_BUNDLE" "$ctx/runner/ca-certificates.crt"
+cp "$bins/wrapper-server" "$bins/grpc-health-probe" "$ctx/wrapper/"
+cp "$STATIC_CP" "$ctx/wrapper/cp"
+chmod -R go-w "$ctx/runner" "$ctx/wrapper"
+chmod 1777 "$ctx/runner/tmp"
+
+bah() { buildah --storage-driver "$DRIVER" "$@"; }
+build() { # IMAGE CONTAINERFILE CONTEXT
+  echo "build-images: building $1" >&2
+  bah bud --isolation chroot --timestamp 0 --quiet -f "$2" -t "$1" "$3" >/dev/null
+}
+build "$RUNNER_IMAGE" images/runner.Containerfile "$ctx/runner"
+build "$WRAPPER_IMAGE" images/wrapper-server.Containerfile "$ctx/wrapper"
+for image in "$RUNNER_IMAGE" "$WRAPPER_IMAGE"; do
+  echo "build-images: $image, $(bah images --noheading --format '{{.Size}}' "$image") uncompressed" >&2
+done
+
+if $push; then
+  for image in "$RUNNER_IMAGE" "$WRAPPER_IMAGE"; do
+    bah push --quiet --tls-verify="$tls_verify" --digestfile "$ctx/digest" "$image" "docker://$image" >&2
+    echo "$image $(<"$ctx/digest")"
+  done
+fi
+echo "build-images: done in $((SECONDS - start))s" >&2

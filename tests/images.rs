@@ -1,0 +1,432 @@
+//! The container images, for real: `scripts/build-images.sh --push` (the
+//! README's command) builds both with buildah and pushes them to a real
+//! registry (Debian's docker-registry); the runner's own image inspection
+//! (OciImageInspector) reads their digests and entrypoints back. Then, as a
+//! kubelet would run them:
+//!
+//! - the wrapper image's init step, Porch's exact `cp -a
+//!   /home/nonroot/wrapper-server/. /wrapper-server-tools` as uid 10001 into
+//!   a shared directory, then a function image with no shell and no libc
+//!   (FROM scratch + a catalog function) runs
+//!   `/wrapper-server-tools/wrapper-server` with Porch's arguments, answers
+//!   an evaluation and `/wrapper-server-tools/grpc-health-probe`;
+//! - the runner image runs `/home/nonroot/server` with Porch's config.yaml
+//!   flags, evaluates a catalog function from `/home/nonroot/functions`, and
+//!   answers `/home/nonroot/grpc-health-probe`.
+//!
+//! Containers are `buildah run --isolation chroot` (host network), with
+//! buildah's storage in a temporary directory (vfs driver).
+//! Needs buildah, musl-tools, busybox-static, docker-registry (.ci/run
+//! installs them).
+
+mod common;
+mod registry_support;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{catalog_dir, catalog_version};
+use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
+use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
+use krm_fn_runner::adapters::oci::{InspectorConfig, OciImageInspector};
+use krm_fn_runner::ports::ImageInspector;
+use registry_support::{Setup, TestRegistry, require_tool};
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// buildah with its storage in `root` (vfs driver).
+struct Buildah {
+    conf: PathBuf,
+}
+
+impl Buildah {
+    fn new(root: &Path) -> Self {
+        require_tool("buildah", "buildah");
+        std::fs::create_dir_all(root).unwrap();
+        let conf = root.join("storage.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "[storage]\ndriver = \"vfs\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
+                root.join("graph").display(),
+                root.join("run").display()
+            ),
+        )
+        .unwrap();
+        Self { conf }
+    }
+
+    /// A command with this storage (for buildah and the scripts calling it).
+    fn env(&self, cmd: &mut Command) {
+        cmd.env("CONTAINERS_STORAGE_CONF", &self.conf)
+            .env("STORAGE_DRIVER", "vfs");
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("buildah");
+        self.env(&mut cmd);
+        cmd.args(["--storage-driver", "vfs"]).args(args);
+        cmd
+    }
+
+    /// Runs buildah; returns stdout, panics with stderr on failure.
+    fn run(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().expect("run buildah");
+        assert!(
+            out.status.success(),
+            "buildah {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// A working container of `image` (from local storage).
+    fn from(&self, image: &str) -> String {
+        self.run(&["from", "--pull-never", "--quiet", image])
+    }
+
+    /// `buildah run` in `container` as uid 10001 with `mounts` (host:container).
+    fn run_in(&self, container: &str, mounts: &[(&Path, &str)], argv: &[&str]) -> Command {
+        let mut cmd = self.command(&["run", "--isolation", "chroot", "--user", "10001:10001"]);
+        for (host, path) in mounts {
+            cmd.arg("-v").arg(format!("{}:{path}", host.display()));
+        }
+        cmd.arg(container).arg("--").args(argv);
+        cmd
+    }
+}
+
+/// A long-running `buildah run`, in its own process group, stopped on drop.
+struct Running {
+    child: Child,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Running {
+    /// Spawns `cmd` and waits until it logs `listening on`.
+    fn start(mut cmd: Command, what: &str) -> Running {
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
+        let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("listening on ") {
+                    let _ = tx.send(());
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            panic!("{what} did not start:\n{}", log.lock().unwrap());
+        }
+        Running { child, log }
+    }
+
+    fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let group = format!("-{}", self.child.id());
+        let kill = |signal: &str| {
+            let _ = Command::new("kill")
+                .args([signal, "--", &group])
+                .stderr(Stdio::null())
+                .status();
+        };
+        kill("-TERM");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        kill("-KILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A set-namespace call: the ConfigMap of `common::config_map_rl` moved to `ns`.
+async fn set_namespace(port: u16, image: &str, ns: &str) -> Result<String, tonic::Status> {
+    let rl = String::from_utf8(common::config_map_rl("settings")).unwrap();
+    let rl = format!(
+        "{rl}functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fc\n  data:\n    namespace: {ns}\n"
+    );
+    let mut client = FunctionEvaluatorClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("connect");
+    client
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: rl.into_bytes().into(),
+            image: image.into(),
+        })
+        .await
+        .map(|r| String::from_utf8_lossy(&r.into_inner().resource_list).into_owned())
+}
+
+/// Sum of the compressed layer sizes and the config size of `image`'s manifest.
+async fn pushed_size(reg: &TestRegistry, image: &str) -> u64 {
+    let reference = reg.reference(image);
+    let (manifest, _) = reg
+        .push_client()
+        .pull_image_manifest(&reference, &reg.push_auth())
+        .await
+        .expect("pull manifest");
+    manifest.layers.iter().map(|l| l.size as u64).sum::<u64>() + manifest.config.size as u64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn images_build_push_inspect_and_run() {
+    let reg = TestRegistry::start(Setup::anonymous());
+    let work = tempfile::tempdir().unwrap();
+    let buildah = Buildah::new(&work.path().join("storage"));
+    let runner_image = format!("{}/krm-fn-runner:test", reg.addr);
+    let wrapper_image = format!("{}/krm-fn-wrapper-server:test", reg.addr);
+
+    // Build and push with the README's command.
+    let mut build = Command::new("bash");
+    build
+        .arg(Path::new(REPO).join("scripts/build-images.sh"))
+        .args([
+            "--push",
+            "--tls-verify=false",
+            &runner_image,
+            &wrapper_image,
+        ])
+        .stderr(Stdio::inherit());
+    buildah.env(&mut build);
+    let out = build.output().expect("run build-images.sh");
+    assert!(out.status.success(), "scripts/build-images.sh failed");
+    let pushed: Vec<(String, String)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(i, d)| (i.to_string(), d.to_string()))
+        .collect();
+    assert_eq!(pushed.len(), 2, "{pushed:?}");
+
+    // The runner's image inspection reads them back.
+    let mut config = InspectorConfig::new("ghcr.io/kptdev/krm-functions-catalog/");
+    config.plain_http_registries = vec![reg.addr.clone()];
+    config.docker_config_path = Some(work.path().join("no-docker-config.json"));
+    let inspector = OciImageInspector::new(config).unwrap();
+    for ((image, digest), entrypoint) in pushed.iter().zip([
+        &[
+            "/home/nonroot/server",
+            "--functions=/home/nonroot/functions",
+        ][..],
+        &["/home/nonroot/wrapper-server/wrapper-server"][..],
+    ]) {
+        let meta = inspector.inspect(image).await.expect("inspect");
+        assert_eq!(&meta.digest, digest, "{image}");
+        assert_eq!(meta.entrypoint, entrypoint, "{image}");
+    }
+    let runner_size = pushed_size(&reg, "krm-fn-runner:test").await;
+    let wrapper_size = pushed_size(&reg, "krm-fn-wrapper-server:test").await;
+    eprintln!("pushed (compressed) sizes: runner {runner_size} B, wrapper {wrapper_size} B");
+
+    // The init container: Porch's exact command, as the image's user.
+    let tools = work.path().join("wrapper-server-tools");
+    std::fs::create_dir(&tools).unwrap();
+    let st = Command::new("chown")
+        .args(["10001:10001"])
+        .arg(&tools)
+        .status()
+        .unwrap();
+    assert!(st.success(), "chown the emptyDir stand-in");
+    let init = buildah.from(&wrapper_image);
+    let out = buildah
+        .run_in(
+            &init,
+            &[(&tools, "/wrapper-server-tools")],
+            &[
+                "cp",
+                "-a",
+                "/home/nonroot/wrapper-server/.",
+                "/wrapper-server-tools",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "init container cp failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in ["wrapper-server", "grpc-health-probe"] {
+        let meta = std::fs::metadata(tools.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0,
+            "{f} is executable"
+        );
+    }
+
+    // A function image with no shell and no libc: a static catalog function.
+    let fn_ctx = work.path().join("fn");
+    std::fs::create_dir(&fn_ctx).unwrap();
+    std::fs::copy(
+        catalog_dir().join("bin/set-namespace"),
+        fn_ctx.join("function"),
+    )
+    .unwrap();
+    std::fs::write(
+        fn_ctx.join("Containerfile"),
+        "FROM scratch\nCOPY function /usr/local/bin/function\nENTRYPOINT [\"/usr/local/bin/function\"]\n",
+    )
+    .unwrap();
+    let fn_image = "localhost/set-namespace:test";
+    buildah.run(&[
+        "bud",
+        "--isolation",
+        "chroot",
+        "--quiet",
+        "-t",
+        fn_image,
+        fn_ctx.to_str().unwrap(),
+    ]);
+
+    // The function container: Porch's command and arguments.
+    let function = buildah.from(fn_image);
+    let port = free_port();
+    let port_arg = port.to_string();
+    let mut wrapper = Running::start(
+        buildah.run_in(
+            &function,
+            &[(&tools, "/wrapper-server-tools")],
+            &[
+                "/wrapper-server-tools/wrapper-server",
+                "--port",
+                &port_arg,
+                "--max-request-body-size",
+                "6291456",
+                "--",
+                "/usr/local/bin/function",
+            ],
+        ),
+        "the wrapper server in the function image",
+    );
+    let addr = format!("localhost:{port}");
+    let probe = |container: &str, path: &str, addr: &str| {
+        buildah
+            .run_in(
+                container,
+                &[(&tools, "/wrapper-server-tools")],
+                &[path, "-addr", addr],
+            )
+            .output()
+            .unwrap()
+    };
+    let out = probe(&function, "/wrapper-server-tools/grpc-health-probe", &addr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "readiness probe: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let image = format!(
+        "ghcr.io/kptdev/krm-functions-catalog/set-namespace:{}",
+        catalog_version("set-namespace")
+    );
+    let result = set_namespace(port, &image, "from-the-wrapper")
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", wrapper.log.lock().unwrap()));
+    assert!(result.contains("namespace: from-the-wrapper"), "{result}");
+    wrapper.stop();
+    let out = probe(&function, "/wrapper-server-tools/grpc-health-probe", &addr);
+    assert_eq!(out.status.code(), Some(2), "no server: connection failure");
+
+    // The runner image with the config.yaml generation's flags, exec runtime only.
+    let runner = buildah.from(&runner_image);
+    let port = free_port();
+    let port_arg = format!("--port={port}");
+    let _server = Running::start(
+        buildah.run_in(
+            &runner,
+            &[],
+            &[
+                "/home/nonroot/server",
+                "--config=/home/nonroot/config.yaml",
+                "--functions=/home/nonroot/functions",
+                "--max-request-body-size=6291456",
+                "--disable-runtimes=pod",
+                &port_arg,
+            ],
+        ),
+        "the runner image",
+    );
+    let out = probe(
+        &runner,
+        "/home/nonroot/grpc-health-probe",
+        &format!("localhost:{port}"),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "runner readiness probe: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = set_namespace(port, &image, "from-the-runner")
+        .await
+        .unwrap();
+    assert!(result.contains("namespace: from-the-runner"), "{result}");
+
+    // FunctionConfig layout: binaryExecutor.path resolves under
+    // /home/nonroot/functions for every catalog function this image carries.
+    let root = PathBuf::from(buildah.run(&["mount", &runner]));
+    let functions = root.join("home/nonroot/functions");
+    let configs = std::fs::read_to_string(
+        Path::new(REPO).join("deploy/porch/head/23-function-configurations.yaml"),
+    )
+    .unwrap();
+    let mut paths: Vec<&str> = configs
+        .split("binaryExecutor:")
+        .skip(1)
+        .filter_map(|s| s.lines().find_map(|l| l.trim().strip_prefix("path: ")))
+        .collect();
+    paths.sort();
+    let shipped: Vec<String> = std::fs::read_dir(catalog_dir().join("bin"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let (present, absent): (Vec<&str>, Vec<&str>) =
+        paths.iter().partition(|p| functions.join(p).is_file());
+    for p in &absent {
+        assert!(
+            !shipped.iter().any(|s| s == p),
+            "{p} is built but missing from the image"
+        );
+    }
+    assert!(
+        ["apply-setters", "set-namespace", "starlark"]
+            .iter()
+            .all(|p| present.contains(p)),
+        "binaryExecutor paths in the image: {present:?}"
+    );
+    eprintln!("binaryExecutor paths in the image: {present:?}; not built here: {absent:?}");
+    buildah.run(&["umount", &runner]);
+    buildah.run(&["rm", "--all"]);
+}
