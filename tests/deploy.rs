@@ -234,6 +234,66 @@ fn apply(kubectl: &Kubectl, variant: &str, crds: &[&str]) -> (String, usize) {
     (built, objects)
 }
 
+/// What deploy/components/runner adds to Porch's Deployment and Service,
+/// as the API server stored it.
+fn assert_hardened(kubectl: &Kubectl) {
+    let get = |what: &str| -> serde_json::Value {
+        serde_json::from_str(&kubectl.run(&["get", what, "-n", "porch-system", "-o", "json"]))
+            .unwrap()
+    };
+    let deployment = get("deployment/function-runner");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsUser"], 10001);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
+    let probe = serde_json::json!(["/home/nonroot/grpc-health-probe", "-addr", "localhost:9445"]);
+    assert_eq!(c["readinessProbe"]["exec"]["command"], probe);
+    assert_eq!(c["livenessProbe"]["exec"]["command"], probe);
+    assert_eq!(c["volumeMounts"][0]["mountPath"], "/tmp");
+    assert!(
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["containerPort"] == 9464 && p["name"] == "metrics"),
+        "{c}"
+    );
+    let service = get("service/function-runner");
+    let ports: Vec<(i64, String)> = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["port"].as_i64().unwrap(),
+                p["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(ports.contains(&(9445, "grpc".into())), "{ports:?}");
+    assert!(ports.contains(&(9464, "metrics".into())), "{ports:?}");
+    let pdb = get("poddisruptionbudget/function-runner");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"]["app"],
+        "function-runner"
+    );
+}
+
 /// The calls of the pod runtime, in the pod namespace (both generations).
 const POD_RUNTIME_CALLS: &[(&str, &str)] = &[
     ("create", "pods"),
@@ -275,8 +335,14 @@ const FUNCTION_CONFIG_CALLS: &[(&str, &str)] = &[
     ("list", "podtemplates/base-pod-template"),
     ("watch", "podtemplates/base-pod-template"),
     ("create", "podtemplates"),
-    ("list", "servicetemplates.config.porch.kpt.dev/base-service-template"),
-    ("watch", "servicetemplates.config.porch.kpt.dev/base-service-template"),
+    (
+        "list",
+        "servicetemplates.config.porch.kpt.dev/base-service-template",
+    ),
+    (
+        "watch",
+        "servicetemplates.config.porch.kpt.dev/base-service-template",
+    ),
     ("create", "servicetemplates.config.porch.kpt.dev"),
 ];
 
@@ -292,7 +358,10 @@ const FUNCTION_CONFIG_NEVER: &[(&str, &str)] = &[
     ("update", "podtemplates/base-pod-template"),
     ("delete", "podtemplates/base-pod-template"),
     ("list", "servicetemplates.config.porch.kpt.dev"),
-    ("update", "servicetemplates.config.porch.kpt.dev/base-service-template"),
+    (
+        "update",
+        "servicetemplates.config.porch.kpt.dev/base-service-template",
+    ),
 ];
 
 fn assert_grants(kubectl: &Kubectl, allowed: &[&[(&str, &str)]], denied: &[&[(&str, &str)]]) {
@@ -349,15 +418,8 @@ async fn function_config_generation_applies_with_least_privilege() {
     ]);
     assert_eq!(configs.lines().count(), 19, "{configs}");
 
-    let replicas = kubectl.run(&[
-        "get",
-        "deployment/function-runner",
-        "-n",
-        "porch-system",
-        "-o",
-        "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem}",
-    ]);
-    assert_eq!(replicas, "2 true", "our Deployment fields won over Porch's");
+    // Our Deployment and Service fields won over those Porch's apply owned.
+    assert_hardened(&kubectl);
 
     // Our images, also as WRAPPER_SERVER_IMAGE and the pod template's init container.
     let deployment = kubectl.run(&[
@@ -431,6 +493,7 @@ async fn config_yaml_generation_applies_with_least_privilege() {
         command.contains("--config=/home/nonroot/config.yaml"),
         "{command}"
     );
+    assert_hardened(&kubectl);
     assert_grants(
         &kubectl,
         &[POD_RUNTIME_CALLS],

@@ -207,27 +207,32 @@ async fn images_build_push_inspect_and_run() {
     let runner_image = format!("{}/krm-fn-runner:test", reg.addr);
     let wrapper_image = format!("{}/krm-fn-wrapper-server:test", reg.addr);
 
-    // Build and push with the README's command.
-    let mut build = Command::new("bash");
-    build
-        .arg(Path::new(REPO).join("scripts/build-images.sh"))
-        .args([
-            "--push",
-            "--tls-verify=false",
-            &runner_image,
-            &wrapper_image,
-        ])
-        .stderr(Stdio::inherit());
-    buildah.env(&mut build);
-    let out = build.output().expect("run build-images.sh");
-    assert!(out.status.success(), "scripts/build-images.sh failed");
-    let pushed: Vec<(String, String)> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(i, d)| (i.to_string(), d.to_string()))
-        .collect();
+    // Build and push with the README's command; "IMAGE DIGEST" per image.
+    let build_and_push = || {
+        let mut build = Command::new("bash");
+        build
+            .arg(Path::new(REPO).join("scripts/build-images.sh"))
+            .args([
+                "--push",
+                "--tls-verify=false",
+                &runner_image,
+                &wrapper_image,
+            ])
+            .stderr(Stdio::inherit());
+        buildah.env(&mut build);
+        let out = build.output().expect("run build-images.sh");
+        assert!(out.status.success(), "scripts/build-images.sh failed");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(i, d)| (i.to_string(), d.to_string()))
+            .collect::<Vec<(String, String)>>()
+    };
+    let pushed = build_and_push();
     assert_eq!(pushed.len(), 2, "{pushed:?}");
+    // Built again from the same inputs: the same digests (fixed timestamps).
+    assert_eq!(build_and_push(), pushed, "the images are reproducible");
 
     // The runner's image inspection reads them back.
     let mut config = InspectorConfig::new("ghcr.io/kptdev/krm-functions-catalog/");
