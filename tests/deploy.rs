@@ -7,40 +7,24 @@
 //! server's authorizer (`kubectl auth can-i --as`), for every call the runner
 //! makes (allowed) and for neighbouring ones it never makes (denied).
 
+mod common;
 mod k8s_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use common::built_tool;
 use k8s_support::ControlPlane;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const RUNNER_SA: &str = "system:serviceaccount:porch-system:porch-fn-runner";
 
-/// A tool built by one of the repository's scripts: `$env`, or the script's
-/// answer (it builds once per machine, then answers from its cache).
-fn tool(env: &str, script: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env) {
-        return PathBuf::from(p);
-    }
-    let out = Command::new("bash")
-        .arg(Path::new(REPO).join("scripts").join(script))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
-    assert!(
-        out.status.success(),
-        "scripts/{script} failed (needs Go and the Go module proxy)"
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
 fn kustomize() -> PathBuf {
-    tool("KRM_FN_KUSTOMIZE_BIN", "build-kustomize.sh")
+    built_tool("KRM_FN_KUSTOMIZE_BIN", "build-kustomize.sh")
 }
 
 fn kubectl_bin() -> PathBuf {
-    tool("KRM_FN_KUBECTL_BIN", "build-kubectl.sh")
+    built_tool("KRM_FN_KUBECTL_BIN", "build-kubectl.sh")
 }
 
 fn check(what: &str, out: Output) -> String {
@@ -146,7 +130,7 @@ impl Kubectl {
 /// manifests ship (client-side `kubectl apply`): the state the README's
 /// commands take over.
 fn install_porch(kubectl: &Kubectl) {
-    let head = Path::new(REPO).join("deploy/porch/head");
+    let head = Path::new(REPO).join("third_party/porch");
     let file = |f: &str| head.join(f).display().to_string();
     let (crd1, crd2) = (
         file("config.porch.kpt.dev_functionconfigs.yaml"),
@@ -154,7 +138,7 @@ fn install_porch(kubectl: &Kubectl) {
     );
     kubectl.run(&["apply", "-f", &crd1, "-f", &crd2]);
     wait_for_crds(kubectl);
-    let ns = Path::new(REPO).join("deploy/porch/common/1-namespace.yaml");
+    let ns = head.join("1-namespace.yaml");
     let mut args = vec!["apply", "-f", ns.to_str().unwrap()];
     let files: Vec<String> = [
         "2-function-runner.yaml",
@@ -189,13 +173,13 @@ fn wait_for_crds(kubectl: &Kubectl) {
 /// (`--force-conflicts`: over a Porch installation it takes over the fields
 /// Porch's apply owns). Returns the build and the number of objects in it.
 fn apply(kubectl: &Kubectl, variant: &str, crds: &[&str]) -> (String, usize) {
-    let deploy = Path::new(REPO).join("deploy");
+    let porch = Path::new(REPO).join("third_party/porch");
     let mut first = vec!["apply", "--server-side", "--force-conflicts", "-f"];
-    let namespaces = deploy.join("porch/common/1-namespace.yaml");
+    let namespaces = porch.join("1-namespace.yaml");
     first.push(namespaces.to_str().unwrap());
     let crd_paths: Vec<String> = crds
         .iter()
-        .map(|c| deploy.join("porch/head").join(c).display().to_string())
+        .map(|c| porch.join(c).display().to_string())
         .collect();
     for c in &crd_paths {
         first.extend(["-f", c]);
@@ -204,7 +188,7 @@ fn apply(kubectl: &Kubectl, variant: &str, crds: &[&str]) -> (String, usize) {
     if !crds.is_empty() {
         wait_for_crds(kubectl);
     }
-    let built = kustomize_build(&deploy.join(variant));
+    let built = kustomize_build(&Path::new(REPO).join("deploy").join(variant));
     let objects = built.matches("\nkind: ").count();
     let dry = kubectl.run_with_input(
         &[
@@ -478,9 +462,9 @@ async fn config_yaml_generation_applies_with_least_privilege() {
     let plane = ControlPlane::start().await;
     let kubectl = Kubectl::new(&plane);
     let (built, objects) = apply(&kubectl, "config-yaml-era", &[]);
-    // Namespaces, ServiceAccount, Deployment, Service, pod-cache-config;
-    // Role, RoleBinding, PodDisruptionBudget.
-    assert_eq!(objects, 9, "{built}");
+    // ServiceAccount, Deployment, Service, pod-cache-config; Role,
+    // RoleBinding, PodDisruptionBudget (the namespaces are applied first).
+    assert_eq!(objects, 7, "{built}");
     let command = kubectl.run(&[
         "get",
         "deployment/function-runner",
@@ -508,6 +492,7 @@ fn images_are_set_with_kustomize_edit() {
     let status = Command::new("cp")
         .arg("-a")
         .arg(Path::new(REPO).join("deploy"))
+        .arg(Path::new(REPO).join("third_party"))
         .arg(dir.path())
         .status()
         .unwrap();

@@ -36,7 +36,10 @@ async fn serve(router: tonic::transport::server::Router) -> SocketAddr {
 
 #[tokio::test]
 async fn serving_runner_and_wrapper_exit_0() {
-    let runner = Runner::start(&["--disable-runtimes=pod"]);
+    let catalog = common::catalog_dir();
+    let config = format!("--config={}", catalog.join("config.yaml").display());
+    let functions = format!("--functions={}", catalog.join("bin").display());
+    let runner = Runner::start(&["--disable-runtimes=pod", &config, &functions]);
     let (code, err) = probe(&["-addr", &runner.address]).await;
     assert_eq!((code, err.trim()), (0, "status: SERVING"));
 

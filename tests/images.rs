@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{catalog_dir, catalog_version};
+use common::{catalog_dir, catalog_version, free_port};
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
 use krm_fn_runner::adapters::oci::{InspectorConfig, OciImageInspector};
@@ -160,14 +160,6 @@ impl Drop for Running {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A set-namespace call: the ConfigMap of `common::config_map_rl` moved to `ns`.
@@ -404,7 +396,7 @@ async fn images_build_push_inspect_and_run() {
     let root = PathBuf::from(buildah.run(&["mount", &runner]));
     let functions = root.join("home/nonroot/functions");
     let configs = std::fs::read_to_string(
-        Path::new(REPO).join("deploy/porch/head/23-function-configurations.yaml"),
+        Path::new(REPO).join("third_party/porch/23-function-configurations.yaml"),
     )
     .unwrap();
     let mut paths: Vec<&str> = configs

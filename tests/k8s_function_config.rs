@@ -10,6 +10,10 @@
 //! init container copies the wrapper server out of the wrapper image into
 //! the `emptyDir`, the `function` container runs it from there.
 //!
+//! The scenario runs twice: under Porch's own Role (every call checked
+//! against its rules) and under `deploy/head`'s least-privilege Role, where
+//! not one call may be refused.
+//!
 //! The generation choice (config flags, CRD discovery, the error when
 //! neither works) is tested here too.
 
@@ -22,7 +26,9 @@ mod registry_support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Runner, SERVING, catalog_dir, catalog_version, eventually, health};
+use common::{
+    Runner, SERVING, built_tool, catalog_dir, catalog_version, eventually, free_port, health,
+};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Pod, PodTemplate, Service, ServiceAccount};
 use k8s_support::ControlPlane;
@@ -148,14 +154,6 @@ fn deployment_command() -> (Vec<String>, Vec<(String, String)>) {
         })
         .collect();
     (command[1..].to_vec(), env)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn set_namespace_rl(namespace: &str) -> Vec<u8> {
@@ -332,8 +330,59 @@ fn without_a_config_file_or_a_cluster_no_generation_can_work() {
     );
 }
 
+/// Whose RBAC the runner's ServiceAccount gets in the scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rbac {
+    /// Porch's `5-rbac.yaml` and `6-rbac-bind.yaml`, unchanged.
+    Porch,
+    /// The Role and RoleBinding of `kustomize build deploy/head`.
+    Deploy,
+}
+
+/// One scenario at a time: each runs a control plane, kubelet and runners.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread")]
 async fn porchs_manifests_drive_exec_and_pods_live() {
+    let _serial = SERIAL.lock().await;
+    porchs_manifests_under(Rbac::Porch).await;
+}
+
+/// The same scenario under deploy/'s least-privilege Role: not one call is
+/// refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_role_grants_every_call_the_runner_makes() {
+    let _serial = SERIAL.lock().await;
+    porchs_manifests_under(Rbac::Deploy).await;
+}
+
+/// The Role and RoleBinding of `kustomize build deploy/head`, written into
+/// `dir` as a YAML stream; returns its path.
+fn deploy_rbac_file(dir: &Path) -> PathBuf {
+    let kustomize = built_tool("KRM_FN_KUSTOMIZE_BIN", "build-kustomize.sh");
+    let out = std::process::Command::new(kustomize)
+        .arg("build")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/head"))
+        .output()
+        .expect("run kustomize");
+    assert!(out.status.success(), "kustomize build deploy/head failed");
+    let docs: Vec<serde_json::Value> = codec::from_yaml_documents(&out.stdout).unwrap();
+    let rbac: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Role" || d["kind"] == "RoleBinding")
+        .map(|d| serde_json::to_string(d).unwrap())
+        .collect();
+    assert_eq!(
+        rbac.len(),
+        2,
+        "deploy/head has the runner's Role and RoleBinding"
+    );
+    let path = dir.join("deploy-rbac.yaml");
+    std::fs::write(&path, rbac.join("\n---\n")).unwrap();
+    path
+}
+
+async fn porchs_manifests_under(rbac: Rbac) {
     let plane = ControlPlane::start_auditing_user(RUNNER_USER).await;
     let admin = plane.client().await.expect("client");
     let dir = tempfile::tempdir().unwrap();
@@ -370,12 +419,17 @@ async fn porchs_manifests_drive_exec_and_pods_live() {
     .await;
     for file in [
         "2-function-runner.yaml",
-        "5-rbac.yaml",
-        "6-rbac-bind.yaml",
         "22-function-templates.yaml",
         "23-function-configurations.yaml",
     ] {
         apply_file(&admin, &porch_file(file)).await;
+    }
+    match rbac {
+        Rbac::Porch => {
+            apply_file(&admin, &porch_file("5-rbac.yaml")).await;
+            apply_file(&admin, &porch_file("6-rbac-bind.yaml")).await;
+        }
+        Rbac::Deploy => apply_file(&admin, &deploy_rbac_file(dir.path())).await,
     }
     let kubeconfig = service_account_kubeconfig(&plane, &admin, dir.path()).await;
 
@@ -782,9 +836,17 @@ async fn porchs_manifests_drive_exec_and_pods_live() {
     })
     .await;
     assert_eq!(recreated.data["template"]["spec"]["ports"][0]["port"], 9446);
-    assert!(runner.log().contains(
-        "ServiceTemplate base-service-template did not exist; created it from the built-in default"
-    ));
+    // The runner logs once its create has returned, which may be after the
+    // object is visible here.
+    eventually("the runner to log the re-creation", PATIENCE, || async {
+        runner
+            .log()
+            .contains(
+                "ServiceTemplate base-service-template did not exist; created it from the built-in default",
+            )
+            .then_some(())
+    })
+    .await;
 
     // Changing the podExecutor gives the function new pods with the new
     // settings.
@@ -868,7 +930,8 @@ async fn porchs_manifests_drive_exec_and_pods_live() {
             continue;
         }
         assert!(
-            granted.contains(&(e.group.clone(), resource.clone(), e.verb.clone())),
+            rbac != Rbac::Porch
+                || granted.contains(&(e.group.clone(), resource.clone(), e.verb.clone())),
             "{resource} {} is not granted by Porch's Role",
             e.verb
         );
@@ -879,15 +942,18 @@ async fn porchs_manifests_drive_exec_and_pods_live() {
         };
         used.insert(format!("{} {resource} ({group})", e.verb));
     }
-    eprintln!("calls the runners made: {used:#?}\nrefused: {refused:#?}");
-    assert_eq!(
-        refused.into_iter().collect::<Vec<_>>(),
-        [(
-            "discovery.k8s.io".to_string(),
-            "endpointslices".to_string(),
-            "list".to_string()
-        )]
-    );
+    eprintln!("calls the runners made under {rbac:?}'s RBAC: {used:#?}\nrefused: {refused:#?}");
+    match rbac {
+        Rbac::Porch => assert_eq!(
+            refused.into_iter().collect::<Vec<_>>(),
+            [(
+                "discovery.k8s.io".to_string(),
+                "endpointslices".to_string(),
+                "list".to_string()
+            )]
+        ),
+        Rbac::Deploy => assert!(refused.is_empty(), "refused: {refused:#?}"),
+    }
 
     // The ServiceAccount's RBAC was enough for all of it: no warning or
     // error about a refused call.

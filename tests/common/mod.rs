@@ -207,6 +207,39 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// A tool built by one of the repository's scripts (`scripts/<script>`):
+/// the path in environment variable `env` (scripts/test.sh sets it), else
+/// the script's answer (it builds once per machine, then answers from its
+/// cache). Panics when the script fails.
+pub fn built_tool(env: &str, script: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let out = Command::new("bash")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("scripts")
+                .join(script),
+        )
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/{script} failed (needs Go and the Go module proxy)"
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// A loopback TCP port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A small valid ResourceList holding one ConfigMap named `name`.
 pub fn config_map_rl(name: &str) -> Vec<u8> {
     format!(
