@@ -382,6 +382,8 @@ fn deploy_rbac_file(dir: &Path) -> PathBuf {
     path
 }
 
+/// The scenario: Porch's manifests drive exec and pods live, the runner's
+/// ServiceAccount bound by `rbac`.
 async fn porchs_manifests_under(rbac: Rbac) {
     let plane = ControlPlane::start_auditing_user(RUNNER_USER).await;
     let admin = plane.client().await.expect("client");
