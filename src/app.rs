@@ -417,6 +417,7 @@ pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError
             Err(source) => return Err(StartupError::ReadConfig { path, source }),
         };
         let config = ExecConfig::parse(&text, &path.display().to_string())?;
+        warnings.extend(config.warnings.iter().cloned());
         // Functions run in the temporary directory, so relative paths are
         // resolved against the runner's working directory now.
         let functions = absolute(&settings.functions);

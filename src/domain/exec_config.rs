@@ -13,6 +13,11 @@
 //! resolution (default prefix, `:latest`), so `set-namespace:v0.4.5` finds
 //! the entry of its fully qualified form. When an image appears twice, the
 //! first entry wins and a warning says so (Porch: `Ignoring duplicate image`).
+//!
+//! Unknown keys (`funtions:`, `image:`) are warnings naming the line and the
+//! valid keys, not errors: Porch reads the file with `gopkg.in/yaml.v2`'s
+//! non-strict `Unmarshal`, which ignores them, so a file Porch accepts must
+//! start here too.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +25,17 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::codec;
+use super::codec::keys::{Shape, ignored_key_warnings};
 use super::image::resolve_image;
+
+/// The keys of `config.yaml` (Porch's `configuration` and `function` types).
+const FORMAT: Shape = Shape::Map(&[(
+    "functions",
+    Shape::Seq(&Shape::Map(&[
+        ("function", Shape::Any),
+        ("images", Shape::Any),
+    ])),
+)]);
 
 /// One `functions[]` entry.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -38,6 +53,10 @@ pub struct ExecConfig {
     /// The function entries, in file order.
     #[serde(default)]
     pub functions: Vec<ExecFunction>,
+    /// One line per unknown key, naming the file, line and valid keys (the
+    /// keys are ignored, as Porch ignores them).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// Why a `config.yaml` could not be used.
@@ -54,16 +73,18 @@ impl ExecConfig {
     /// Parses the YAML text of a `config.yaml`; `path` is only used in errors.
     ///
     /// Errors: not YAML, wrong shape, or an entry with an empty `function`.
+    /// Unknown keys are [`warnings`](Self::warnings).
     pub fn parse(text: &[u8], path: &str) -> Result<Self, ExecConfigError> {
         let err = |message: String| ExecConfigError {
             path: path.to_string(),
             message,
         };
-        let cfg: ExecConfig = if text.iter().all(u8::is_ascii_whitespace) {
+        let mut cfg: ExecConfig = if text.iter().all(u8::is_ascii_whitespace) {
             ExecConfig::default()
         } else {
             codec::from_yaml_slice(text).map_err(|e| err(e.to_string()))?
         };
+        cfg.warnings = ignored_key_warnings(text, &FORMAT, path).map_err(|e| err(e.to_string()))?;
         if let Some(i) = cfg
             .functions
             .iter()
@@ -227,5 +248,29 @@ mod tests {
         let e = ExecConfig::parse(b"functions:\n- images: [a]\n  function: ''\n", "c").unwrap_err();
         assert!(e.to_string().contains("functions[0].function is empty"));
         assert_eq!(ExecConfig::parse(b"", "c").unwrap(), ExecConfig::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_warnings_naming_file_line_and_valid_keys() {
+        let cfg =
+            ExecConfig::parse(b"funtions:\n- function: a\n  images: [x]\n", "c.yaml").unwrap();
+        assert!(cfg.functions.is_empty());
+        assert_eq!(
+            cfg.warnings,
+            [
+                "c.yaml: line 1 column 1: unknown key \"funtions\" (did you mean \"functions\"?); \
+              valid keys: functions; the key is ignored (Porch ignores unknown keys too)"
+            ]
+        );
+        let cfg =
+            ExecConfig::parse(b"functions:\n- function: a\n  image: [x]\n", "c.yaml").unwrap();
+        assert_eq!(cfg.functions[0].images, Vec::<String>::new());
+        assert!(cfg.warnings[0].contains("line 3 column 3: unknown key \"image\" in functions[0] (did you mean \"images\"?); valid keys: function, images"), "{:?}", cfg.warnings);
+        assert!(
+            ExecConfig::parse(CFG.as_bytes(), "c")
+                .unwrap()
+                .warnings
+                .is_empty()
+        );
     }
 }

@@ -18,6 +18,7 @@
 //! sequence indentation of everything a function did not change survive a
 //! render, as they do with kpt's kyaml.
 
+pub mod keys;
 pub mod preserve;
 
 use serde::Serialize;

@@ -13,6 +13,11 @@
 //! unparsable or zero `timeToLive` and zero integers fall back to the global
 //! defaults; unlike Porch, negative integers also fall back (with a warning)
 //! instead of being used as is. The same list is the warm-up list.
+//!
+//! Unknown keys in an entry are warnings naming the line and the valid keys,
+//! not errors: Porch reads the file with `sigs.k8s.io/yaml`, which ignores
+//! them (and matches keys without regard to letter case, so `TimeToLive`
+//! works there; here it is reported as unknown, with the right spelling).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +28,19 @@ use serde::Deserialize;
 
 use super::template::TemplateOverrides;
 use crate::domain::codec;
+use crate::domain::codec::keys::{Shape, ignored_key_warnings};
 use crate::domain::function_config::FunctionConfigStore;
+
+/// The keys of one pod-cache config entry (Porch's `podCacheConfigEntry`
+/// plus `maxLoadPerPod`).
+pub const ENTRY_FORMAT: Shape = Shape::Map(&[
+    ("name", Shape::Any),
+    ("timeToLive", Shape::Any),
+    ("maxWaitlistLength", Shape::Any),
+    ("maxParallelPodsPerFunction", Shape::Any),
+    ("resources", Shape::Any),
+    ("maxLoadPerPod", Shape::Any),
+]);
 
 /// The pod-cache parameters of one function image.
 #[derive(Debug, Clone, PartialEq)]
@@ -212,7 +229,11 @@ impl PodCacheConfig {
                 .map_err(|e| err(e.to_string()))?
                 .unwrap_or_default()
         };
-        let mut cfg = PodCacheConfig::default();
+        let mut cfg = PodCacheConfig {
+            warnings: ignored_key_warnings(text, &Shape::Seq(&ENTRY_FORMAT), path)
+                .map_err(|e| err(e.to_string()))?,
+            ..PodCacheConfig::default()
+        };
         for (i, r) in raw.into_iter().enumerate() {
             if r.name.trim().is_empty() {
                 return Err(err(format!(
@@ -493,6 +514,31 @@ mod tests {
         assert_eq!(cfg.entries.len(), 1);
         assert_eq!(cfg.entries[0].max_waitlist, Some(7));
         assert_eq!(cfg.warnings.len(), 1);
+    }
+
+    #[test]
+    fn unknown_keys_are_warnings_naming_file_line_and_valid_keys() {
+        let cfg = PodCacheConfig::parse(
+            b"- name: a:v1\n  maxParallelPods: 4\n  timeToLive: 1m\n",
+            "pcc.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.entries[0].max_parallel_pods, None);
+        assert_eq!(cfg.entries[0].ttl, Some(Duration::from_secs(60)));
+        assert_eq!(cfg.warnings.len(), 1, "{:?}", cfg.warnings);
+        assert!(
+            cfg.warnings[0]
+                .starts_with("pcc.yaml: line 2 column 3: unknown key \"maxParallelPods\" in [0]"),
+            "{}",
+            cfg.warnings[0]
+        );
+        assert!(
+            cfg.warnings[0].contains(
+                "valid keys: name, timeToLive, maxWaitlistLength, maxParallelPodsPerFunction, resources, maxLoadPerPod"
+            ),
+            "{}",
+            cfg.warnings[0]
+        );
     }
 
     #[test]

@@ -26,7 +26,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::domain::codec;
-use crate::domain::pod_cache::config::parse_go_duration;
+use crate::domain::codec::keys::{Shape, unknown_keys};
+use crate::domain::pod_cache::config::{ENTRY_FORMAT, parse_go_duration};
 use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy, PolicyError};
 
 /// A policy to simulate.
@@ -56,6 +57,21 @@ struct PolicyFile {
     warm_up_pod_cache: Option<bool>,
     pod_cache_config: Option<Value>,
 }
+
+/// The keys of a policy file: a bare pod-cache-config list, or the mapping
+/// of flags and that list.
+const FORMAT: Shape = Shape::SeqOrMap(
+    &ENTRY_FORMAT,
+    &Shape::Map(&[
+        ("podTTL", Shape::Any),
+        ("maxWaitlistLength", Shape::Any),
+        ("maxParallelPodsPerFunction", Shape::Any),
+        ("maxLoadPerPod", Shape::Any),
+        ("scanInterval", Shape::Any),
+        ("warmUpPodCache", Shape::Any),
+        ("podCacheConfig", Shape::Seq(&ENTRY_FORMAT)),
+    ]),
+);
 
 /// Why a policy file cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,7 +104,10 @@ impl SimPolicy {
     /// Parses a policy file (either form); `path` names it in errors and is
     /// the policy's display name.
     ///
-    /// Errors: not YAML, unknown keys, bad durations, a bad pod-cache-config list.
+    /// Errors: not YAML, unknown keys (anywhere, `podCacheConfig` entries
+    /// included: the simulator's own format, where a typo would silently
+    /// simulate another policy — each named with its line and the valid
+    /// keys), bad durations, a bad pod-cache-config list.
     pub fn parse(text: &[u8], path: &str) -> Result<Self, SimPolicyError> {
         let err = |message: String| SimPolicyError {
             path: path.to_string(),
@@ -103,6 +122,11 @@ impl SimPolicy {
         } else {
             codec::from_yaml_slice(text).map_err(|e| err(e.to_string()))?
         };
+        let unknown = unknown_keys(text, &FORMAT).map_err(|e| err(e.to_string()))?;
+        if !unknown.is_empty() {
+            let list: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+            return Err(err(list.join("\n")));
+        }
         let defaults = FunctionSettings::default();
         let config_from = |v: &Value| -> Result<PodCacheConfig, SimPolicyError> {
             let yaml = codec::to_yaml_string(v).map_err(|e| err(e.to_string()))?;
@@ -203,5 +227,33 @@ mod tests {
         assert!(e.message.contains("podTtl"), "{e}");
         let e = SimPolicy::parse(b"podTTL: soon\n", "p.yaml").unwrap_err();
         assert!(e.message.contains("podTTL"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_line_and_valid_keys() {
+        let e = SimPolicy::parse(b"podTtl: 5m\n", "p.yaml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "policy p.yaml: line 1 column 1: unknown key \"podTtl\" (did you mean \"podTTL\"?); valid keys: \
+             podTTL, maxWaitlistLength, maxParallelPodsPerFunction, maxLoadPerPod, scanInterval, \
+             warmUpPodCache, podCacheConfig"
+        );
+        let e = SimPolicy::parse(
+            b"podTTL: 5m\npodCacheConfig:\n- name: a:v1\n  maxParallelPodsPerFunction: 2\n  timeTolive: 1h\n",
+            "p.yaml",
+        )
+        .unwrap_err();
+        assert!(
+            e.message.starts_with(
+                "line 5 column 3: unknown key \"timeTolive\" in podCacheConfig[0] (did you mean \"timeToLive\"?)"
+            ),
+            "{e}"
+        );
+        let e = SimPolicy::parse(b"- name: a:v1\n  ttl: 1h\n", "p.yaml").unwrap_err();
+        assert!(
+            e.message
+                .starts_with("line 2 column 3: unknown key \"ttl\" in [0]"),
+            "{e}"
+        );
     }
 }
