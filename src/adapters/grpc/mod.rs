@@ -2,6 +2,8 @@
 
 pub mod client;
 pub mod server;
+pub mod shutdown;
+pub mod socket;
 pub mod status;
 
 /// Code generated from `proto/evaluator.proto` (package `evaluator`).

@@ -20,6 +20,8 @@ use tracing::Instrument;
 
 use super::pb;
 use super::pb::function_evaluator_server::FunctionEvaluatorServer;
+use super::shutdown::{CutOnShutdown, FINAL_ANSWER_WAIT};
+use super::socket::SocketFile;
 use super::status::to_status;
 use crate::domain::evaluation::{EvalError, EvaluationRequest, Payload};
 use crate::domain::resource_list::ResourceList;
@@ -30,7 +32,9 @@ use crate::ports::FunctionEvaluator;
 pub enum Listen {
     /// A TCP address, e.g. `0.0.0.0:9445` or `127.0.0.1:0` (ephemeral port).
     Tcp(SocketAddr),
-    /// A Unix domain socket path; a stale socket file is replaced.
+    /// A Unix domain socket path. A dead socket left by a previous run is
+    /// replaced; any other file there, or a socket something still accepts
+    /// on, is an error (see [`socket`](super::socket)).
     Unix(PathBuf),
 }
 
@@ -54,6 +58,16 @@ impl FromStr for Listen {
     }
 }
 
+impl std::fmt::Display for Listen {
+    /// `ip:port`, or `unix:/path`, as `--listen` takes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(addr) => write!(f, "{addr}"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
 /// Server settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeOptions {
@@ -66,7 +80,7 @@ pub struct ServeOptions {
 
 enum Incoming {
     Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
+    Unix(UnixListener, SocketFile),
 }
 
 /// A bound, not yet serving, function runner server.
@@ -84,7 +98,8 @@ impl Server {
     /// Binds the listener (so the address is known before serving).
     ///
     /// Errors: the address is in use, not permitted, or the socket path's
-    /// directory does not exist.
+    /// directory does not exist; a socket path that holds something other
+    /// than a dead socket ([`socket::claim`](super::socket::claim)).
     pub async fn bind(listen: &Listen) -> io::Result<Self> {
         match listen {
             Listen::Tcp(addr) => {
@@ -96,12 +111,10 @@ impl Server {
                 })
             }
             Listen::Unix(path) => {
-                if path.exists() {
-                    std::fs::remove_file(path)?;
-                }
+                super::socket::claim(path)?;
                 let l = UnixListener::bind(path)?;
                 Ok(Self {
-                    incoming: Incoming::Unix(l, path.clone()),
+                    incoming: Incoming::Unix(l, SocketFile::bound(path)?),
                     local: format!("unix:{}", path.display()),
                 })
             }
@@ -160,6 +173,13 @@ impl Server {
                 .await;
             tracing::info!("health: SERVING");
         });
+        // Calls still running when the grace period ends are answered, not dropped.
+        let cut = tokio_util::sync::CancellationToken::new();
+        let evaluator = Arc::new(CutOnShutdown::new(
+            evaluator,
+            cut.clone(),
+            options.shutdown_grace,
+        ));
         let service = FunctionEvaluatorServer::new(EvaluatorService {
             evaluator,
             max_message_bytes: options.max_message_bytes,
@@ -187,11 +207,11 @@ impl Server {
                     });
                     router.serve_with_incoming_shutdown(stream, stopped).await
                 }
-                Incoming::Unix(l, path) => {
+                Incoming::Unix(l, socket) => {
                     let r = router
                         .serve_with_incoming_shutdown(UnixListenerStream::new(l), stopped)
                         .await;
-                    let _ = std::fs::remove_file(path);
+                    socket.remove_if_ours();
                     r
                 }
             }
@@ -208,7 +228,9 @@ impl Server {
                     Ok(r) => r,
                     Err(_) => {
                         tracing::warn!("grace period over: stopping the evaluations still running");
-                        Ok(())
+                        cut.cancel();
+                        let answered = tokio::time::timeout(FINAL_ANSWER_WAIT, &mut serving).await;
+                        answered.unwrap_or(Ok(()))
                     }
                 }
             }
