@@ -1,6 +1,6 @@
 //! `krm-fn-runner eval`: one function on one ResourceList.
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,10 +13,12 @@ use crate::adapters::grpc::RemoteEvaluator;
 use crate::app::{RuntimeSettings, build_runtime};
 use crate::domain::evaluation::{EvalError, EvaluationRequest};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
+use crate::domain::resource_list::{ResourceList, format_results};
 use crate::ports::FunctionEvaluator;
 
 /// Flags of `eval`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["config", "address"])))]
 pub struct EvalArgs {
     /// The function image, e.g. ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5.
     #[arg(long)]
@@ -28,7 +30,7 @@ pub struct EvalArgs {
     #[arg(long, default_value = "./functions")]
     pub functions: PathBuf,
     /// Call this function runner instead (host:port or unix:/path).
-    #[arg(long)]
+    #[arg(long, value_name = "HOST:PORT")]
     pub address: Option<String>,
     /// Give up after this long (e.g. 30s).
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -40,7 +42,7 @@ pub struct EvalArgs {
     #[arg(long, default_value = DEFAULT_IMAGE_PREFIX)]
     pub default_image_prefix: String,
     /// Pass an environment variable to the function: NAME or NAME=VALUE. Repeatable.
-    #[arg(long = "exec-env", value_name = "NAME[=VALUE]")]
+    #[arg(long = "exec-env", value_name = "NAME[=VALUE]", value_parser = super::serve::exec_env_entry)]
     pub exec_env: Vec<String>,
     /// Verbosity 0–5 (1 = warnings only).
     #[arg(long, default_value_t = 1)]
@@ -48,14 +50,18 @@ pub struct EvalArgs {
 }
 
 /// Reads stdin, evaluates, prints the output ResourceList to stdout and the
-/// function's log to stderr; non-zero exit with the error on failure.
+/// function's log to stderr. Exit 0 on success; 1 with `Error: <message>`
+/// on any failure (a failed function's stderr comes first, as its log, and
+/// the message names its exit status and results); 2 for usage errors
+/// (clap). Local input must be a ResourceList, as the server requires.
 pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     super::init_logging(args.log_level);
+    let local = args.address.is_none();
     let evaluator: Arc<dyn FunctionEvaluator> = match (&args.address, &args.config) {
         (Some(addr), _) => Arc::new(RemoteEvaluator::new(addr, args.max_request_body_size)?),
-        (None, Some(config)) => {
+        (None, config) => {
             let runtime = build_runtime(&RuntimeSettings {
-                config: Some(config.clone()),
+                config: config.clone(),
                 functions: args.functions.clone(),
                 disabled: vec!["pod".into()],
                 max_message_bytes: args.max_request_body_size,
@@ -67,13 +73,16 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             }
             Arc::new(runtime.chain)
         }
-        (None, None) => anyhow::bail!(
-            "say where to run the function: --config FILE [--functions DIR] to run it here, \
-             or --address HOST:PORT to call a function runner"
-        ),
     };
-    let mut input = Vec::new();
-    std::io::stdin().read_to_end(&mut input)?;
+    let input = read_input()?;
+    if local && let Err(e) = ResourceList::validate(&input) {
+        // The server's check and wording (INVALID_ARGUMENT there).
+        let e = EvalError::InvalidInput(format!("resource_list: {e}"));
+        eprintln!(
+            "Error: {e}; eval reads one ResourceList (kind: ResourceList, items: [...]) on stdin"
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     let request = EvaluationRequest {
         image: args.image.clone(),
         resource_list: input.into(),
@@ -86,15 +95,56 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(EvalError::FunctionFailed(f)) => {
-            std::io::stderr().write_all(&f.stderr)?;
-            let exit = f.exit;
-            let f = EvalError::FunctionFailed(f);
-            eprintln!("error: {f}");
-            Ok(ExitCode::from(exit.exit_code().clamp(1, 255) as u8))
+            // The function's own log, then our message, each on its own lines.
+            let mut stderr = std::io::stderr().lock();
+            stderr.write_all(&f.stderr)?;
+            if !f.stderr.is_empty() && !f.stderr.ends_with(b"\n") {
+                writeln!(stderr)?;
+            }
+            let log = if f.stderr.is_empty() {
+                "it wrote nothing to stderr"
+            } else {
+                "its stderr is above"
+            };
+            writeln!(
+                stderr,
+                "Error: function {:?} failed: {} ({log})",
+                f.image, f.exit
+            )?;
+            if !f.results.is_empty() {
+                writeln!(
+                    stderr,
+                    "structured results:\n{}",
+                    format_results(&f.results)
+                )?;
+            }
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e @ EvalError::NotFound { .. }) if local => {
+            eprintln!(
+                "Error: {e}: map it to a binary in the --config file (functions: [{{function, images}}]), \
+                 or run it on a function runner with --address HOST:PORT"
+            );
+            Ok(ExitCode::FAILURE)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("Error: {e}");
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// stdin, read to the end. On a terminal, a hint says what is expected
+/// first, so eval does not seem to hang.
+fn read_input() -> anyhow::Result<Vec<u8>> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprintln!(
+            "eval reads a ResourceList from stdin: paste it and end with Ctrl-D, \
+             or redirect a file (krm-fn-runner eval ... < resourcelist.yaml)"
+        );
+    }
+    let mut input = Vec::new();
+    stdin.lock().read_to_end(&mut input)?;
+    Ok(input)
 }

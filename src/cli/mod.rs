@@ -77,24 +77,46 @@ fn normalize_go_flags(cmd: clap::Command, args: Vec<String>) -> Vec<String> {
         .collect()
 }
 
+/// clap's check of a `--listen` value (`host:port` or `unix:/path`), so a
+/// bad one is a usage error (exit 2).
+///
+/// Errors: the value is neither form.
+pub(crate) fn listen_address(value: &str) -> Result<String, String> {
+    value
+        .parse::<crate::adapters::grpc::Listen>()
+        .map(|_| value.to_string())
+}
+
 /// Binds `listen` (`host:port` or `unix:/path`), or all interfaces on
 /// `port`, and prints `<name> listening on <address>` to stderr whatever the
 /// log level (scripts and tests wait for that line).
 ///
-/// Errors: an unparseable `listen`, or the address cannot be bound.
+/// Errors: an unparseable `listen`, or the address cannot be bound; the
+/// message names the address as given and what to do.
 pub(crate) async fn bind(
     name: &str,
     listen: Option<&str>,
     port: u16,
 ) -> anyhow::Result<crate::adapters::grpc::Server> {
-    use anyhow::Context;
-    let listen: crate::adapters::grpc::Listen = match listen {
+    use crate::adapters::grpc::Listen;
+    let listen: Listen = match listen {
         Some(l) => l.parse().map_err(anyhow::Error::msg)?,
-        None => crate::adapters::grpc::Listen::Tcp(([0, 0, 0, 0], port).into()),
+        None => Listen::Tcp(([0, 0, 0, 0], port).into()),
     };
     let server = crate::adapters::grpc::Server::bind(&listen)
         .await
-        .with_context(|| format!("cannot listen on {listen:?}"))?;
+        .map_err(|e| {
+            let hint = match (&listen, e.kind()) {
+                (Listen::Tcp(_), std::io::ErrorKind::AddrInUse) => {
+                    "; another process is using the port: stop it, or choose another with --port or --listen"
+                }
+                (Listen::Tcp(_), std::io::ErrorKind::PermissionDenied) => {
+                    "; ports below 1024 need privileges: choose another with --port or --listen"
+                }
+                _ => "",
+            };
+            anyhow::anyhow!("cannot listen on {listen}: {e}{hint}")
+        })?;
     eprintln!("{name} listening on {}", server.local_addr());
     Ok(server)
 }
@@ -153,7 +175,9 @@ pub fn main() -> ExitCode {
 }
 
 /// Runs `main` on a multi-threaded tokio runtime and turns its result into
-/// an exit code (`unexpected error: …` on stderr, as Porch prints it).
+/// an exit code: the command's own code, or 1 with `Error: <message>` on
+/// stderr (see [`error_message`]). Usage errors exit with 2 before this
+/// (clap's convention).
 fn run_async(main: impl std::future::Future<Output = anyhow::Result<ExitCode>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -172,10 +196,29 @@ fn run_async(main: impl std::future::Future<Output = anyhow::Result<ExitCode>>) 
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("unexpected error: {e:#}");
+            eprintln!("Error: {}", error_message(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each text once: a cause whose text
+/// the message already holds (an error that prints its source, then the
+/// source itself) is not repeated.
+pub(crate) fn error_message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let text = text.trim_end();
+        if text.is_empty() || out.contains(text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(text);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -25,8 +25,10 @@ use crate::adapters::runtime::{
 };
 use crate::app::{RuntimeSettings, build_runtime};
 use crate::domain::codec;
+use crate::domain::evaluation::EvalError;
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 use crate::domain::render::{RenderErrorKind, RenderEvents, RenderOptions, StepRecord, StepStart};
+use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 
 /// Flags of `render`.
 #[derive(Debug, Args)]
@@ -75,6 +77,14 @@ pub struct RenderArgs {
 pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
     super::init_logging(1);
     let dir = args.pkg_path.clone().unwrap_or_else(|| PathBuf::from("."));
+    if !dir.is_dir() {
+        let what = if dir.exists() {
+            "is not a directory: render takes the directory of a kpt package (the one holding its Kptfile)"
+        } else {
+            "does not exist: give the directory of a kpt package (the one holding its Kptfile)"
+        };
+        return fail(&format!("package directory {} {what}", dir.display()));
+    }
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
     let out_dir = match args.output.as_deref() {
         None | Some("stdout") | Some("unwrap") => None,
@@ -109,6 +119,12 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
     }) {
         Ok(t) => Arc::new(t),
         Err(e) => return fail(&e.to_string()),
+    };
+    let runtime = NextStepOnNotFound {
+        chain: runtime,
+        builtins: BuiltinRuntime::new(&args.image_prefix),
+        exec_config: args.exec_config.clone(),
+        function_runner: args.function_runner.clone(),
     };
     let rendered = match render_dir_with_tags(&dir, &runtime, options, &printer, tags).await {
         Ok(r) => r,
@@ -220,6 +236,69 @@ fn build_chain(args: &RenderArgs) -> anyhow::Result<RuntimeChain> {
         "exec",
         Arc::new(ExecCommandRuntime::inheriting(args.max_message_size)),
     ))
+}
+
+/// The runtime chain, with a next step in the message of an image nothing
+/// serves: the builtins' tags when the image names a builtin's function, and
+/// the flags that make other images run.
+struct NextStepOnNotFound {
+    chain: RuntimeChain,
+    builtins: BuiltinRuntime,
+    exec_config: Option<PathBuf>,
+    function_runner: Option<String>,
+}
+
+impl NextStepOnNotFound {
+    fn hint(&self, image: &str) -> String {
+        let mut tried = vec!["no builtin".to_string()];
+        if let Some(c) = &self.exec_config {
+            tried.push(format!("no entry of --exec-config {}", c.display()));
+        }
+        if let Some(r) = &self.function_runner {
+            tried.push(format!("not the function runner at {r}"));
+        }
+        let mut hint = format!(
+            "{} serves it, and render has no container runtime",
+            tried.join(", ")
+        );
+        if let Some(note) = self.builtins.tags_note(image) {
+            hint.push_str(&format!(" ({note})"));
+        }
+        if self.exec_config.is_none() {
+            hint.push_str(
+                "; map the image to a local binary with --exec-config FILE --functions DIR",
+            );
+        } else {
+            hint.push_str("; add the image to the --exec-config file");
+        }
+        if self.function_runner.is_none() {
+            hint.push_str(", or run it on a function runner with --function-runner HOST:PORT");
+        }
+        hint
+    }
+}
+
+#[async_trait::async_trait]
+impl FunctionRuntime for NextStepOnNotFound {
+    async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
+        let image = match &call.target {
+            FunctionTarget::Image(i) => Some(i.clone()),
+            FunctionTarget::Exec(_) => None,
+        };
+        match (self.chain.run(call).await, image) {
+            (
+                Err(EvalError::NotFound {
+                    image,
+                    detail: None,
+                }),
+                Some(_),
+            ) => {
+                let detail = Some(self.hint(&image));
+                Err(EvalError::NotFound { image, detail })
+            }
+            (other, _) => other,
+        }
+    }
 }
 
 /// kpt's progress lines on stderr.

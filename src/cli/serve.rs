@@ -23,7 +23,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 9445)]
     pub port: u16,
     /// Listen here instead of --port: `host:port` or `unix:/path/to.sock`.
-    #[arg(long, value_parser = clap::value_parser!(String))]
+    #[arg(long, value_parser = super::listen_address)]
     pub listen: Option<String>,
     /// The exec runtime's config.yaml (`functions: [{function, images}]`); giving it selects the config.yaml generation [default: ./config.yaml].
     #[arg(long)]
@@ -47,7 +47,7 @@ pub struct ServeArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "25s")]
     pub shutdown_grace_period: Duration,
     /// Pass an environment variable to functions: NAME (the runner's value) or NAME=VALUE. Repeatable.
-    #[arg(long = "exec-env", value_name = "NAME[=VALUE]")]
+    #[arg(long = "exec-env", value_name = "NAME[=VALUE]", value_parser = exec_env_entry)]
     pub exec_env: Vec<String>,
     #[command(flatten)]
     pub pod: PodArgs,
@@ -154,6 +154,17 @@ impl PodArgs {
     }
 }
 
+/// clap's check of one `--exec-env` value (a usage error, exit 2, when bad).
+///
+/// Errors: an empty name (`=VALUE`, or an empty string).
+pub(crate) fn exec_env_entry(entry: &str) -> Result<String, String> {
+    match entry.split_once('=') {
+        Some((k, _)) if !k.is_empty() => Ok(entry.to_string()),
+        None if !entry.is_empty() => Ok(entry.to_string()),
+        _ => Err(format!("{entry:?}: expected NAME or NAME=VALUE")),
+    }
+}
+
 /// Parses `--exec-env` entries: `NAME=VALUE`, or `NAME` for the runner's own value.
 pub(crate) fn parse_exec_env(entries: &[String]) -> anyhow::Result<Vec<(String, String)>> {
     entries
@@ -182,6 +193,27 @@ pub(crate) async fn shutdown_signal() {
     }
 }
 
+/// A start-up failure of the pod runtime or of the cluster it needs stops
+/// `serve`; while the exec runtime is on, the message then says how to do
+/// without them (the pod runtime is on by default).
+fn startup_error(e: crate::app::StartupError, settings: &RuntimeSettings) -> anyhow::Error {
+    use crate::app::StartupError;
+    let on = |r: &str| !settings.disabled.iter().any(|d| d == r);
+    let cluster = matches!(
+        e,
+        StartupError::Pod(_) | StartupError::Generation(_) | StartupError::FunctionConfigs(_)
+    );
+    if cluster && on("pod") && on("exec") {
+        anyhow::anyhow!(
+            "{e}\nThe pod runtime is on by default and needs a cluster; to run functions with \
+             the exec runtime only (local binaries, no cluster), add --disable-runtimes=pod \
+             with --config FILE --functions DIR"
+        )
+    } else {
+        e.into()
+    }
+}
+
 /// Runs the server until SIGTERM/SIGINT.
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     super::init_logging(args.log_level);
@@ -201,7 +233,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let pod_settings = args
         .pod
         .settings(args.max_request_body_size, &args.default_image_prefix);
-    let started = start_runtimes(&settings, &pod_settings).await?;
+    let started = start_runtimes(&settings, &pod_settings)
+        .await
+        .map_err(|e| startup_error(e, &settings))?;
     for w in &started.warnings {
         tracing::warn!("{w}");
     }

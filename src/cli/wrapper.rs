@@ -29,19 +29,19 @@ pub struct WrapperArgs {
     #[arg(long, default_value_t = 9446)]
     pub port: u16,
     /// Listen here instead of --port: `host:port` or `unix:/path/to.sock`.
-    #[arg(long)]
+    #[arg(long, value_parser = super::listen_address)]
     pub listen: Option<String>,
     /// Largest request and response, in bytes (the runner passes its own limit).
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_request_body_size: usize,
-    /// Verbosity 0–5 (klog style; 2 = info). RUST_LOG overrides it.
-    #[arg(long, default_value_t = 2)]
+    /// Verbosity 0–5 (klog style; 2 = info; Porch's name; `serve` calls it --log-level). RUST_LOG overrides it.
+    #[arg(long, visible_alias = "log-level", default_value_t = 2)]
     pub verbosity: u8,
     /// How long in-flight evaluations may finish after SIGTERM/SIGINT.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "25s")]
     pub shutdown_grace_period: Duration,
     /// Pass an environment variable to the function: NAME or NAME=VALUE. Repeatable.
-    #[arg(long = "exec-env", value_name = "NAME[=VALUE]")]
+    #[arg(long = "exec-env", value_name = "NAME[=VALUE]", value_parser = super::serve::exec_env_entry)]
     pub exec_env: Vec<String>,
     /// Arguments a pod template puts before the flags; ignored.
     #[arg(hide = true)]
@@ -68,10 +68,27 @@ fn settings(args: &WrapperArgs) -> anyhow::Result<ExecSettings> {
     Ok(settings)
 }
 
+/// The entrypoint with a relative program path (`fns/bin/f`, not a bare
+/// name looked up in `PATH`) made absolute against the working directory
+/// the server was started in: functions run in a temporary directory.
+fn entrypoint(argv: &[OsString]) -> Vec<OsString> {
+    let mut argv = argv.to_vec();
+    if let Some(program) = argv.first_mut() {
+        let path = std::path::Path::new(program.as_os_str());
+        if path.is_relative()
+            && path.components().count() > 1
+            && let Ok(abs) = std::path::absolute(path)
+        {
+            *program = abs.into_os_string();
+        }
+    }
+    argv
+}
+
 /// Runs the wrapper server until SIGTERM/SIGINT.
 pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
     super::init_logging(args.verbosity);
-    let evaluator = WrapperEvaluator::new(args.entrypoint.clone(), settings(&args)?)?;
+    let evaluator = WrapperEvaluator::new(entrypoint(&args.entrypoint), settings(&args)?)?;
     let server = super::bind("wrapper-server", args.listen.as_deref(), args.port).await?;
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,
@@ -91,4 +108,22 @@ pub fn main() -> ExitCode {
         std::env::args().collect(),
     ));
     super::run_async(run(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_entrypoints_are_made_absolute_and_bare_names_kept() {
+        let cwd = std::env::current_dir().unwrap();
+        let argv = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            entrypoint(&argv(&["fns/bin/f", "--x"])),
+            vec![cwd.join("fns/bin/f").into_os_string(), "--x".into()]
+        );
+        assert_eq!(entrypoint(&argv(&["f", "a"])), argv(&["f", "a"]));
+        assert_eq!(entrypoint(&argv(&["/usr/bin/f"])), argv(&["/usr/bin/f"]));
+        assert!(entrypoint(&[]).is_empty());
+    }
 }

@@ -14,6 +14,8 @@ use crate::ports::FunctionEvaluator;
 #[derive(Debug, Clone)]
 pub struct RemoteEvaluator {
     client: FunctionEvaluatorClient<Channel>,
+    /// The address as given, for messages.
+    address: String,
 }
 
 impl RemoteEvaluator {
@@ -38,14 +40,19 @@ impl RemoteEvaluator {
         let client = FunctionEvaluatorClient::new(channel)
             .max_decoding_message_size(max_message_bytes + 64 * 1024)
             .max_encoding_message_size(max_message_bytes + 64 * 1024);
-        Ok(Self { client })
+        Ok(Self {
+            client,
+            address: address.to_string(),
+        })
     }
 }
 
 #[async_trait]
 impl FunctionEvaluator for RemoteEvaluator {
     /// Sends the request unchanged; `request.timeout` becomes the call's
-    /// `grpc-timeout`, and the remote status is mapped back to an [`EvalError`].
+    /// `grpc-timeout`, and the remote status is mapped back to an [`EvalError`]
+    /// (`UNAVAILABLE`, whether the runner said it or the connection failed,
+    /// names the runner's address).
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let mut call = tonic::Request::new(EvaluateFunctionRequest {
             resource_list: request.resource_list,
@@ -63,7 +70,31 @@ impl FunctionEvaluator for RemoteEvaluator {
                     log: r.log,
                 })
             }
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                Err(EvalError::Unavailable(format!(
+                    "the function runner at {} is unavailable: {}; check that it runs and \
+                     listens there",
+                    self.address,
+                    with_causes(&status)
+                )))
+            }
             Err(status) => Err(from_status(&request.image, &status, request.timeout)),
         }
     }
+}
+
+/// A status message followed by the transport errors behind it
+/// (`tcp connect error: Connection refused (os error 111)`), each once.
+fn with_causes(status: &tonic::Status) -> String {
+    let mut text = status.message().to_string();
+    let mut cause = std::error::Error::source(status);
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.contains(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
 }

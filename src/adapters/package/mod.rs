@@ -25,7 +25,8 @@ use serde_json::Value;
 use crate::domain::codec::{self, preserve};
 use crate::domain::render::annotations as ann;
 use crate::domain::render::{
-    Package, PackageError, RenderOutcome, SourceDoc, SourceMap, kptfile::KPTFILE_NAME,
+    Kptfile, KptfileError, Package, PackageError, RenderOutcome, SourceDoc, SourceMap,
+    kptfile::KPTFILE_NAME,
 };
 use crate::domain::resource_list::ResourceList;
 
@@ -59,8 +60,9 @@ pub enum PackageIoError {
         /// The cause.
         source: std::io::Error,
     },
-    /// A KRM file is not valid YAML (or JSON).
-    #[error("failed to parse {path:?}: {message}; fix the file or list it in .krmignore")]
+    /// A KRM file is not valid YAML (or JSON). The message suggests
+    /// `.krmignore` for resource files; a Kptfile cannot be ignored.
+    #[error("failed to parse {path:?}: {message}; {}", if path.rsplit('/').next() == Some(KPTFILE_NAME) { "fix the Kptfile" } else { "fix the file or list it in .krmignore" })]
     Parse {
         /// The file, relative to the package root.
         path: String,
@@ -70,6 +72,15 @@ pub enum PackageIoError {
     /// The objects do not form a package tree (e.g. a bad Kptfile).
     #[error(transparent)]
     Package(#[from] PackageError),
+    /// A Kptfile of the package does not match the schema: the file and,
+    /// for a field the schema does not have, its line.
+    #[error("{}: {source}", path.display())]
+    Kptfile {
+        /// The Kptfile.
+        path: PathBuf,
+        /// What is wrong.
+        source: KptfileError,
+    },
     /// A rendered object names a path outside the package.
     #[error("rendered object {object} has path {path:?} outside the package")]
     Escapes {
@@ -230,9 +241,29 @@ impl PackageDir {
 
     /// The package tree the renderer works on.
     ///
-    /// Errors: a Kptfile that does not parse ([`PackageIoError::Package`]).
+    /// Errors: a Kptfile that does not match the schema
+    /// ([`PackageIoError::Kptfile`], naming the file and the line),
+    /// other tree errors ([`PackageIoError::Package`]).
     pub fn package(&self) -> Result<Package, PackageIoError> {
-        Ok(Package::from_flat(self.items.clone())?)
+        Package::from_flat(self.items.clone()).map_err(|e| self.kptfile_error(e))
+    }
+
+    /// A Kptfile error of the tree, re-read from the file's text so that it
+    /// names the file and the line (the tree only has the parsed objects).
+    fn kptfile_error(&self, e: PackageError) -> PackageIoError {
+        let PackageError::Kptfile { package, source } = &e else {
+            return e.into();
+        };
+        let rel = match package.strip_prefix("./") {
+            Some(sub) => format!("{sub}/{KPTFILE_NAME}"),
+            None => KPTFILE_NAME.to_string(),
+        };
+        let path = self.root.join(&rel);
+        let source = std::fs::read(&path)
+            .ok()
+            .and_then(|text| Kptfile::parse(&text).err())
+            .unwrap_or_else(|| source.clone());
+        PackageIoError::Kptfile { path, source }
     }
 
     /// The files `items` make (root-relative path → text): documents grouped

@@ -119,6 +119,24 @@ impl BuiltinRuntime {
         self
     }
 
+    /// For an image naming a builtin's function with a tag the builtin does
+    /// not serve (`set-namespace:v0.4.3`), the tags it does serve, e.g.
+    /// `the builtin set-namespace serves only tags v0.4, v0.4.1, v0.4.5`.
+    pub fn tags_note(&self, image: &str) -> Option<String> {
+        let name = image.rsplit('/').next().unwrap_or(image);
+        let name = name.split(['@', ':']).next().unwrap_or(name);
+        let tags = match name {
+            "set-namespace" => SET_NAMESPACE_TAGS,
+            "set-labels" => SET_LABELS_TAGS,
+            _ => return None,
+        };
+        let tags: Vec<&str> = tags.iter().filter_map(|t| t.strip_prefix(':')).collect();
+        Some(format!(
+            "the builtin {name} serves only tags {}",
+            tags.join(", ")
+        ))
+    }
+
     /// The builtin serving `image`, if any.
     pub fn lookup(&self, image: &str) -> Option<Builtin> {
         self.table.get(image).copied()
@@ -306,6 +324,22 @@ mod tests {
         ] {
             assert_eq!(rt.lookup(image), None, "{image}");
         }
+    }
+
+    #[test]
+    fn tags_notes_name_the_served_tags() {
+        let rt = BuiltinRuntime::default();
+        let note = rt.tags_note("ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.3");
+        assert_eq!(
+            note.as_deref(),
+            Some("the builtin set-namespace serves only tags v0.4, v0.4.1, v0.4.5")
+        );
+        assert!(
+            rt.tags_note("set-labels:v0.2.2")
+                .unwrap()
+                .ends_with("v0.2, v0.2.4")
+        );
+        assert_eq!(rt.tags_note("starlark:v0.5"), None);
     }
 
     #[tokio::test]
