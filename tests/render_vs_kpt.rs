@@ -1146,12 +1146,14 @@ fn builtin_set_namespace_matches_the_binary_under_kpt() {
 }
 
 /// `-o stdout`, `-o unwrap` and `-o DIR` on a package with subpackages, one with
-/// comments and generated/deleted resources, and one that fails.
+/// comments and generated/deleted resources, one with non-KRM files (which
+/// `-o DIR` leaves out, as kpt does), and one that fails.
 #[test]
 fn out_of_place_outputs() {
     let mut diffs = Vec::new();
     let mut names = Vec::new();
     for (package, expected_exit) in [
+        ("non-krm", 0),
         ("subpackages", 0),
         ("multi-doc-comments", 0),
         ("generator", 0),

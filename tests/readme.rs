@@ -1,0 +1,426 @@
+//! The README is executable: its marked shell blocks are run, their expected
+//! output compared, and the flags it documents checked against the binaries'
+//! own command lines, so the README cannot drift from the behaviour.
+//!
+//! Marking (HTML comments, invisible on GitHub), on the line before a fence:
+//!
+//! - `<!-- readme-test: NAME -->` before a ```` ```sh ```` block: run it
+//!   with bash (`-e -o pipefail`); it must exit 0.
+//! - `<!-- readme-test: NAME background -->`: start it and keep it running
+//!   (a server); the next blocks run once it prints `listening on`; it is
+//!   stopped (SIGTERM to its process group) at the end.
+//! - `<!-- readme-test: NAME expect-stdout -->` before any block: the stdout
+//!   of the last block run must be this text (trailing blanks aside).
+//! - `<!-- flags: COMMAND -->` inside a section (heading to next heading):
+//!   the section documents COMMAND's flags (see `every_flag_is_documented`).
+//!
+//! Only marked blocks run; unmarked blocks (the release build, scripts that
+//! build or test the whole project) are not. Blocks run in document order,
+//! sharing one scratch directory that stands for the checkout: a copy of
+//! `examples/` and a link to `scripts/`. `krm-fn-runner` and `wrapper-server`
+//! come from cargo's target directory, first on `PATH` (what the Quick
+//! start's build provides). The catalog functions come from
+//! `scripts/install-catalog-functions.sh`, as the README says. One
+//! substitution is made: Porch's port 9445 becomes a free port, so the
+//! test never collides with a runner already on this machine.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use clap::CommandFactory;
+
+const README: &str = include_str!("../README.md");
+
+/// What a marked block asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mode {
+    Run,
+    Background,
+    ExpectStdout,
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    name: String,
+    mode: Mode,
+    /// 1-based line of the marker.
+    line: usize,
+    lang: String,
+    text: String,
+}
+
+/// The marked blocks of `readme`, in order.
+fn marked_blocks(readme: &str) -> Vec<Block> {
+    let lines: Vec<&str> = readme.lines().collect();
+    let mut blocks = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim();
+        if let Some(marker) = line
+            .strip_prefix("<!-- readme-test:")
+            .and_then(|m| m.strip_suffix("-->"))
+        {
+            let mut words = marker.split_whitespace();
+            let name = words.next().expect("readme-test marker without a name");
+            let mode = match words.next() {
+                None => Mode::Run,
+                Some("background") => Mode::Background,
+                Some("expect-stdout") => Mode::ExpectStdout,
+                Some(other) => panic!("README line {}: unknown readme-test mode {other:?}", i + 1),
+            };
+            let fence = lines.get(i + 1).map(|l| l.trim_start()).unwrap_or("");
+            assert!(
+                fence.starts_with("```"),
+                "README line {}: a readme-test marker must be followed by a fenced block",
+                i + 1
+            );
+            let lang = fence.trim_start_matches('`').trim().to_string();
+            let mut text = String::new();
+            let mut j = i + 2;
+            while j < lines.len() && !lines[j].trim_start().starts_with("```") {
+                text.push_str(lines[j]);
+                text.push('\n');
+                j += 1;
+            }
+            assert!(j < lines.len(), "README line {}: unclosed block", i + 1);
+            if mode != Mode::ExpectStdout {
+                assert!(
+                    lang == "sh" || lang == "bash",
+                    "README line {}: only sh blocks can be run, not {lang:?}",
+                    i + 1
+                );
+            }
+            blocks.push(Block {
+                name: name.to_string(),
+                mode,
+                line: i + 1,
+                lang,
+                text,
+            });
+            i = j + 1;
+        } else {
+            i += 1;
+        }
+    }
+    blocks
+}
+
+/// The README's sections (heading line to the next heading, outside code
+/// blocks) as (heading, text).
+fn sections(readme: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vec![(String::new(), String::new())];
+    let mut in_code = false;
+    for line in readme.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        }
+        if !in_code && line.starts_with('#') {
+            out.push((line.to_string(), String::new()));
+        }
+        let last = out.last_mut().unwrap();
+        last.1.push_str(line);
+        last.1.push('\n');
+    }
+    out
+}
+
+/// A free TCP port on loopback (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A background block's process group, stopped on drop.
+struct Background {
+    name: String,
+    child: Child,
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(-(self.child.id() as i32));
+        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGTERM);
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+        eprintln!("{} needed SIGKILL", self.name);
+    }
+}
+
+/// The scratch directory standing for the checkout.
+fn checkout_copy() -> tempfile::TempDir {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(repo.join("examples"))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::os::unix::fs::symlink(repo.join("scripts"), dir.path().join("scripts")).unwrap();
+    dir
+}
+
+fn shell(text: &str, cwd: &Path, path: &str) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.args(["-e", "-o", "pipefail", "-c", text])
+        .current_dir(cwd)
+        .env("PATH", path)
+        // The README's paths are the defaults; a custom cache is not one.
+        .env_remove("KRM_FN_CACHE")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    cmd
+}
+
+#[test]
+fn readme_commands_run() {
+    let blocks = marked_blocks(README);
+    let names: BTreeSet<&str> = blocks.iter().map(|b| b.name.as_str()).collect();
+    for required in [
+        "quick-start",
+        "using-it-functions",
+        "using-it-serve",
+        "using-it-eval",
+        "rendering",
+        "simulator",
+    ] {
+        assert!(
+            names.contains(required),
+            "the README block {required:?} is no longer marked for testing"
+        );
+    }
+    let work = checkout_copy();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let port = free_port().to_string();
+    let mut background: Vec<Background> = Vec::new();
+    let mut last_stdout: Option<(String, String)> = None;
+    for block in &blocks {
+        let text = block.text.replace("9445", &port);
+        let what = format!(
+            "README block {:?} (line {}, {})",
+            block.name, block.line, block.lang
+        );
+        match block.mode {
+            Mode::ExpectStdout => {
+                let (from, stdout) = last_stdout
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("{what}: no block ran before it"));
+                let trim = |s: &str| {
+                    s.lines()
+                        .map(str::trim_end)
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                        .trim_end()
+                        .to_string()
+                };
+                assert_eq!(
+                    trim(stdout),
+                    trim(&block.text),
+                    "{what}: the README shows other output than {from:?} prints"
+                );
+            }
+            Mode::Run => {
+                eprintln!("running {what}");
+                let out = shell(&text, work.path(), &path)
+                    .output()
+                    .unwrap_or_else(|e| panic!("{what}: cannot run bash: {e}"));
+                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    out.status.success(),
+                    "{what} failed ({}):\n--- block\n{text}--- stdout\n{stdout}\n--- stderr\n{stderr}",
+                    out.status
+                );
+                last_stdout = Some((block.name.clone(), stdout));
+            }
+            Mode::Background => {
+                eprintln!("starting {what}");
+                let mut child = shell(&text, work.path(), &path)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .process_group(0)
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("{what}: cannot run bash: {e}"));
+                let stderr = child.stderr.take().unwrap();
+                let (tx, rx) = mpsc::channel();
+                std::thread::spawn(move || {
+                    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                        let _ = tx.send(line);
+                    }
+                });
+                background.push(Background {
+                    name: block.name.clone(),
+                    child,
+                });
+                let mut log = Vec::new();
+                loop {
+                    match rx.recv_timeout(Duration::from_secs(60)) {
+                        Ok(line) if line.contains("listening on") => break,
+                        Ok(line) => log.push(line),
+                        Err(_) => panic!("{what} did not start listening:\n{}", log.join("\n")),
+                    }
+                }
+            }
+        }
+    }
+    drop(background);
+}
+
+/// The flags of a command as `--help` lists them (hidden ones excluded):
+/// long names and visible aliases, the environment variables they read,
+/// and the positional value names.
+fn documented_surface(cmd: &clap::Command) -> Vec<String> {
+    let mut out = Vec::new();
+    for arg in cmd.get_arguments() {
+        if arg.is_hide_set() {
+            continue;
+        }
+        if let Some(long) = arg.get_long() {
+            if long == "help" || long == "version" {
+                continue;
+            }
+            out.push(format!("--{long}"));
+            for alias in arg.get_visible_aliases().unwrap_or_default() {
+                out.push(format!("--{alias}"));
+            }
+        } else if arg.is_positional() {
+            for name in arg.get_value_names().unwrap_or_default() {
+                out.push(name.to_string());
+            }
+        }
+        if let Some(env) = arg.get_env() {
+            out.push(env.to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
+/// `--name` as a whole token of `text`.
+fn mentions(text: &str, token: &str) -> bool {
+    text.match_indices(token).any(|(i, _)| {
+        let next = text[i + token.len()..].chars().next();
+        let prev = text[..i].chars().next_back();
+        !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && !prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })
+}
+
+/// Flags of other tools the README mentions, with the tool.
+const FOREIGN_FLAGS: &[(&str, &str)] = &[
+    ("--release", "cargo"),
+    ("--bin", "cargo"),
+    ("--bench", "cargo"),
+    ("--target", "cargo"),
+    ("--all-targets", "cargo clippy"),
+    ("--ignored", "cargo test"),
+    ("--advertise-address", "kube-apiserver"),
+    ("--endpoint-reconciler-type", "kube-apiserver"),
+    ("--flag", "Go's flag syntax, as an example"),
+];
+
+/// Each command's `--help` flags appear in the README sections marked
+/// `<!-- flags: COMMAND -->`, and every `--flag` the README names is a flag
+/// of one of the commands (or of a tool listed in `FOREIGN_FLAGS`).
+#[test]
+fn every_flag_is_documented() {
+    let cli = krm_fn_runner::cli::Cli::command();
+    let mut commands: BTreeMap<String, clap::Command> = cli
+        .get_subcommands()
+        .map(|c| (c.get_name().to_string(), c.clone()))
+        .collect();
+    commands.insert(
+        "wrapper-server".into(),
+        krm_fn_runner::cli::wrapper::WrapperArgs::command(),
+    );
+    let sections = sections(README);
+    let mut missing = Vec::new();
+    // Every command has these two; they need no documentation.
+    let mut known: BTreeSet<String> = ["--help", "--version"].map(String::from).into();
+    for (name, cmd) in &commands {
+        let marker = format!("<!-- flags: {name} -->");
+        let text: String = sections
+            .iter()
+            .filter(|(_, body)| body.contains(&marker))
+            .map(|(_, body)| body.as_str())
+            .collect();
+        assert!(
+            !text.is_empty(),
+            "no README section is marked {marker}: add the marker to the section documenting `{name}`"
+        );
+        for item in documented_surface(cmd) {
+            if !mentions(&text, &item) {
+                missing.push(format!("{name} {item}"));
+            }
+            known.insert(item);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "flags missing from the README sections marked <!-- flags: COMMAND -->: {missing:?}"
+    );
+    let mut unknown: Vec<String> = Vec::new();
+    for (i, _) in README.match_indices("--") {
+        let token: String = README[i + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        let prev = README[..i].chars().next_back();
+        if token.is_empty()
+            || !token.starts_with(|c: char| c.is_ascii_lowercase())
+            || prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            continue;
+        }
+        let flag = format!("--{token}");
+        if !known.contains(&flag) && !FOREIGN_FLAGS.iter().any(|(f, _)| *f == flag) {
+            unknown.push(flag);
+        }
+    }
+    unknown.sort();
+    unknown.dedup();
+    assert!(
+        unknown.is_empty(),
+        "the README names flags no command has: {unknown:?} (a flag of another tool goes in FOREIGN_FLAGS with the tool)"
+    );
+}
+
+/// The harness's own parsing, on a small document.
+#[test]
+fn markers_are_read_as_documented() {
+    let doc = "# A\n<!-- flags: serve -->\n<!-- readme-test: one -->\n```sh\necho hi\n```\n\n```sh\n# not a heading\nnot run\n```\n<!-- readme-test: one expect-stdout -->\n```text\nhi\n```\n## B\ntext --port\n";
+    let blocks = marked_blocks(doc);
+    assert_eq!(blocks.len(), 2);
+    assert_eq!(
+        (blocks[0].mode.clone(), blocks[0].text.as_str()),
+        (Mode::Run, "echo hi\n")
+    );
+    assert_eq!(blocks[1].mode, Mode::ExpectStdout);
+    let s = sections(doc);
+    assert_eq!(s.len(), 3, "{s:?}");
+    assert!(s[1].1.contains("<!-- flags: serve -->") && s[1].1.contains("# not a heading"));
+    assert!(mentions(&s[2].1, "--port"));
+    assert!(!mentions("--portal", "--port") && !mentions("x--port", "--port"));
+}
