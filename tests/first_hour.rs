@@ -98,12 +98,18 @@ fn free_port() -> u16 {
 fn a_unix_socket_path_never_replaces_a_file_or_a_live_socket() {
     let dir = tempfile::tempdir().unwrap();
     let cwd = dir.path();
+    let config = cwd.join("config.yaml");
+    std::fs::write(&config, "functions: []\n").unwrap();
+    let config = format!("--config={}", config.display());
     // A file with text in it, named by mistake: both servers refuse and keep it.
     let notes = cwd.join("notes.txt");
     std::fs::write(&notes, "precious").unwrap();
     let listen = format!("--listen=unix:{}", notes.display());
     for (bin, args) in [
-        (RUNNER, vec!["serve", "--disable-runtimes=pod", &listen]),
+        (
+            RUNNER,
+            vec!["serve", "--disable-runtimes=pod", &config, &listen],
+        ),
         (WRAPPER, vec![&listen, "--", "cat"]),
     ] {
         let o = run_in(cwd, bin, &args, &[], b"");
@@ -122,9 +128,12 @@ fn a_unix_socket_path_never_replaces_a_file_or_a_live_socket() {
     // A live socket: the second server refuses, the first keeps serving.
     let sock = cwd.join("runner.sock");
     let listen = format!("--listen=unix:{}", sock.display());
-    let first = Runner::start(&["--disable-runtimes=pod", &listen]);
+    let first = Runner::start(&["--disable-runtimes=pod", &config, &listen]);
     for (bin, args) in [
-        (RUNNER, vec!["serve", "--disable-runtimes=pod", &listen]),
+        (
+            RUNNER,
+            vec!["serve", "--disable-runtimes=pod", &config, &listen],
+        ),
         (WRAPPER, vec![&listen, "--", "cat"]),
     ] {
         let o = run_in(cwd, bin, &args, &[], b"");
@@ -150,7 +159,7 @@ fn a_unix_socket_path_never_replaces_a_file_or_a_live_socket() {
     // A dead socket left by a killed server is replaced.
     drop(first); // SIGKILL: the socket file stays, nobody accepts
     assert!(sock.exists());
-    let second = Runner::start(&["--disable-runtimes=pod", &listen]);
+    let second = Runner::start(&["--disable-runtimes=pod", &config, &listen]);
     assert!(
         second.log().contains("replacing a dead socket"),
         "{}",
@@ -161,11 +170,18 @@ fn a_unix_socket_path_never_replaces_a_file_or_a_live_socket() {
 #[test]
 fn a_port_in_use_is_named_plainly() {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), "functions: []\n").unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let o = run(
         dir.path(),
-        &["serve", "--disable-runtimes=pod", "--listen", &addr],
+        &[
+            "serve",
+            "--disable-runtimes=pod",
+            "--config=config.yaml",
+            "--listen",
+            &addr,
+        ],
     );
     let err = assert_user_error(&o, "serve");
     assert!(
