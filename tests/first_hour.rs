@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Runner, config_map_rl, script};
+use common::{Runner, config_map_rl, free_port, script};
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use tonic::Code;
 
@@ -86,12 +86,19 @@ fn copy_dir(from: &Path, to: &Path) {
     assert!(status.success());
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `serve` and `wrapper-server` both refuse `listen` with `wanted` in the message.
+fn both_servers_refuse(cwd: &Path, config: &str, listen: &str, wanted: &str) {
+    for (bin, args) in [
+        (
+            RUNNER,
+            vec!["serve", "--disable-runtimes=pod", config, listen],
+        ),
+        (WRAPPER, vec![listen, "--", "cat"]),
+    ] {
+        let o = run_in(cwd, bin, &args, &[], b"");
+        let err = assert_user_error(&o, bin);
+        assert!(err.contains(wanted), "{bin}: {err}");
+    }
 }
 
 #[test]
@@ -105,47 +112,23 @@ fn a_unix_socket_path_never_replaces_a_file_or_a_live_socket() {
     let notes = cwd.join("notes.txt");
     std::fs::write(&notes, "precious").unwrap();
     let listen = format!("--listen=unix:{}", notes.display());
-    for (bin, args) in [
-        (
-            RUNNER,
-            vec!["serve", "--disable-runtimes=pod", &config, &listen],
-        ),
-        (WRAPPER, vec![&listen, "--", "cat"]),
-    ] {
-        let o = run_in(cwd, bin, &args, &[], b"");
-        let err = assert_user_error(&o, bin);
-        assert!(
-            err.contains(&format!(
-                "Error: cannot listen on unix:{}: {} exists and is not a socket; it was left untouched",
-                notes.display(),
-                notes.display()
-            )),
-            "{err}"
-        );
-        assert_eq!(std::fs::read_to_string(&notes).unwrap(), "precious");
-    }
+    let wanted = format!(
+        "Error: cannot listen on unix:{}: {} exists and is not a socket; it was left untouched",
+        notes.display(),
+        notes.display()
+    );
+    both_servers_refuse(cwd, &config, &listen, &wanted);
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "precious");
 
     // A live socket: the second server refuses, the first keeps serving.
     let sock = cwd.join("runner.sock");
     let listen = format!("--listen=unix:{}", sock.display());
     let first = Runner::start(&["--disable-runtimes=pod", &config, &listen]);
-    for (bin, args) in [
-        (
-            RUNNER,
-            vec!["serve", "--disable-runtimes=pod", &config, &listen],
-        ),
-        (WRAPPER, vec![&listen, "--", "cat"]),
-    ] {
-        let o = run_in(cwd, bin, &args, &[], b"");
-        let err = assert_user_error(&o, bin);
-        assert!(
-            err.contains(&format!(
-                "another process is listening on {}; stop it or choose another socket path",
-                sock.display()
-            )),
-            "{err}"
-        );
-    }
+    let wanted = format!(
+        "another process is listening on {}; stop it or choose another socket path",
+        sock.display()
+    );
+    both_servers_refuse(cwd, &config, &listen, &wanted);
     assert!(sock.exists(), "the live socket was removed");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {

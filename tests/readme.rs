@@ -33,6 +33,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use clap::CommandFactory;
+use common::free_port;
+
+mod common;
 
 const README: &str = include_str!("../README.md");
 
@@ -127,15 +130,6 @@ fn sections(readme: &str) -> Vec<(String, String)> {
         last.1.push('\n');
     }
     out
-}
-
-/// A free TCP port on loopback (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A background block's process group, stopped on drop.
