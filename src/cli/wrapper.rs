@@ -68,27 +68,10 @@ fn settings(args: &WrapperArgs) -> anyhow::Result<ExecSettings> {
     Ok(settings)
 }
 
-/// The entrypoint with a relative program path (`fns/bin/f`, not a bare
-/// name looked up in `PATH`) made absolute against the working directory
-/// the server was started in: functions run in a temporary directory.
-fn entrypoint(argv: &[OsString]) -> Vec<OsString> {
-    let mut argv = argv.to_vec();
-    if let Some(program) = argv.first_mut() {
-        let path = std::path::Path::new(program.as_os_str());
-        if path.is_relative()
-            && path.components().count() > 1
-            && let Ok(abs) = std::path::absolute(path)
-        {
-            *program = abs.into_os_string();
-        }
-    }
-    argv
-}
-
 /// Runs the wrapper server until SIGTERM/SIGINT.
 pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
     super::init_logging(args.verbosity);
-    let evaluator = WrapperEvaluator::new(entrypoint(&args.entrypoint), settings(&args)?)?;
+    let evaluator = WrapperEvaluator::new(args.entrypoint.clone(), settings(&args)?)?;
     let server = super::bind("wrapper-server", args.listen.as_deref(), args.port).await?;
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,
@@ -108,22 +91,4 @@ pub fn main() -> ExitCode {
         std::env::args().collect(),
     ));
     super::run_async(run(args))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn relative_entrypoints_are_made_absolute_and_bare_names_kept() {
-        let cwd = std::env::current_dir().unwrap();
-        let argv = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
-        assert_eq!(
-            entrypoint(&argv(&["fns/bin/f", "--x"])),
-            vec![cwd.join("fns/bin/f").into_os_string(), "--x".into()]
-        );
-        assert_eq!(entrypoint(&argv(&["f", "a"])), argv(&["f", "a"]));
-        assert_eq!(entrypoint(&argv(&["/usr/bin/f"])), argv(&["/usr/bin/f"]));
-        assert!(entrypoint(&[]).is_empty());
-    }
 }
