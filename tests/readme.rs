@@ -12,7 +12,10 @@
 //! - `<!-- readme-test: NAME expect-stdout -->` before any block: the stdout
 //!   of the last block run must be this text (trailing blanks aside).
 //! - `<!-- flags: COMMAND -->` inside a section (heading to next heading):
-//!   the section documents COMMAND's flags (see `every_flag_is_documented`).
+//!   the section documents COMMAND's flags (see `every_flag_is_documented`:
+//!   each flag of COMMAND's `--help` must appear there, and every flag in a
+//!   `krm-fn-runner`/`wrapper-server` command line of any code block, and in
+//!   the prose of the flag sections, must exist).
 //!
 //! Only marked blocks run; unmarked blocks (the release build, scripts that
 //! build or test the whole project) are not. Blocks run in document order,
@@ -322,22 +325,82 @@ fn mentions(text: &str, token: &str) -> bool {
     })
 }
 
-/// Flags of other tools the README mentions, with the tool.
-const FOREIGN_FLAGS: &[(&str, &str)] = &[
-    ("--release", "cargo"),
-    ("--bin", "cargo"),
-    ("--bench", "cargo"),
-    ("--target", "cargo"),
-    ("--all-targets", "cargo clippy"),
-    ("--ignored", "cargo test"),
-    ("--advertise-address", "kube-apiserver"),
-    ("--endpoint-reconciler-type", "kube-apiserver"),
-    ("--flag", "Go's flag syntax, as an example"),
-];
+/// Flags of other tools that the README's flag sections mention in prose.
+const FOREIGN_FLAGS: &[(&str, &str)] = &[("--flag", "Go's flag syntax, as an example")];
+
+/// The `--name` tokens of `text` (`--x=1` gives `--x`; a bare `--` none).
+fn flag_tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("--") {
+        let token: String = text[i + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        let prev = text[..i].chars().next_back();
+        if token.starts_with(|c: char| c.is_ascii_lowercase())
+            && !prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            out.push(format!("--{token}"));
+        }
+    }
+    out
+}
+
+/// The lines of the README's code blocks that run one of our binaries,
+/// as (command, flags): `krm-fn-runner SUB …` gives `SUB`,
+/// `wrapper-server …` gives `wrapper-server`. Continuation lines are
+/// joined; pipelines and lists are split; leading `NAME=value`
+/// assignments skipped; a bare `--` ends the flags.
+fn command_lines(readme: &str) -> Vec<(String, Vec<String>, String)> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    let mut logical = String::new();
+    for line in readme.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if !in_code {
+            continue;
+        }
+        logical.push_str(line.trim_end().trim_end_matches('\\'));
+        logical.push(' ');
+        if line.trim_end().ends_with('\\') {
+            continue;
+        }
+        let text = std::mem::take(&mut logical);
+        let text = text.split(" #").next().unwrap_or_default();
+        for segment in text
+            .split(" | ")
+            .flat_map(|s| s.split("&&"))
+            .flat_map(|s| s.split(';'))
+        {
+            let words: Vec<&str> = segment
+                .split_whitespace()
+                .skip_while(|w| w.contains('=') && !w.starts_with('-'))
+                .collect();
+            let (command, rest) = match words.as_slice() {
+                ["krm-fn-runner", sub, rest @ ..] => (sub.to_string(), rest),
+                ["wrapper-server", rest @ ..] => ("wrapper-server".to_string(), rest),
+                _ => continue,
+            };
+            let flags = rest
+                .iter()
+                .take_while(|w| **w != "--")
+                .flat_map(|w| flag_tokens(w))
+                .collect();
+            out.push((command, flags, segment.trim().to_string()));
+        }
+    }
+    out
+}
 
 /// Each command's `--help` flags appear in the README sections marked
-/// `<!-- flags: COMMAND -->`, and every `--flag` the README names is a flag
-/// of one of the commands (or of a tool listed in `FOREIGN_FLAGS`).
+/// `<!-- flags: COMMAND -->`; every flag in the README's command lines of
+/// our binaries is a flag of that command; every `--flag` in the prose of
+/// the marked sections is a flag of one of the commands (or listed in
+/// `FOREIGN_FLAGS`). Flags of other tools elsewhere (cargo, kubectl) are
+/// not ours to check.
 #[test]
 fn every_flag_is_documented() {
     let cli = krm_fn_runner::cli::Cli::command();
@@ -349,11 +412,16 @@ fn every_flag_is_documented() {
         "wrapper-server".into(),
         krm_fn_runner::cli::wrapper::WrapperArgs::command(),
     );
+    // Every command has these two; they need no documentation.
+    let builtin = ["--help".to_string(), "--version".to_string()];
+    let surface: BTreeMap<&str, Vec<String>> = commands
+        .iter()
+        .map(|(name, cmd)| (name.as_str(), documented_surface(cmd)))
+        .collect();
     let sections = sections(README);
     let mut missing = Vec::new();
-    // Every command has these two; they need no documentation.
-    let mut known: BTreeSet<String> = ["--help", "--version"].map(String::from).into();
-    for (name, cmd) in &commands {
+    let mut marked_prose = String::new();
+    for (name, items) in &surface {
         let marker = format!("<!-- flags: {name} -->");
         let text: String = sections
             .iter()
@@ -364,40 +432,48 @@ fn every_flag_is_documented() {
             !text.is_empty(),
             "no README section is marked {marker}: add the marker to the section documenting `{name}`"
         );
-        for item in documented_surface(cmd) {
-            if !mentions(&text, &item) {
+        for item in items {
+            if !mentions(&text, item) {
                 missing.push(format!("{name} {item}"));
             }
-            known.insert(item);
+        }
+        let mut in_code = false;
+        for line in text.lines() {
+            if line.trim_start().starts_with("```") {
+                in_code = !in_code;
+            } else if !in_code {
+                marked_prose.push_str(line);
+                marked_prose.push('\n');
+            }
         }
     }
     assert!(
         missing.is_empty(),
         "flags missing from the README sections marked <!-- flags: COMMAND -->: {missing:?}"
     );
-    let mut unknown: Vec<String> = Vec::new();
-    for (i, _) in README.match_indices("--") {
-        let token: String = README[i + 2..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-            .collect();
-        let prev = README[..i].chars().next_back();
-        if token.is_empty()
-            || !token.starts_with(|c: char| c.is_ascii_lowercase())
-            || prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
-        {
+    let mut wrong = Vec::new();
+    for (command, flags, line) in command_lines(README) {
+        let Some(known) = surface.get(command.as_str()) else {
+            wrong.push(format!("{line:?}: no command {command:?}"));
             continue;
-        }
-        let flag = format!("--{token}");
-        if !known.contains(&flag) && !FOREIGN_FLAGS.iter().any(|(f, _)| *f == flag) {
-            unknown.push(flag);
+        };
+        for flag in flags {
+            if !known.contains(&flag) && !builtin.contains(&flag) {
+                wrong.push(format!("{line:?}: {command} has no {flag}"));
+            }
         }
     }
-    unknown.sort();
-    unknown.dedup();
+    let all: BTreeSet<&String> = surface.values().flatten().chain(&builtin).collect();
+    for flag in flag_tokens(&marked_prose) {
+        if !all.contains(&flag) && !FOREIGN_FLAGS.iter().any(|(f, _)| *f == flag) {
+            wrong.push(format!("{flag} in a flag section is no flag of ours"));
+        }
+    }
+    wrong.sort();
+    wrong.dedup();
     assert!(
-        unknown.is_empty(),
-        "the README names flags no command has: {unknown:?} (a flag of another tool goes in FOREIGN_FLAGS with the tool)"
+        wrong.is_empty(),
+        "the README names flags that do not exist: {wrong:#?}"
     );
 }
 
@@ -416,5 +492,17 @@ fn markers_are_read_as_documented() {
     assert_eq!(s.len(), 3, "{s:?}");
     assert!(s[1].1.contains("<!-- flags: serve -->") && s[1].1.contains("# not a heading"));
     assert!(mentions(&s[2].1, "--port"));
+    let lines = command_lines(
+        "```sh\nPATH=x krm-fn-runner render p --allow-exec \\\n    -o d | cat && wrapper-server --port=1 -- f --x\nkubectl apply --dry-run\n```\n",
+    );
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.clone()),
+        ("render", vec!["--allow-exec".to_string()])
+    );
+    assert_eq!(
+        (lines[1].0.as_str(), lines[1].1.clone()),
+        ("wrapper-server", vec!["--port".to_string()])
+    );
     assert!(!mentions("--portal", "--port") && !mentions("x--port", "--port"));
 }
