@@ -8,3 +8,4 @@ pub mod package;
 pub mod pod;
 pub mod runtime;
 pub mod sim;
+pub mod telemetry;

@@ -121,23 +121,24 @@ pub(crate) async fn bind(
     Ok(server)
 }
 
-/// Klog-style verbosity (Porch's `--log-level`, 0–5) as a tracing filter.
+/// Klog-style verbosity (Porch's `--log-level`, 0–5) as the log filter,
+/// for commands that export no telemetry.
 pub(crate) fn init_logging(level: u8) {
-    let default = match level {
-        0 => "error",
-        1 => "warn",
-        2 => "info",
-        3 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
+    crate::adapters::telemetry::init_logging(level);
+}
+
+/// Sets up logging and the telemetry the `OTEL_*` environment asks for,
+/// with `service` as the default service name.
+///
+/// Errors: a telemetry variable with an unusable value, a `/metrics`
+/// address that cannot be bound, an exporter that cannot be built.
+pub(crate) async fn init_telemetry(
+    service: &'static str,
+    level: u8,
+) -> anyhow::Result<crate::adapters::telemetry::Telemetry> {
+    use crate::adapters::telemetry::{Telemetry, TelemetryConfig};
+    let config = TelemetryConfig::from_env()?;
+    Ok(Telemetry::install(&config, service, level).await?)
 }
 
 /// The file name under which the binary is `serve` without a subcommand:

@@ -216,7 +216,7 @@ fn startup_error(e: crate::app::StartupError, settings: &RuntimeSettings) -> any
 
 /// Runs the server until SIGTERM/SIGINT.
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    super::init_logging(args.log_level);
+    let telemetry = super::init_telemetry("krm-fn-runner", args.log_level).await?;
     let settings = RuntimeSettings {
         config: args.config.clone(),
         functions: args.functions.clone(),
@@ -262,6 +262,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(pod) = pod_runtime {
         pod.shutdown();
     }
+    telemetry.shutdown().await;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

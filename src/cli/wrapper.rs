@@ -70,7 +70,7 @@ fn settings(args: &WrapperArgs) -> anyhow::Result<ExecSettings> {
 
 /// Runs the wrapper server until SIGTERM/SIGINT.
 pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
-    super::init_logging(args.verbosity);
+    let telemetry = super::init_telemetry("wrapper-server", args.verbosity).await?;
     let evaluator = WrapperEvaluator::new(args.entrypoint.clone(), settings(&args)?)?;
     let server = super::bind("wrapper-server", args.listen.as_deref(), args.port).await?;
     let options = ServeOptions {
@@ -81,6 +81,7 @@ pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
         .run(Arc::new(evaluator), options, shutdown_signal())
         .await
         .context("gRPC server failed")?;
+    telemetry.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
 

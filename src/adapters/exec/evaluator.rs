@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use tracing::Instrument;
 
 use super::process::{self, ProcessError, ProcessLimits, ProcessSpec};
+use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{
     EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure,
 };
@@ -173,8 +175,13 @@ impl FunctionEvaluator for ExecEvaluator {
                 )),
             });
         }
+        spans::claim("exec");
         tracing::info!(image, binary = %path.display(), "Evaluating in executable mode");
-        let out = self.settings.run(path, &[], &request).await?;
+        let out = self
+            .settings
+            .run(path, &[], &request)
+            .instrument(spans::function_run("exec", image))
+            .await?;
         if out.exit != ExitReason::Code(0) {
             let failure = FunctionFailure::new(image, out.exit, out.stdout, out.stderr);
             tracing::info!(image, exit = %failure.exit, "function failed");

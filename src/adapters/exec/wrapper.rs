@@ -17,8 +17,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use async_trait::async_trait;
+use tracing::Instrument;
 
 use super::evaluator::ExecSettings;
+use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{
     EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure,
 };
@@ -70,9 +72,11 @@ fn parse_failure(image: &str, stderr: &[u8], err: impl std::fmt::Display) -> Eva
 impl FunctionEvaluator for WrapperEvaluator {
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let image = request.image.as_str();
+        spans::claim("wrapper");
         let out = self
             .settings
             .run(&self.program, &self.args, &request)
+            .instrument(spans::function_run("wrapper", image))
             .await?;
         if out.exit != ExitReason::Code(0) {
             if let Err(e) = ResourceList::parse(&out.stdout) {

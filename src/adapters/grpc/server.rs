@@ -7,7 +7,6 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,13 +15,14 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
 use super::pb;
 use super::pb::function_evaluator_server::FunctionEvaluatorServer;
 use super::shutdown::{CutOnShutdown, FINAL_ANSWER_WAIT};
 use super::socket::SocketFile;
 use super::status::to_status;
+use crate::adapters::telemetry::grpc::EvaluationLayer;
+use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{EvalError, EvaluationRequest, Payload};
 use crate::domain::resource_list::ResourceList;
 use crate::ports::FunctionEvaluator;
@@ -187,7 +187,10 @@ impl Server {
         .max_decoding_message_size(options.max_message_bytes + ENVELOPE_BYTES)
         .max_encoding_message_size(options.max_message_bytes + ENVELOPE_BYTES);
         let limit = options.max_message_bytes;
+        // The telemetry layer goes outside the size rewrite, so it sees the
+        // code the caller gets.
         let router = tonic::transport::Server::builder()
+            .layer(EvaluationLayer)
             .layer(tower::util::MapResponseLayer::new(move |r| {
                 size_error_to_resource_exhausted(r, limit)
             }))
@@ -282,8 +285,6 @@ struct EvaluatorService {
     max_message_bytes: usize,
 }
 
-static REQUEST_ID: AtomicU64 = AtomicU64::new(1);
-
 /// Inputs larger than this are validated on the blocking pool.
 const INLINE_VALIDATION_BYTES: usize = 256 * 1024;
 
@@ -375,20 +376,16 @@ impl pb::function_evaluator_server::FunctionEvaluator for EvaluatorService {
             resource_list,
             image,
         } = request.into_inner();
-        let id = REQUEST_ID.fetch_add(1, Ordering::Relaxed);
-        let span = tracing::info_span!("evaluate", request_id = id, image = %image);
-        async move {
-            let started = Instant::now();
-            let result = self.handle(image, resource_list, timeout).await;
-            let elapsed = started.elapsed();
-            match &result {
-                Ok(_) => tracing::info!(?elapsed, "evaluation succeeded"),
-                Err(e) => tracing::warn!(?elapsed, error = %e, "evaluation failed"),
-            }
-            result.map(Response::new).map_err(|e| to_status(&e))
+        // The per-call span is open (the telemetry layer); it learns the image.
+        spans::record_image(&image);
+        let started = Instant::now();
+        let result = self.handle(image, resource_list, timeout).await;
+        let elapsed = started.elapsed();
+        match &result {
+            Ok(_) => tracing::info!(?elapsed, "evaluation succeeded"),
+            Err(e) => tracing::warn!(?elapsed, error = %e, "evaluation failed"),
         }
-        .instrument(span)
-        .await
+        result.map(Response::new).map_err(|e| to_status(&e))
     }
 }
 

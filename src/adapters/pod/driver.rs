@@ -24,6 +24,7 @@ use tokio_stream::StreamExt;
 use super::connections::ConnectionPool;
 use super::{AddressMode, PodRuntimeConfig};
 use crate::adapters::oci::PullSecretSync;
+use crate::adapters::telemetry::spans::PodStarts;
 use crate::domain::pod_cache::template::{
     PodBuild, TemplateOverrides, Templates, build_pod, build_service, has_template_version,
     observe_pod, service_endpoint,
@@ -171,6 +172,7 @@ pub(super) struct Driver {
     listing: bool,
     runtime: tokio::runtime::Handle,
     deadline_added: bool,
+    starts: PodStarts<SlotId>,
 }
 
 /// The driver behind a lock, shared by the driver task (events, timers,
@@ -196,6 +198,11 @@ impl Shared {
         // Every driver method leaves the state consistent between inputs;
         // a panic elsewhere while holding the lock does not break that.
         self.driver.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the pod cache (a read-only look, e.g. for gauges).
+    pub(super) fn with_cache<R>(&self, f: impl FnOnce(&PodCache) -> R) -> R {
+        f(&self.lock().cache)
     }
 
     /// Handles `msg` on the calling task, waking the driver task if the
@@ -277,6 +284,7 @@ impl Driver {
             listing: false,
             runtime: tokio::runtime::Handle::current(),
             deadline_added: false,
+            starts: PodStarts::default(),
         }
     }
 
@@ -437,6 +445,12 @@ impl Driver {
 
     /// Feeds one input at the current time and carries out the commands.
     fn feed(&mut self, input: Input) {
+        match &input {
+            Input::PodReady { slot, .. } => self.starts.end(slot, true),
+            Input::PodFailed { slot, .. } => self.starts.end(slot, false),
+            Input::Shutdown => self.starts.clear(),
+            _ => {}
+        }
         self.cache.handle(now(), input);
         while let Some(cmd) = self.cache.poll_command() {
             self.execute(cmd);
@@ -450,6 +464,7 @@ impl Driver {
         match cmd {
             Command::CreatePod(c) => {
                 tracing::info!(pod = %c.pod_name, image = %c.image, "creating function pod");
+                self.starts.begin(c.slot, &c.image, &c.pod_name);
                 self.deadline_added = true;
                 self.creating.insert(
                     c.pod_name.clone(),

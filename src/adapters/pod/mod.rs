@@ -23,13 +23,17 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Code;
+use tracing::Instrument;
 
 use crate::adapters::grpc::pb::EvaluateFunctionRequest;
 use crate::adapters::oci::PullSecretSync;
+use crate::adapters::telemetry::{self, PodSample, PodState, spans};
 use crate::domain::evaluation::{EvalError, EvaluationRequest, EvaluationResponse};
 use crate::domain::function_config::FunctionConfigStore;
 use crate::domain::image::resolve_image;
-use crate::domain::pod_cache::{ErrorClass, IMAGE_LABEL, PodCacheError, PodCachePolicy, RequestId};
+use crate::domain::pod_cache::{
+    ErrorClass, IMAGE_LABEL, PodCacheError, PodCachePolicy, RequestId, SlotState,
+};
 use crate::ports::{FunctionEvaluator, ImageInspector, PodPlatform};
 use connections::{ConnectionPool, Resolver};
 use driver::{Ctx, Driver, Msg, Shared};
@@ -200,6 +204,12 @@ impl PodEvaluator {
         let mut driver = Driver::new(ctx, templates, ready_tx, tx.clone());
         driver.start(existing, warm_up);
         let shared = Arc::new(Shared::new(driver));
+        let weak = Arc::downgrade(&shared);
+        telemetry::observe_pods(move || {
+            weak.upgrade()
+                .map(|s| s.with_cache(pod_samples))
+                .unwrap_or_default()
+        });
         tokio::spawn(Driver::run(
             shared.clone(),
             rx,
@@ -267,6 +277,22 @@ impl Drop for PodEvaluator {
     }
 }
 
+/// The pod cache's slots as samples for the pod gauges.
+fn pod_samples(cache: &crate::domain::pod_cache::PodCache) -> Vec<PodSample> {
+    cache
+        .slots()
+        .map(|s| PodSample {
+            image: s.image.to_string(),
+            state: match s.state {
+                SlotState::Pending => PodState::Starting,
+                SlotState::Ready if s.load == 0 => PodState::Idle,
+                SlotState::Ready => PodState::Busy,
+            },
+            waiting: s.waiting as u64,
+        })
+        .collect()
+}
+
 /// Maps a pod-cache error to an evaluation error by its class, with Porch's
 /// `unable to get the grpc client to the pod for <image>` prefix.
 fn pod_error(image: &str, e: &PodCacheError) -> EvalError {
@@ -290,12 +316,13 @@ impl FunctionEvaluator for PodEvaluator {
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let started = Instant::now();
         let image = resolve_image(&request.image, &self.prefix);
+        spans::claim("pod");
         let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let _release = Release {
             shared: self.shared.clone(),
             id,
         };
-        let acquire = self.acquire(id, &image);
+        let acquire = self.acquire(id, &image).instrument(spans::pod_wait(&image));
         let assignment = match request.timeout {
             Some(t) => {
                 tokio::time::timeout(t, acquire)
@@ -323,7 +350,13 @@ impl FunctionEvaluator for PodEvaluator {
             call.set_timeout(t.saturating_sub(started.elapsed()));
         }
         let call_started = Instant::now();
-        let result = client.evaluate_function(call).await;
+        let result = async move {
+            // The wrapper server continues this call's trace.
+            telemetry::grpc::inject_context(call.metadata_mut());
+            client.evaluate_function(call).await
+        }
+        .instrument(spans::function_run("pod", &image))
+        .await;
         // `call_us`: how long the pod was in use by this call (microseconds).
         tracing::debug!(
             image = %request.image,

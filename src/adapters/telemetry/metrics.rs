@@ -1,0 +1,504 @@
+//! Metrics: the instruments, and the `tracing` layer that feeds them from
+//! the spans of [`spans`](super::spans).
+//!
+//! | OpenTelemetry instrument | Prometheus name | type | labels |
+//! |---|---|---|---|
+//! | `krm_fn_runner.evaluations` | `krm_fn_runner_evaluations_total` | counter | `image`, `runtime`, `code` |
+//! | `krm_fn_runner.evaluation.duration` (s) | `krm_fn_runner_evaluation_duration_seconds` | histogram | `image`, `runtime`, `code` |
+//! | `krm_fn_runner.pod.wait.duration` (s) | `krm_fn_runner_pod_wait_duration_seconds` | histogram | `image` |
+//! | `krm_fn_runner.pod.start.duration` (s) | `krm_fn_runner_pod_start_duration_seconds` | histogram | `image`, `outcome` |
+//! | `krm_fn_runner.function.run.duration` (s) | `krm_fn_runner_function_run_duration_seconds` | histogram | `image`, `runtime` |
+//! | `krm_fn_runner.pods` | `krm_fn_runner_pods` | gauge | `image`, `state` |
+//! | `krm_fn_runner.pod.waiting_requests` | `krm_fn_runner_pod_waiting_requests` | gauge | `image` |
+//! | `krm_fn_runner.exec.processes` | `krm_fn_runner_exec_processes` | gauge | |
+//!
+//! Image labels are bounded: a call no runtime took (NOT_FOUND, a request
+//! refused before evaluation) is labelled [`OTHER_IMAGE`], and so is every
+//! image after the first [`MAX_IMAGE_LABELS`] distinct ones and any image
+//! longer than [`MAX_IMAGE_LABEL_BYTES`].
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
+
+use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
+use opentelemetry::{KeyValue, StringValue, Value};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Subscriber, span};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+
+use super::spans;
+
+/// The image label of calls no runtime took, and of images past the cap
+/// (the name follows the semantic conventions' `_OTHER` for folded values).
+pub const OTHER_IMAGE: &str = "_OTHER";
+/// Distinct image label values kept per process.
+pub const MAX_IMAGE_LABELS: usize = 100;
+/// Longest image label kept, in bytes.
+pub const MAX_IMAGE_LABEL_BYTES: usize = 256;
+
+/// Histogram bucket boundaries, in seconds: the semantic conventions'
+/// advice for request durations, extended to two minutes for pod starts.
+pub const DURATION_BUCKETS: [f64; 17] = [
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0, 60.0,
+    120.0,
+];
+
+/// Instrument names (OpenTelemetry form; see the module table for the
+/// Prometheus names).
+pub mod names {
+    /// Calls answered, by image, runtime and gRPC code.
+    pub const EVALUATIONS: &str = "krm_fn_runner.evaluations";
+    /// Whole-call latency.
+    pub const EVALUATION_DURATION: &str = "krm_fn_runner.evaluation.duration";
+    /// Time a call waited for a function pod.
+    pub const POD_WAIT_DURATION: &str = "krm_fn_runner.pod.wait.duration";
+    /// Time from creating a function pod to ready (or failed).
+    pub const POD_START_DURATION: &str = "krm_fn_runner.pod.start.duration";
+    /// Time the function itself ran.
+    pub const FUNCTION_RUN_DURATION: &str = "krm_fn_runner.function.run.duration";
+    /// Function pods by state.
+    pub const PODS: &str = "krm_fn_runner.pods";
+    /// Calls queued on pods that are not ready yet.
+    pub const POD_WAITING_REQUESTS: &str = "krm_fn_runner.pod.waiting_requests";
+    /// Function processes running.
+    pub const EXEC_PROCESSES: &str = "krm_fn_runner.exec.processes";
+}
+
+/// Bounded set of image label values.
+#[derive(Debug)]
+pub(crate) struct ImageLabels {
+    known: RwLock<HashSet<Arc<str>>>,
+    other: Arc<str>,
+}
+
+impl ImageLabels {
+    fn new() -> Self {
+        Self {
+            known: RwLock::new(HashSet::new()),
+            other: Arc::from(OTHER_IMAGE),
+        }
+    }
+
+    /// The label for `image`: itself while there is room, else [`OTHER_IMAGE`].
+    fn label(&self, image: &str) -> Arc<str> {
+        if image.is_empty() || image.len() > MAX_IMAGE_LABEL_BYTES {
+            return self.other.clone();
+        }
+        if let Some(v) = self
+            .known
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(image)
+        {
+            return v.clone();
+        }
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = known.get(image) {
+            return v.clone();
+        }
+        if known.len() >= MAX_IMAGE_LABELS {
+            return self.other.clone();
+        }
+        let v: Arc<str> = Arc::from(image);
+        known.insert(v.clone());
+        v
+    }
+
+    fn value(&self, image: Option<&str>) -> Value {
+        let label = match image {
+            Some(i) => self.label(i),
+            None => self.other.clone(),
+        };
+        Value::String(StringValue::from(label))
+    }
+}
+
+/// What the metrics need besides the layer: the meter (for gauges
+/// registered later) and the image labels.
+pub(crate) struct MetricsState {
+    meter: Meter,
+    images: Arc<ImageLabels>,
+}
+
+static STATE: OnceLock<MetricsState> = OnceLock::new();
+
+/// Builds the instruments on `meter` and returns the layer that feeds them.
+/// The first call in a process also makes the meter available to
+/// [`observe_pods`].
+pub(crate) fn layer(meter: Meter) -> MetricsLayer {
+    let images = Arc::new(ImageLabels::new());
+    let seconds = |name: &'static str, description: &'static str| {
+        meter
+            .f64_histogram(name)
+            .with_unit("s")
+            .with_description(description)
+            .with_boundaries(DURATION_BUCKETS.to_vec())
+            .build()
+    };
+    let layer = MetricsLayer {
+        evaluations: meter
+            .u64_counter(names::EVALUATIONS)
+            .with_unit("{evaluation}")
+            .with_description("EvaluateFunction calls answered, by image, runtime and gRPC code")
+            .build(),
+        evaluation_duration: seconds(
+            names::EVALUATION_DURATION,
+            "Time from an EvaluateFunction call's arrival to its answer",
+        ),
+        pod_wait: seconds(
+            names::POD_WAIT_DURATION,
+            "Time a call waited for a function pod (including its start, if it caused one)",
+        ),
+        pod_start: seconds(
+            names::POD_START_DURATION,
+            "Time from creating a function pod to its wrapper server answering, or to giving up",
+        ),
+        function_run: seconds(
+            names::FUNCTION_RUN_DURATION,
+            "Time the function itself ran: its process, or the call to its pod's wrapper server",
+        ),
+        exec_processes: meter
+            .i64_up_down_counter(names::EXEC_PROCESSES)
+            .with_unit("{process}")
+            .with_description("Function processes running")
+            .build(),
+        images: images.clone(),
+    };
+    let _ = STATE.set(MetricsState { meter, images });
+    layer
+}
+
+/// A function pod's state as the `krm_fn_runner_pods` gauge reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PodState {
+    /// Being created, not ready yet.
+    Starting,
+    /// Ready, no call in it.
+    Idle,
+    /// Ready, serving at least one call.
+    Busy,
+}
+
+impl PodState {
+    const ALL: [PodState; 3] = [PodState::Starting, PodState::Idle, PodState::Busy];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodState::Starting => "starting",
+            PodState::Idle => "idle",
+            PodState::Busy => "busy",
+        }
+    }
+}
+
+/// One function pod as a sample for the pod gauges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSample {
+    /// The function image (as the pod runtime resolved it).
+    pub image: String,
+    /// Its state.
+    pub state: PodState,
+    /// Calls queued on it while it starts.
+    pub waiting: u64,
+}
+
+/// Pod counts per image label and state, and waiting calls per image label;
+/// every image label ever seen is reported (zero when it has no pod), so a
+/// function whose pods are gone reads 0 rather than its last count.
+fn census(
+    images: &ImageLabels,
+    seen: &Mutex<BTreeSet<Arc<str>>>,
+    samples: Vec<PodSample>,
+) -> (BTreeMap<(Arc<str>, PodState), u64>, BTreeMap<Arc<str>, u64>) {
+    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pods = BTreeMap::new();
+    let mut waiting = BTreeMap::new();
+    for s in samples {
+        let image = images.label(&s.image);
+        seen.insert(image.clone());
+        *pods.entry((image.clone(), s.state)).or_insert(0) += 1;
+        *waiting.entry(image).or_insert(0) += s.waiting;
+    }
+    for image in seen.iter() {
+        for state in PodState::ALL {
+            pods.entry((image.clone(), state)).or_insert(0);
+        }
+        waiting.entry(image.clone()).or_insert(0);
+    }
+    (pods, waiting)
+}
+
+/// Registers the pod gauges (`krm_fn_runner_pods`,
+/// `krm_fn_runner_pod_waiting_requests`), read from `source` at each
+/// collection (a scrape). Does nothing when metrics are off.
+pub fn observe_pods(source: impl Fn() -> Vec<PodSample> + Send + Sync + 'static) {
+    let Some(state) = STATE.get() else {
+        return;
+    };
+    let source = Arc::new(source);
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let (images, s, seen2) = (state.images.clone(), source.clone(), seen.clone());
+    state
+        .meter
+        .u64_observable_gauge(names::PODS)
+        .with_unit("{pod}")
+        .with_description("Function pods of this runner by function image and state")
+        .with_callback(move |observer| {
+            let (pods, _) = census(&images, &seen2, s());
+            for ((image, state), n) in pods {
+                observer.observe(
+                    n,
+                    &[
+                        KeyValue::new("image", StringValue::from(image)),
+                        KeyValue::new("state", state.as_str()),
+                    ],
+                );
+            }
+        })
+        .build();
+    let images = state.images.clone();
+    state
+        .meter
+        .u64_observable_gauge(names::POD_WAITING_REQUESTS)
+        .with_unit("{request}")
+        .with_description("Calls waiting for a function pod that is starting, by function image")
+        .with_callback(move |observer| {
+            let (_, waiting) = census(&images, &seen, source());
+            for (image, n) in waiting {
+                observer.observe(n, &[KeyValue::new("image", StringValue::from(image))]);
+            }
+        })
+        .build();
+}
+
+/// Which of our spans a span is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Evaluate,
+    PodWait,
+    PodStart,
+    FunctionRun,
+}
+
+/// The fields the metrics read.
+#[derive(Debug, Default)]
+struct Fields {
+    image: Option<String>,
+    runtime: Option<String>,
+    code: Option<String>,
+    outcome: Option<String>,
+}
+
+impl Fields {
+    fn slot(&mut self, field: &Field) -> Option<&mut Option<String>> {
+        match field.name() {
+            "image" => Some(&mut self.image),
+            "runtime" => Some(&mut self.runtime),
+            "code" => Some(&mut self.code),
+            "outcome" => Some(&mut self.outcome),
+            _ => None,
+        }
+    }
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if let Some(slot) = self.slot(field) {
+            *slot = Some(value.to_string());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if let Some(slot) = self.slot(field) {
+            *slot = Some(format!("{value:?}"));
+        }
+    }
+}
+
+/// Timing state kept in a span's extensions.
+struct Timing {
+    kind: Kind,
+    start: Instant,
+    fields: Fields,
+}
+
+/// Whether a `function.run` of `runtime` is a local process.
+fn is_process(runtime: Option<&str>) -> bool {
+    matches!(runtime, Some("exec" | "wrapper"))
+}
+
+/// The `tracing` layer that records the instruments from our spans:
+/// evaluations and whole-call latency when an `evaluate` span closes, the
+/// phase histograms when a phase span closes, and running processes while
+/// a local `function.run` span is open.
+pub(crate) struct MetricsLayer {
+    evaluations: Counter<u64>,
+    evaluation_duration: Histogram<f64>,
+    pod_wait: Histogram<f64>,
+    pod_start: Histogram<f64>,
+    function_run: Histogram<f64>,
+    exec_processes: UpDownCounter<i64>,
+    images: Arc<ImageLabels>,
+}
+
+impl MetricsLayer {
+    fn kind(metadata: &tracing::Metadata<'_>) -> Option<Kind> {
+        if metadata.target() != spans::TARGET {
+            return None;
+        }
+        match metadata.name() {
+            spans::EVALUATE => Some(Kind::Evaluate),
+            spans::POD_WAIT => Some(Kind::PodWait),
+            spans::POD_START => Some(Kind::PodStart),
+            spans::FUNCTION_RUN => Some(Kind::FunctionRun),
+            _ => None,
+        }
+    }
+
+    fn record(&self, timing: Timing) {
+        let seconds = timing.start.elapsed().as_secs_f64();
+        let f = timing.fields;
+        let text = |v: Option<String>, default: &'static str| -> Value {
+            v.map(Value::from).unwrap_or(Value::from(default))
+        };
+        match timing.kind {
+            Kind::Evaluate => {
+                // A call no runtime took is folded into the other images.
+                let image = if f.runtime.is_some() {
+                    self.images.value(f.image.as_deref())
+                } else {
+                    self.images.value(None)
+                };
+                let labels = [
+                    KeyValue::new("image", image),
+                    KeyValue::new("runtime", text(f.runtime, "none")),
+                    // A call dropped before it was answered: the caller left.
+                    KeyValue::new("code", text(f.code, "CANCELLED")),
+                ];
+                self.evaluations.add(1, &labels);
+                self.evaluation_duration.record(seconds, &labels);
+            }
+            Kind::PodWait => self.pod_wait.record(
+                seconds,
+                &[KeyValue::new(
+                    "image",
+                    self.images.value(f.image.as_deref()),
+                )],
+            ),
+            Kind::PodStart => self.pod_start.record(
+                seconds,
+                &[
+                    KeyValue::new("image", self.images.value(f.image.as_deref())),
+                    KeyValue::new("outcome", text(f.outcome, "failed")),
+                ],
+            ),
+            Kind::FunctionRun => {
+                if is_process(f.runtime.as_deref()) {
+                    self.exec_processes.add(-1, &[]);
+                }
+                self.function_run.record(
+                    seconds,
+                    &[
+                        KeyValue::new("image", self.images.value(f.image.as_deref())),
+                        KeyValue::new("runtime", text(f.runtime, "none")),
+                    ],
+                );
+            }
+        }
+    }
+}
+
+impl<S> Layer<S> for MetricsLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let Some(kind) = Self::kind(attrs.metadata()) else {
+            return;
+        };
+        let mut fields = Fields::default();
+        attrs.record(&mut fields);
+        if kind == Kind::FunctionRun && is_process(fields.runtime.as_deref()) {
+            self.exec_processes.add(1, &[]);
+        }
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(Timing {
+                kind,
+                start: Instant::now(),
+                fields,
+            });
+        }
+    }
+
+    fn on_record(&self, id: &span::Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            if let Some(timing) = span.extensions_mut().get_mut::<Timing>() {
+                values.record(&mut timing.fields);
+            }
+        }
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        let timing = ctx
+            .span(&id)
+            .and_then(|span| span.extensions_mut().remove::<Timing>());
+        if let Some(timing) = timing {
+            self.record(timing);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_labels_are_capped_and_bounded_in_length() {
+        let labels = ImageLabels::new();
+        for i in 0..MAX_IMAGE_LABELS {
+            assert_eq!(&*labels.label(&format!("img{i}")), format!("img{i}"));
+        }
+        assert_eq!(&*labels.label("one-too-many"), OTHER_IMAGE);
+        assert_eq!(
+            &*labels.label("img7"),
+            "img7",
+            "known images keep their label"
+        );
+        let fresh = ImageLabels::new();
+        assert_eq!(&*fresh.label(&"x".repeat(300)), OTHER_IMAGE);
+        assert_eq!(&*fresh.label(""), OTHER_IMAGE);
+    }
+
+    #[test]
+    fn census_reports_zero_for_functions_whose_pods_are_gone() {
+        let labels = ImageLabels::new();
+        let seen = Mutex::new(BTreeSet::new());
+        let sample = |state, waiting| PodSample {
+            image: "a".into(),
+            state,
+            waiting,
+        };
+        let (pods, waiting) = census(
+            &labels,
+            &seen,
+            vec![
+                sample(PodState::Starting, 2),
+                sample(PodState::Busy, 0),
+                sample(PodState::Busy, 0),
+            ],
+        );
+        let a: Arc<str> = Arc::from("a");
+        assert_eq!(pods[&(a.clone(), PodState::Starting)], 1);
+        assert_eq!(pods[&(a.clone(), PodState::Busy)], 2);
+        assert_eq!(pods[&(a.clone(), PodState::Idle)], 0);
+        assert_eq!(waiting[&a], 2);
+        let (pods, waiting) = census(&labels, &seen, Vec::new());
+        assert!(pods.values().all(|n| *n == 0) && pods.len() == 3);
+        assert_eq!(waiting[&a], 0);
+    }
+}
