@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Creates (once) a Python virtualenv with grpcio, grpcio-tools and
 # grpcio-health-checking, used by the tests as a gRPC client not written in
-# Rust. Prints the path of the venv's python on stdout.
+# Rust, and prometheus-client, whose text parser reads the runner's /metrics.
+# Prints the path of the venv's python on stdout.
 #
 # Usage: scripts/setup-python-client.sh [VENV_DIR]
 # Default VENV_DIR: ${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}/python-venv
 set -euo pipefail
 
 venv="${1:-${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}/python-venv}"
-packages=(grpcio==1.85.1 grpcio-tools==1.85.1 grpcio-health-checking==1.85.1)
+packages=(grpcio==1.85.1 grpcio-tools==1.85.1 grpcio-health-checking==1.85.1 prometheus-client==0.26.0)
 stamp="$venv/.krm-fn-runner-stamp"
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "${packages[*]}" && -x "$venv/bin/python" ]]; then

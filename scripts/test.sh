@@ -2,7 +2,8 @@
 # Runs the whole test suite. Installs (once, cached under
 # ${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}) what the tests need:
 #   - real KRM functions from the public catalog, built with Go;
-#   - a Python virtualenv with grpcio (a gRPC client not written in Rust);
+#   - a Python virtualenv with grpcio (a gRPC client not written in Rust)
+#     and prometheus_client (a /metrics parser not written here);
 #   - kpt's end-to-end fixtures, from the kpt Go module;
 #   - the kpt CLI itself, built from the same module (about 3 minutes once);
 #   - a real kube-apiserver and etcd, built from the Go module proxy
@@ -10,6 +11,8 @@
 #   - kustomize and kubectl, built from the Go module proxy (deploy/ tests);
 #   - the Rust musl target, added with rustup by scripts/build-images.sh, which
 #     tests/images.rs runs (its static build is cached per machine too).
+#   - a real OpenTelemetry Collector (OTLP receiver, file exporter), built
+#     from the Go module proxy (about 4 minutes the first time).
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail
@@ -28,6 +31,8 @@ KRM_FN_KUSTOMIZE_BIN="$(bash scripts/build-kustomize.sh)"
 export KRM_FN_KUSTOMIZE_BIN
 KRM_FN_KUBECTL_BIN="$(bash scripts/build-kubectl.sh)"
 export KRM_FN_KUBECTL_BIN
+KRM_FN_OTELCOL_BIN="$(bash scripts/build-otel-collector.sh)"
+export KRM_FN_OTELCOL_BIN
 
 cargo test "$@"
 

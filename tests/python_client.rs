@@ -7,24 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Runner, catalog_dir, catalog_image};
-
-/// The Python with grpcio, from `KRM_FN_PYTHON` or `scripts/setup-python-client.sh`.
-fn python() -> String {
-    if let Ok(p) = std::env::var("KRM_FN_PYTHON") {
-        return p;
-    }
-    let out = Command::new("bash")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-python-client.sh"))
-        .output()
-        .expect("run scripts/setup-python-client.sh");
-    assert!(
-        out.status.success(),
-        "setup-python-client.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
+use common::{Runner, catalog_dir, catalog_image, python};
 
 fn call(runner: &Runner) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();

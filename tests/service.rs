@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Runner, alive, catalog_dir, catalog_image, config_map_rl, script};
+use common::{Runner, alive, catalog_config_with, catalog_image, config_map_rl, script};
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use krm_fn_runner::domain::resource_list::ResourceList;
 use tonic::Code;
@@ -32,38 +32,6 @@ fn write_scripts(dir: &Path) {
     script(dir, "flood", "#!/bin/sh\ncat >/dev/null\nexec yes krm\n");
 }
 
-/// A config.yaml serving the catalog plus the scripts, all by absolute path.
-fn write_config(dir: &Path) -> String {
-    let catalog = std::fs::read_to_string(catalog_dir().join("config.yaml")).unwrap();
-    let bin = catalog_dir().join("bin");
-    let mut out = String::from("functions:\n");
-    // Re-root the catalog entries on absolute paths.
-    for line in catalog
-        .lines()
-        .skip_while(|l| !l.starts_with("functions:"))
-        .skip(1)
-    {
-        if let Some(name) = line.trim_start().strip_prefix("- function: ") {
-            out.push_str(&format!(
-                "- function: {}\n",
-                bin.join(name.trim()).display()
-            ));
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    for s in ["fail", "sleepy", "slow-ok", "flood"] {
-        out.push_str(&format!(
-            "- function: {}\n  images:\n  - example.com/test/{s}:v1\n",
-            dir.join(s).display()
-        ));
-    }
-    let path = dir.join("config.yaml");
-    std::fs::write(&path, out).unwrap();
-    path.display().to_string()
-}
-
 struct Bed {
     dir: tempfile::TempDir,
     runner: Runner,
@@ -72,7 +40,7 @@ struct Bed {
 fn bed(extra: &[&str]) -> Bed {
     let dir = tempfile::tempdir().unwrap();
     write_scripts(dir.path());
-    let config = write_config(dir.path());
+    let config = catalog_config_with(dir.path(), &["fail", "sleepy", "slow-ok", "flood"]);
     let pid_file = format!("PID_FILE={}", dir.path().join("pids").display());
     let mut args = vec![
         "--config",

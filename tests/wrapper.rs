@@ -2,13 +2,16 @@
 //! seven wrapper behaviours with small scripts, plus a real catalog function.
 
 mod common;
+mod otel_support;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use common::{Runner, catalog_dir, catalog_image, script};
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use krm_fn_runner::domain::resource_list::ResourceList;
+use otel_support::{Collector, Scrape, metrics_url, one, trace_ids};
 use tonic::Code;
 
 /// Global text substitution over stdin; usage on stdout and exit 1 unless given two args.
@@ -145,4 +148,90 @@ fn refuses_to_start_without_an_entrypoint() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no function entrypoint given"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_metrics_and_continues_the_callers_trace() {
+    let collector = Collector::start();
+    let endpoint = format!("http://{}", collector.http);
+    let dir = tempfile::tempdir().unwrap();
+    let replace = script(dir.path(), "replace", REPLACE);
+    // Porch's pod template sets metrics on 0.0.0.0:9464 (here loopback and
+    // any free port); traces go to the collector over OTLP/HTTP.
+    let wrapper = Runner::start_wrapper_with_env(
+        &["--", replace.to_str().unwrap(), "old-ns", "new-ns"],
+        &[
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+            ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let (trace, parent) = trace_ids();
+    let mut client = wrapper.client().await;
+    for (item, traced) in [(DEPLOYMENT, true), (CONFIG_MAP, false), ("", false)] {
+        let input = if item.is_empty() {
+            b"not a resource list".to_vec()
+        } else {
+            rl(item).into_bytes()
+        };
+        let mut request = tonic::Request::new(EvaluateFunctionRequest {
+            resource_list: input.into(),
+            image: "example.com/fn:v1".into(),
+        });
+        if traced {
+            request.metadata_mut().insert(
+                "traceparent",
+                format!("00-{trace}-{parent}-01").parse().unwrap(),
+            );
+        }
+        let result = client.evaluate_function(request).await;
+        assert_eq!(result.is_ok(), !item.is_empty(), "{result:?}");
+    }
+
+    let url = metrics_url(&wrapper);
+    let m = tokio::task::spawn_blocking(move || Scrape::take(&url))
+        .await
+        .unwrap();
+    let ok = [
+        ("image", "example.com/fn:v1"),
+        ("runtime", "wrapper"),
+        ("code", "OK"),
+    ];
+    assert_eq!(m.value("krm_fn_runner_evaluations_total", &ok), 2.0);
+    let refused = [
+        ("image", "_OTHER"),
+        ("runtime", "none"),
+        ("code", "INVALID_ARGUMENT"),
+    ];
+    assert_eq!(m.value("krm_fn_runner_evaluations_total", &refused), 1.0);
+    assert_eq!(
+        m.count(
+            "krm_fn_runner_function_run_duration_seconds",
+            &[("image", "example.com/fn:v1"), ("runtime", "wrapper")]
+        ),
+        2.0
+    );
+    assert_eq!(m.value("krm_fn_runner_exec_processes", &[]), 0.0);
+    assert_eq!(
+        m.samples("target_info", &[("service_name", "wrapper-server")])
+            .len(),
+        1
+    );
+
+    let spans = collector.wait_for_trace(&trace, Duration::from_secs(20), |s| {
+        s.iter().any(|s| s.name == "function.run")
+            && s.iter()
+                .any(|s| s.name == "evaluator.FunctionEvaluator/EvaluateFunction")
+    });
+    let call = one(&spans, "evaluator.FunctionEvaluator/EvaluateFunction");
+    assert_eq!(call.parent_span_id, parent);
+    assert_eq!(call.service, "wrapper-server");
+    assert_eq!(call.attributes["runtime"], "wrapper");
+    let run = one(&spans, "function.run");
+    assert_eq!(run.parent_span_id, call.span_id);
+    assert_eq!(run.attributes["runtime"], "wrapper");
 }

@@ -53,6 +53,14 @@ pub fn catalog_image(function: &str) -> String {
     )
 }
 
+/// The Python with grpcio and prometheus_client, from `KRM_FN_PYTHON` or
+/// `scripts/setup-python-client.sh`.
+pub fn python() -> String {
+    built_tool("KRM_FN_PYTHON", "setup-python-client.sh")
+        .display()
+        .to_string()
+}
+
 /// A running `krm-fn-runner serve` process, killed on drop.
 pub struct Runner {
     child: Child,
@@ -93,6 +101,13 @@ impl Runner {
             .envs(env.iter().map(|(k, v)| (k, v)));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         Self::spawn(cmd, &args)
+    }
+
+    /// As [`Runner::start_wrapper`], with extra environment variables.
+    pub fn start_wrapper_with_env(args: &[&str], env: &[(&str, &str)]) -> Runner {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_wrapper-server"));
+        cmd.envs(env.iter().copied());
+        Self::spawn(cmd, args)
     }
 
     fn spawn(mut cmd: Command, args: &[&str]) -> Runner {
@@ -179,6 +194,40 @@ impl Drop for Runner {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Writes a config.yaml into `dir` serving the catalog functions plus the
+/// scripts named `scripts` (in `dir`, as `example.com/test/<name>:v1`), all
+/// by absolute path; returns its path.
+pub fn catalog_config_with(dir: &Path, scripts: &[&str]) -> String {
+    let catalog = std::fs::read_to_string(catalog_dir().join("config.yaml")).unwrap();
+    let bin = catalog_dir().join("bin");
+    let mut out = String::from("functions:\n");
+    // Re-root the catalog entries on absolute paths.
+    for line in catalog
+        .lines()
+        .skip_while(|l| !l.starts_with("functions:"))
+        .skip(1)
+    {
+        if let Some(name) = line.trim_start().strip_prefix("- function: ") {
+            out.push_str(&format!(
+                "- function: {}\n",
+                bin.join(name.trim()).display()
+            ));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    for s in scripts {
+        out.push_str(&format!(
+            "- function: {}\n  images:\n  - example.com/test/{s}:v1\n",
+            dir.join(s).display()
+        ));
+    }
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, out).unwrap();
+    path.display().to_string()
 }
 
 /// Writes an executable script `name` into `dir`.
