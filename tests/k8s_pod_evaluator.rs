@@ -11,6 +11,7 @@ mod common;
 mod k8s_support;
 #[path = "k8s_support/kubelet.rs"]
 mod kubelet;
+mod otel_support;
 mod registry_support;
 
 use std::collections::HashSet;
@@ -24,6 +25,7 @@ use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use kubelet::{Kubelet, PATIENCE, Plan};
+use otel_support::{Collector, Scrape, metrics_url, one, trace_ids};
 use registry_support::{Setup, TestRegistry};
 use tonic::Code;
 
@@ -96,6 +98,11 @@ impl Bed {
     /// Starts `serve` with the pod runtime only, short TTL (3 s) and scan
     /// interval (1 s), plus `extra` flags (replacing the defaults they name).
     fn runner(&self, extra: &[&str]) -> Runner {
+        self.runner_with_env(extra, &[])
+    }
+
+    /// As [`Bed::runner`], with extra environment variables.
+    fn runner_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Runner {
         let kubeconfig = format!("--kubeconfig={}", self.plane.kubeconfig_file().display());
         let map = format!(
             "--wrapper-address-map={}",
@@ -126,10 +133,9 @@ impl Bed {
                 .any(|e| a.starts_with("--") && flag(e) == flag(a))
         });
         args.extend_from_slice(extra);
-        Runner::start_with_env(
-            &args,
-            &[("WRAPPER_SERVER_IMAGE", "example.com/wrapper:test")],
-        )
+        let mut all = vec![("WRAPPER_SERVER_IMAGE", "example.com/wrapper:test")];
+        all.extend_from_slice(env);
+        Runner::start_with_env(&args, &all)
     }
 
     async fn pods(&self) -> Vec<Pod> {
@@ -462,16 +468,78 @@ async fn a_pod_deleted_behind_our_back_is_recreated() {
     bed.assert_clean(&runner).await;
 }
 
+/// `call` with a W3C `traceparent` for trace `trace` (parent span `parent`).
+async fn traced_call(
+    runner: &Runner,
+    image: &str,
+    rl: Vec<u8>,
+    (trace, parent): &(String, String),
+) -> Result<krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse, tonic::Status> {
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: rl.into(),
+        image: image.to_string(),
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace}-{parent}-01").parse().unwrap(),
+    );
+    runner
+        .client()
+        .await
+        .evaluate_function(request)
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// Scrapes `url` off the async runtime.
+async fn scrape(url: &str) -> Scrape {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || Scrape::take(&url))
+        .await
+        .unwrap()
+}
+
+/// Also the pod path's telemetry: while the stuck pod starts, the pod
+/// gauges show it starting with the call waiting on it; afterwards the
+/// phase histograms hold exactly the calls and pod starts made, and the
+/// spans of each call (sent to a real collector) nest pod.wait → pod.start
+/// and function.run under the call's span, in the caller's trace.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_that_never_becomes_ready_fails_within_the_deadline() {
     let bed = Bed::start().await;
-    let runner = bed.runner(&["--pod-ready-timeout=3s"]);
+    let collector = Collector::start();
+    let endpoint = format!("http://{}", collector.grpc);
+    let runner = bed.runner_with_env(
+        &["--pod-ready-timeout=3s"],
+        &[
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+            ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let url = metrics_url(&runner);
     let image = bed.image("set-namespace");
     bed.kubelet.plan("set-namespace", Plan::NeverReady);
+    let stuck = trace_ids();
     let started = Instant::now();
-    let err = call(&runner, &image, set_namespace_rl("a"))
+    let first = traced_call(&runner, &image, set_namespace_rl("a"), &stuck);
+    let starting = async {
+        let pods = [("image", image.as_str()), ("state", "starting")];
+        let waiting = [("image", image.as_str())];
+        eventually("the gauges to show the starting pod", PATIENCE, || async {
+            let m = scrape(&url).await;
+            (m.value("krm_fn_runner_pods", &pods) == 1.0
+                && m.value("krm_fn_runner_pod_waiting_requests", &waiting) == 1.0)
+                .then_some(())
+        })
         .await
-        .unwrap_err();
+    };
+    let (first, ()) = tokio::join!(first, starting);
+    let err = first.unwrap_err();
     let took = started.elapsed();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     assert!(err.message().contains("was not ready within 3s"), "{err:?}");
@@ -480,8 +548,104 @@ async fn a_pod_that_never_becomes_ready_fails_within_the_deadline() {
         "{took:?}"
     );
     // The stuck pod is deleted; the next call gets a working one.
-    let ok = call(&runner, &image, set_namespace_rl("b")).await.unwrap();
+    let working = trace_ids();
+    let ok = traced_call(&runner, &image, set_namespace_rl("b"), &working)
+        .await
+        .unwrap();
     assert!(output(&ok).contains("namespace: b"));
+
+    let m = scrape(&url).await;
+    let evaluations = |code| {
+        m.value(
+            "krm_fn_runner_evaluations_total",
+            &[
+                ("image", image.as_str()),
+                ("runtime", "pod"),
+                ("code", code),
+            ],
+        )
+    };
+    assert_eq!(
+        evaluations("DEADLINE_EXCEEDED"),
+        1.0,
+        "{:?}",
+        m.samples("krm_fn_runner_evaluations_total", &[])
+    );
+    assert_eq!(evaluations("OK"), 1.0);
+    // Both calls waited for a pod; the first for at least the 3 s timeout.
+    let wait = "krm_fn_runner_pod_wait_duration_seconds";
+    let by_image = [("image", image.as_str())];
+    assert_eq!(m.count(wait, &by_image), 2.0);
+    assert_eq!(
+        m.bucket(wait, &by_image, 2.5),
+        1.0,
+        "{:?}",
+        m.buckets(wait, &by_image)
+    );
+    // One pod start gave up after the 3 s timeout, one succeeded.
+    let start = "krm_fn_runner_pod_start_duration_seconds";
+    let failed = [("image", image.as_str()), ("outcome", "failed")];
+    let ready = [("image", image.as_str()), ("outcome", "ready")];
+    assert_eq!(m.count(start, &failed), 1.0);
+    assert_eq!(m.bucket(start, &failed, 2.5), 0.0);
+    assert_eq!(m.count(start, &ready), 1.0);
+    // A pod start happens inside the wait of the call that caused it.
+    assert!(m.value(&format!("{start}_sum"), &ready) <= m.value(&format!("{wait}_sum"), &by_image));
+    // The function ran once, through the wrapper of the working pod.
+    let run = "krm_fn_runner_function_run_duration_seconds";
+    assert_eq!(
+        m.count(run, &[("image", image.as_str()), ("runtime", "pod")]),
+        1.0
+    );
+    // The working pod is idle now; nothing waits.
+    for (state, n) in [("starting", 0.0), ("idle", 1.0), ("busy", 0.0)] {
+        assert_eq!(
+            m.value(
+                "krm_fn_runner_pods",
+                &[("image", image.as_str()), ("state", state)]
+            ),
+            n,
+            "{state}"
+        );
+    }
+    assert_eq!(
+        m.value("krm_fn_runner_pod_waiting_requests", &by_image),
+        0.0
+    );
+    assert_eq!(m.value("krm_fn_runner_exec_processes", &[]), 0.0);
+
+    // Traces: the caller's trace continues; phases nest under the call.
+    let call_name = "evaluator.FunctionEvaluator/EvaluateFunction";
+    let spans = collector.wait_for_trace(&stuck.0, PATIENCE, |s| {
+        s.iter().any(|s| s.name == call_name) && s.iter().any(|s| s.name == "pod.start")
+    });
+    let call_span = one(&spans, call_name);
+    assert_eq!(call_span.parent_span_id, stuck.1);
+    assert_eq!(call_span.attributes["code"], "DEADLINE_EXCEEDED");
+    let wait_span = one(&spans, "pod.wait");
+    assert_eq!(wait_span.parent_span_id, call_span.span_id);
+    let start_span = one(&spans, "pod.start");
+    assert_eq!(start_span.parent_span_id, wait_span.span_id);
+    assert_eq!(start_span.attributes["outcome"], "failed");
+    assert!(otel_support::named(&spans, "function.run").is_empty());
+
+    let spans = collector.wait_for_trace(&working.0, PATIENCE, |s| {
+        s.iter().any(|s| s.name == call_name)
+            && s.iter().any(|s| s.name == "pod.start")
+            && s.iter().any(|s| s.name == "function.run")
+    });
+    let call_span = one(&spans, call_name);
+    assert_eq!(call_span.parent_span_id, working.1);
+    assert_eq!(call_span.attributes["runtime"], "pod");
+    let wait_span = one(&spans, "pod.wait");
+    assert_eq!(wait_span.parent_span_id, call_span.span_id);
+    let start_span = one(&spans, "pod.start");
+    assert_eq!(start_span.parent_span_id, wait_span.span_id);
+    assert_eq!(start_span.attributes["outcome"], "ready");
+    let run_span = one(&spans, "function.run");
+    assert_eq!(run_span.parent_span_id, call_span.span_id);
+    assert_eq!(run_span.attributes["runtime"], "pod");
+
     bed.assert_clean(&runner).await;
 }
 

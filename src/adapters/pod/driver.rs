@@ -507,7 +507,10 @@ impl Driver {
             }
             Command::DeletePod { pod_name } => {
                 tracing::info!(pod = %pod_name, "deleting function pod and its service");
-                self.creating.remove(&pod_name);
+                // A start given up (its deadline passed) ends here.
+                if let Some(c) = self.creating.remove(&pod_name) {
+                    self.starts.end(&c.slot, false);
+                }
                 self.spawn_delete(pod_name);
             }
             Command::PersistReclaimAfter {

@@ -321,9 +321,17 @@ impl Visit for Fields {
 }
 
 /// Timing state kept in a span's extensions.
+///
+/// A span can close well after its phase ended: the registry keeps a span
+/// open while a child is open, and a `pod.start` caused by a call may
+/// outlive that call. So a phase ends when its span was last exited (an
+/// instrumented future completes), and a call is counted when its code is
+/// recorded (its answer is ready), not when the span closes.
 struct Timing {
     kind: Kind,
     start: Instant,
+    last_exit: Option<Instant>,
+    recorded: bool,
     fields: Fields,
 }
 
@@ -360,11 +368,11 @@ impl MetricsLayer {
         }
     }
 
-    fn record(&self, timing: Timing) {
-        let seconds = timing.start.elapsed().as_secs_f64();
-        let f = timing.fields;
-        let text = |v: Option<String>, default: &'static str| -> Value {
-            v.map(Value::from).unwrap_or(Value::from(default))
+    fn record(&self, timing: &Timing, end: Instant) {
+        let seconds = end.saturating_duration_since(timing.start).as_secs_f64();
+        let f = &timing.fields;
+        let text = |v: &Option<String>, default: &'static str| -> Value {
+            v.clone().map(Value::from).unwrap_or(Value::from(default))
         };
         match timing.kind {
             Kind::Evaluate => {
@@ -376,9 +384,9 @@ impl MetricsLayer {
                 };
                 let labels = [
                     KeyValue::new("image", image),
-                    KeyValue::new("runtime", text(f.runtime, "none")),
+                    KeyValue::new("runtime", text(&f.runtime, "none")),
                     // A call dropped before it was answered: the caller left.
-                    KeyValue::new("code", text(f.code, "CANCELLED")),
+                    KeyValue::new("code", text(&f.code, "CANCELLED")),
                 ];
                 self.evaluations.add(1, &labels);
                 self.evaluation_duration.record(seconds, &labels);
@@ -394,7 +402,7 @@ impl MetricsLayer {
                 seconds,
                 &[
                     KeyValue::new("image", self.images.value(f.image.as_deref())),
-                    KeyValue::new("outcome", text(f.outcome, "failed")),
+                    KeyValue::new("outcome", text(&f.outcome, "failed")),
                 ],
             ),
             Kind::FunctionRun => {
@@ -405,7 +413,7 @@ impl MetricsLayer {
                     seconds,
                     &[
                         KeyValue::new("image", self.images.value(f.image.as_deref())),
-                        KeyValue::new("runtime", text(f.runtime, "none")),
+                        KeyValue::new("runtime", text(&f.runtime, "none")),
                     ],
                 );
             }
@@ -430,6 +438,8 @@ where
             span.extensions_mut().insert(Timing {
                 kind,
                 start: Instant::now(),
+                last_exit: None,
+                recorded: false,
                 fields,
             });
         }
@@ -439,6 +449,19 @@ where
         if let Some(span) = ctx.span(id) {
             if let Some(timing) = span.extensions_mut().get_mut::<Timing>() {
                 values.record(&mut timing.fields);
+                if timing.kind == Kind::Evaluate && timing.fields.code.is_some() && !timing.recorded
+                {
+                    timing.recorded = true;
+                    self.record(timing, Instant::now());
+                }
+            }
+        }
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            if let Some(timing) = span.extensions_mut().get_mut::<Timing>() {
+                timing.last_exit = Some(Instant::now());
             }
         }
     }
@@ -448,7 +471,9 @@ where
             .span(&id)
             .and_then(|span| span.extensions_mut().remove::<Timing>());
         if let Some(timing) = timing {
-            self.record(timing);
+            if !timing.recorded {
+                self.record(&timing, timing.last_exit.unwrap_or_else(Instant::now));
+            }
         }
     }
 }
