@@ -25,7 +25,7 @@ use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use kubelet::{Kubelet, PATIENCE, Plan};
-use otel_support::{Collector, Scrape, metrics_url, one, trace_ids};
+use otel_support::{Collector, Scrape, metrics_url, named, one, trace_ids};
 use registry_support::{Setup, TestRegistry};
 use tonic::Code;
 
@@ -501,16 +501,34 @@ async fn scrape(url: &str) -> Scrape {
 
 /// Also the pod path's telemetry: while the stuck pod starts, the pod
 /// gauges show it starting with the call waiting on it; afterwards the
-/// phase histograms hold exactly the calls and pod starts made, and the
-/// spans of each call (sent to a real collector) nest pod.wait → pod.start
-/// and function.run under the call's span, in the caller's trace.
+/// phase histograms hold exactly the calls and pod starts made; the spans
+/// of each call (sent to a real collector) nest pod.wait → pod.start and
+/// function.run under the call's span, in the caller's trace; and the
+/// wrapper server in the pod, configured by the pod template's OTEL
+/// environment, serves /metrics and continues the trace under the runner's
+/// function.run.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_that_never_becomes_ready_fails_within_the_deadline() {
     let bed = Bed::start().await;
     let collector = Collector::start();
     let endpoint = format!("http://{}", collector.grpc);
+    // Porch's pod template, with wrapper traces to the collector too.
+    let cms: Api<ConfigMap> = Api::namespaced(bed.client.clone(), "porch-system");
+    let template = template_config_map_with_env(
+        "traced",
+        &[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    cms.create(&PostParams::default(), &template).await.unwrap();
     let runner = bed.runner_with_env(
-        &["--pod-ready-timeout=3s"],
+        &[
+            "--pod-ready-timeout=3s",
+            "--function-pod-template=fn-template",
+        ],
         &[
             ("OTEL_METRICS_EXPORTER", "prometheus"),
             ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
@@ -553,6 +571,22 @@ async fn a_pod_that_never_becomes_ready_fails_within_the_deadline() {
         .await
         .unwrap();
     assert!(output(&ok).contains("namespace: b"));
+    // The wrapper in the pod got the template's OTEL environment.
+    let pod = bed.kubelet.running_pods().pop().expect("a running wrapper");
+    let wrapper_url = otel_support::metrics_url_in(&bed.kubelet.wrapper_log(&pod).unwrap())
+        .expect("the wrapper serves /metrics");
+    let w = scrape(&wrapper_url).await;
+    assert_eq!(
+        w.value(
+            "krm_fn_runner_evaluations_total",
+            &[
+                ("image", image.as_str()),
+                ("runtime", "wrapper"),
+                ("code", "OK")
+            ]
+        ),
+        1.0
+    );
 
     let m = scrape(&url).await;
     let evaluations = |code| {
@@ -627,24 +661,34 @@ async fn a_pod_that_never_becomes_ready_fails_within_the_deadline() {
     let start_span = one(&spans, "pod.start");
     assert_eq!(start_span.parent_span_id, wait_span.span_id);
     assert_eq!(start_span.attributes["outcome"], "failed");
-    assert!(otel_support::named(&spans, "function.run").is_empty());
+    assert!(named(&spans, "function.run").is_empty());
 
     let spans = collector.wait_for_trace(&working.0, PATIENCE, |s| {
-        s.iter().any(|s| s.name == call_name)
+        named(s, call_name).len() == 2
             && s.iter().any(|s| s.name == "pod.start")
-            && s.iter().any(|s| s.name == "function.run")
+            && named(s, "function.run").len() == 2
     });
-    let call_span = one(&spans, call_name);
+    let (runner_spans, wrapper_spans): (Vec<_>, Vec<_>) = spans
+        .into_iter()
+        .partition(|s| s.service == "krm-fn-runner");
+    let call_span = one(&runner_spans, call_name);
     assert_eq!(call_span.parent_span_id, working.1);
     assert_eq!(call_span.attributes["runtime"], "pod");
-    let wait_span = one(&spans, "pod.wait");
+    let wait_span = one(&runner_spans, "pod.wait");
     assert_eq!(wait_span.parent_span_id, call_span.span_id);
-    let start_span = one(&spans, "pod.start");
+    let start_span = one(&runner_spans, "pod.start");
     assert_eq!(start_span.parent_span_id, wait_span.span_id);
     assert_eq!(start_span.attributes["outcome"], "ready");
-    let run_span = one(&spans, "function.run");
+    let run_span = one(&runner_spans, "function.run");
     assert_eq!(run_span.parent_span_id, call_span.span_id);
     assert_eq!(run_span.attributes["runtime"], "pod");
+    // The wrapper server continues the trace under the runner's call to it.
+    let wrapper_call = one(&wrapper_spans, call_name);
+    assert_eq!(wrapper_call.service, "wrapper-server");
+    assert_eq!(wrapper_call.parent_span_id, run_span.span_id);
+    let wrapper_run = one(&wrapper_spans, "function.run");
+    assert_eq!(wrapper_run.parent_span_id, wrapper_call.span_id);
+    assert_eq!(wrapper_run.attributes["runtime"], "wrapper");
 
     bed.assert_clean(&runner).await;
 }
@@ -900,11 +944,27 @@ async fn warm_up_from_the_pod_cache_config_before_serving() {
 }
 
 fn template_config_map(revision: &str) -> ConfigMap {
+    template_config_map_with_env(revision, &[])
+}
+
+/// As [`template_config_map`], with `env` set on the function container
+/// (replacing variables of the same name).
+fn template_config_map_with_env(revision: &str, env: &[(&str, &str)]) -> ConfigMap {
     use krm_fn_runner::domain::pod_cache::template::{
         default_pod_template, default_service_template,
     };
     let mut pod = serde_json::to_value(default_pod_template("example.com/wrapper:test")).unwrap();
     pod["metadata"]["annotations"]["test.kpt.dev/revision"] = revision.into();
+    for container in pod["spec"]["containers"].as_array_mut().unwrap() {
+        if container["name"] != "function" {
+            continue;
+        }
+        let vars = container["env"].as_array_mut().unwrap();
+        for (name, value) in env {
+            vars.retain(|v| v["name"] != *name);
+            vars.push(serde_json::json!({"name": name, "value": value}));
+        }
+    }
     let service = serde_json::to_value(default_service_template()).unwrap();
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": "fn-template"},

@@ -141,6 +141,38 @@ fn function_image(pod: &Pod) -> Option<String> {
         .and_then(|c| c.image.clone())
 }
 
+/// The `name: value` environment of the pod's `function` container, which
+/// a kubelet gives the container (here: the wrapper process), through
+/// [`loopback_metrics`].
+fn container_env(pod: &Pod) -> Vec<(String, String)> {
+    loopback_metrics(
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|c| c.name == "function"))
+            .and_then(|c| c.env.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|v| Some((v.name, v.value?)))
+            .collect(),
+    )
+}
+
+/// In a cluster each pod has its own network namespace; here every wrapper
+/// shares the host's loopback, so the metrics endpoint a pod template sets
+/// (Porch's `0.0.0.0:9464`) becomes a free loopback port, as the wrapper's
+/// 9446 does.
+fn loopback_metrics(env: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(name, _)| {
+            name != "OTEL_EXPORTER_PROMETHEUS_HOST" && name != "OTEL_EXPORTER_PROMETHEUS_PORT"
+        })
+        .collect();
+    env.push(("OTEL_EXPORTER_PROMETHEUS_HOST".into(), "127.0.0.1".into()));
+    env.push(("OTEL_EXPORTER_PROMETHEUS_PORT".into(), "0".into()));
+    env
+}
+
 /// The `--max-request-body-size` value the runner put into the pod's args.
 fn body_size(pod: &Pod) -> String {
     let args = pod
@@ -240,6 +272,12 @@ impl Kubelet {
     pub fn wrapper_address(&self, pod: &str) -> Option<String> {
         let state = self.inner.state.lock().unwrap();
         state.wrappers.get(pod).map(|w| w.process.address.clone())
+    }
+
+    /// What the wrapper of `pod` logged so far.
+    pub fn wrapper_log(&self, pod: &str) -> Option<String> {
+        let state = self.inner.state.lock().unwrap();
+        state.wrappers.get(pod).map(|w| w.process.log())
     }
 
     /// Kills the wrapper of `pod` and its function processes with SIGKILL,
@@ -402,12 +440,14 @@ impl Inner {
                 "{program} does not exist (was the wrapper copied?)"
             ));
         }
-        let env: Vec<(String, String)> = function
-            .env
-            .iter()
-            .flatten()
-            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-            .collect();
+        let env = loopback_metrics(
+            function
+                .env
+                .iter()
+                .flatten()
+                .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+                .collect(),
+        );
         let mut args = args.to_vec();
         args.push("--shutdown-grace-period=1s".into());
         // Flags after `--` belong to the function: put ours before it.
@@ -529,14 +569,17 @@ impl Inner {
         } else {
             let binary = self.functions.join(&function);
             let size = body_size(&pod);
+            let env = container_env(&pod);
             let p = tokio::task::spawn_blocking(move || {
-                Runner::start_wrapper(&[
+                let env: Vec<(&str, &str)> =
+                    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                Runner::start_wrapper_with_env(&[
                     "--max-request-body-size",
                     &size,
                     "--shutdown-grace-period=1s",
                     "--",
                     binary.to_str().unwrap(),
-                ])
+                ], &env)
             })
             .await
             .expect("start wrapper-server");

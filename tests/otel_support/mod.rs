@@ -27,13 +27,20 @@ pub fn collector_binary() -> PathBuf {
     built_tool("KRM_FN_OTELCOL_BIN", "build-otel-collector.sh")
 }
 
+/// The `/metrics` URL announced in a runner's or wrapper server's `log`.
+pub fn metrics_url_in(log: &str) -> Option<String> {
+    log.lines()
+        .find_map(|l| l.strip_prefix("metrics served on "))
+        .map(|u| u.trim().to_string())
+}
+
 /// The `/metrics` URL a runner or wrapper server announced on stderr.
 pub fn metrics_url(process: &Runner) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let log = process.log();
-        if let Some(line) = log.lines().find(|l| l.starts_with("metrics served on ")) {
-            return line["metrics served on ".len()..].trim().to_string();
+        if let Some(url) = metrics_url_in(&log) {
+            return url;
         }
         assert!(
             Instant::now() < deadline,
