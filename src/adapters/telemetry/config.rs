@@ -179,14 +179,14 @@ impl TelemetryConfig {
 
         if config.otlp_traces || config.otlp_metrics {
             for variable in PROTOCOL_VARIABLES {
-                if let Some(value) = get(variable) {
-                    if !matches!(value.trim(), "grpc" | "http/protobuf") {
-                        return Err(ConfigError {
-                            variable,
-                            value,
-                            expected: "grpc or http/protobuf",
-                        });
-                    }
+                if let Some(value) = get(variable)
+                    && !matches!(value.trim(), "grpc" | "http/protobuf")
+                {
+                    return Err(ConfigError {
+                        variable,
+                        value,
+                        expected: "grpc or http/protobuf",
+                    });
                 }
             }
         }

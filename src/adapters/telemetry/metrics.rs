@@ -207,6 +207,9 @@ pub struct PodSample {
     pub waiting: u64,
 }
 
+/// Pods per (image label, state), and waiting calls per image label.
+type Census = (BTreeMap<(Arc<str>, PodState), u64>, BTreeMap<Arc<str>, u64>);
+
 /// Pod counts per image label and state, and waiting calls per image label;
 /// every image label ever seen is reported (zero when it has no pod), so a
 /// function whose pods are gone reads 0 rather than its last count.
@@ -214,7 +217,7 @@ fn census(
     images: &ImageLabels,
     seen: &Mutex<BTreeSet<Arc<str>>>,
     samples: Vec<PodSample>,
-) -> (BTreeMap<(Arc<str>, PodState), u64>, BTreeMap<Arc<str>, u64>) {
+) -> Census {
     let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
     let mut pods = BTreeMap::new();
     let mut waiting = BTreeMap::new();
@@ -446,23 +449,23 @@ where
     }
 
     fn on_record(&self, id: &span::Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(id) {
-            if let Some(timing) = span.extensions_mut().get_mut::<Timing>() {
-                values.record(&mut timing.fields);
-                if timing.kind == Kind::Evaluate && timing.fields.code.is_some() && !timing.recorded
-                {
-                    timing.recorded = true;
-                    self.record(timing, Instant::now());
-                }
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        if let Some(timing) = span.extensions_mut().get_mut::<Timing>() {
+            values.record(&mut timing.fields);
+            if timing.kind == Kind::Evaluate && timing.fields.code.is_some() && !timing.recorded {
+                timing.recorded = true;
+                self.record(timing, Instant::now());
             }
         }
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(id) {
-            if let Some(timing) = span.extensions_mut().get_mut::<Timing>() {
-                timing.last_exit = Some(Instant::now());
-            }
+        if let Some(span) = ctx.span(id)
+            && let Some(timing) = span.extensions_mut().get_mut::<Timing>()
+        {
+            timing.last_exit = Some(Instant::now());
         }
     }
 
@@ -470,10 +473,10 @@ where
         let timing = ctx
             .span(&id)
             .and_then(|span| span.extensions_mut().remove::<Timing>());
-        if let Some(timing) = timing {
-            if !timing.recorded {
-                self.record(&timing, timing.last_exit.unwrap_or_else(Instant::now));
-            }
+        if let Some(timing) = timing
+            && !timing.recorded
+        {
+            self.record(&timing, timing.last_exit.unwrap_or_else(Instant::now));
         }
     }
 }

@@ -342,15 +342,11 @@ impl Telemetry {
         }
         // The SDK's shutdown blocks until the exporters are done.
         let done = tokio::task::spawn_blocking(move || {
-            if let Some(t) = tracers {
-                if let Err(e) = t.shutdown() {
-                    tracing::warn!("exporting the last spans failed: {e}");
-                }
+            if let Some(Err(e)) = tracers.map(|t| t.shutdown()) {
+                tracing::warn!("exporting the last spans failed: {e}");
             }
-            if let Some(m) = meters {
-                if let Err(e) = m.shutdown() {
-                    tracing::warn!("exporting the last metrics failed: {e}");
-                }
+            if let Some(Err(e)) = meters.map(|m| m.shutdown()) {
+                tracing::warn!("exporting the last metrics failed: {e}");
             }
         });
         let _ = done.await;
