@@ -1,6 +1,8 @@
 //! EvaluateFunction through a running `krm-fn-runner serve` versus a bare
 //! spawn of the same catalog binary with the same input, at 1 and 16
-//! concurrent callers, in one run. Prints the server/bare ratio of medians.
+//! concurrent callers, in one run. Prints the server/bare ratio of medians,
+//! and the cost of metrics: the same server with Porch's
+//! `OTEL_METRICS_EXPORTER=prometheus` against one with telemetry off.
 //!
 //! Needs the catalog functions (`scripts/install-catalog-functions.sh`).
 //! Run: `cargo bench --bench evaluate`.
@@ -70,6 +72,20 @@ fn bench(c: &mut Criterion) {
         "--log-level=0",
     ]);
     let client = rt.block_on(server.client());
+    let metered = common::Runner::start_with_env(
+        &[
+            &config,
+            &functions,
+            "--disable-runtimes=pod",
+            "--log-level=0",
+        ],
+        &[
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+            ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
+        ],
+    );
+    let metered_client = rt.block_on(metered.client());
     for concurrency in [1usize, 16] {
         let mut group = c.benchmark_group(format!("evaluate/c{concurrency}"));
         group
@@ -92,25 +108,27 @@ fn bench(c: &mut Criterion) {
                 }
             })
         });
-        group.bench_function("server", |b| {
-            b.to_async(&rt).iter_custom(|iters| {
-                let client = client.clone();
-                let image = image.clone();
-                async move {
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        let mut set = tokio::task::JoinSet::new();
-                        for _ in 0..concurrency {
-                            let mut client = client.clone();
-                            let image = image.clone();
-                            set.spawn(async move { through_server(&mut client, &image).await });
+        for (name, client) in [("server", &client), ("server-metrics", &metered_client)] {
+            group.bench_function(name, |b| {
+                b.to_async(&rt).iter_custom(|iters| {
+                    let client = client.clone();
+                    let image = image.clone();
+                    async move {
+                        let start = Instant::now();
+                        for _ in 0..iters {
+                            let mut set = tokio::task::JoinSet::new();
+                            for _ in 0..concurrency {
+                                let mut client = client.clone();
+                                let image = image.clone();
+                                set.spawn(async move { through_server(&mut client, &image).await });
+                            }
+                            set.join_all().await;
                         }
-                        set.join_all().await;
+                        start.elapsed()
                     }
-                    start.elapsed()
-                }
-            })
-        });
+                })
+            });
+        }
         group.finish();
     }
 }
@@ -147,6 +165,18 @@ fn main() {
                 bare / 1e6,
                 server / 1e6,
                 server / bare
+            );
+        }
+        if let (Some(off), Some(on)) = (
+            median_ns(&group, "server"),
+            median_ns(&group, "server-metrics"),
+        ) {
+            let _ = writeln!(
+                report,
+                "{group}: telemetry off {:.2} ms, metrics on {:.2} ms, ratio {:.3}x (p50)",
+                off / 1e6,
+                on / 1e6,
+                on / off
             );
         }
     }

@@ -3,7 +3,7 @@
 # ${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}) what the tests need:
 #   - real KRM functions from the public catalog, built with Go;
 #   - a Python virtualenv with grpcio (a gRPC client not written in Rust)
-#     and prometheus_client (a /metrics parser not written here);
+#     and prometheus_client (a /metrics parser independent of this project);
 #   - kpt's end-to-end fixtures, from the kpt Go module;
 #   - the kpt CLI itself, built from the same module (about 3 minutes once);
 #   - a real kube-apiserver and etcd, built from the Go module proxy
@@ -12,7 +12,8 @@
 #   - the Rust musl target, added with rustup by scripts/build-images.sh, which
 #     tests/images.rs runs (its static build is cached per machine too).
 #   - a real OpenTelemetry Collector (OTLP receiver, file exporter), built
-#     from the Go module proxy (about 4 minutes the first time).
+#     from the Go module proxy (4 to 12 minutes the first time on 2 cores,
+#     most of it fetching modules).
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail

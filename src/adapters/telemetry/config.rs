@@ -12,7 +12,7 @@
 //! | `OTEL_SDK_DISABLED` | `true` turns every exporter off | `false` |
 //!
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_ENDPOINT`,
-//! `_HEADERS`, `_TIMEOUT`, `_COMPRESSION` and the `OTEL_BSP_*` batch settings
+//! `_HEADERS`, `_TIMEOUT` and the `OTEL_BSP_*` batch settings
 //! are read by the OpenTelemetry SDK itself.
 //!
 //! Unset exporters are off, unlike the OpenTelemetry SDK's default of `otlp`
