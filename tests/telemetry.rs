@@ -402,3 +402,40 @@ async fn spans_and_metrics_reach_a_real_collector_continuing_the_callers_trace()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_scrape_is_dropped_and_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let runner = runner(
+        dir.path(),
+        &[
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+            ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
+        ],
+    );
+    let url = metrics_url(&runner);
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .to_string();
+    // A client that starts a request and never finishes its headers.
+    let mut stalled = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stalled
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    // Others are served meanwhile.
+    let m = tokio::task::spawn_blocking(move || Scrape::take(&url))
+        .await
+        .unwrap();
+    assert_eq!(m.kind("target_info"), "gauge");
+    // The stalled connection is closed after the header timeout (10 s).
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), stalled.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the stalled connection is still open");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(9), "{took:?}");
+}

@@ -11,12 +11,15 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
 
 /// The path Porch's OpenTelemetry setup serves metrics on.
 pub const METRICS_PATH: &str = "/metrics";
+
+/// How long a client may take to send a request's headers.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A running `/metrics` server; stops when dropped.
 #[derive(Debug)]
@@ -54,7 +57,11 @@ impl MetricsServer {
                         let registry = registry.clone();
                         async move { Ok::<_, Infallible>(answer(&req, &registry)) }
                     });
+                    // A client that never finishes its request does not
+                    // keep the connection.
                     if let Err(e) = http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(HEADER_READ_TIMEOUT)
                         .serve_connection(TokioIo::new(stream), service)
                         .await
                     {
