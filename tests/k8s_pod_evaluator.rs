@@ -610,9 +610,8 @@ async fn a_pod_that_never_becomes_ready_fails_within_the_deadline() {
     let wait = "krm_fn_runner_pod_wait_duration_seconds";
     let by_image = [("image", image.as_str())];
     assert_eq!(m.count(wait, &by_image), 2.0);
-    assert_eq!(
-        m.bucket(wait, &by_image, 2.5),
-        1.0,
+    assert!(
+        m.count(wait, &by_image) - m.bucket(wait, &by_image, 2.5) >= 1.0,
         "{:?}",
         m.buckets(wait, &by_image)
     );
