@@ -494,10 +494,18 @@ async fn porchs_manifests_under(rbac: Rbac) {
     let started = Instant::now();
     let runner = Runner::start_with_env(&arg_refs, &env_refs);
     // The same runner with exec only, to see NOT_FOUND (the full one falls
-    // through to the pod runtime).
+    // through to the pod runtime); its metrics on a port of its own.
     let mut exec_args = arg_refs.clone();
     exec_args.push("--disable-runtimes=pod");
-    let exec = Runner::start_with_env(&exec_args, &env_refs);
+    let exec_port = free_port().to_string();
+    let exec_env: Vec<(&str, &str)> = env_refs
+        .iter()
+        .map(|&(k, v)| match k {
+            "OTEL_EXPORTER_PROMETHEUS_PORT" => (k, exec_port.as_str()),
+            _ => (k, v),
+        })
+        .collect();
+    let exec = Runner::start_with_env(&exec_args, &exec_env);
     for r in [&runner, &exec] {
         assert!(
             r.log().contains("serving the FunctionConfig generation"),

@@ -573,13 +573,16 @@ impl Inner {
             let p = tokio::task::spawn_blocking(move || {
                 let env: Vec<(&str, &str)> =
                     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                Runner::start_wrapper_with_env(&[
-                    "--max-request-body-size",
-                    &size,
-                    "--shutdown-grace-period=1s",
-                    "--",
-                    binary.to_str().unwrap(),
-                ], &env)
+                Runner::start_wrapper_with_env(
+                    &[
+                        "--max-request-body-size",
+                        &size,
+                        "--shutdown-grace-period=1s",
+                        "--",
+                        binary.to_str().unwrap(),
+                    ],
+                    &env,
+                )
             })
             .await
             .expect("start wrapper-server");
