@@ -71,20 +71,19 @@ const DURATION: &str = "krm_fn_runner_evaluation_duration_seconds";
 const RUN: &str = "krm_fn_runner_function_run_duration_seconds";
 const PROCESSES: &str = "krm_fn_runner_exec_processes";
 
+/// Porch's manifest settings, with `/metrics` on an ephemeral loopback port.
+const PORCH_METRICS_ENV: [(&str, &str); 5] = [
+    ("OTEL_METRICS_EXPORTER", "prometheus"),
+    ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+    ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
+    ("OTEL_TRACES_EXPORTER", "none"),
+    ("OTEL_SERVICE_NAME", "porch-function-runner"),
+];
+
 #[tokio::test(flavor = "multi_thread")]
 async fn prometheus_metrics_count_every_call_exactly() {
     let dir = tempfile::tempdir().unwrap();
-    // Porch's manifest, on an ephemeral loopback port.
-    let runner = runner(
-        dir.path(),
-        &[
-            ("OTEL_METRICS_EXPORTER", "prometheus"),
-            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
-            ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
-            ("OTEL_TRACES_EXPORTER", "none"),
-            ("OTEL_SERVICE_NAME", "porch-function-runner"),
-        ],
-    );
+    let runner = runner(dir.path(), &PORCH_METRICS_ENV);
     let url = metrics_url(&runner);
     let set_namespace = catalog_image("set-namespace");
     let apply_setters = catalog_image("apply-setters");
@@ -407,14 +406,7 @@ async fn spans_and_metrics_reach_a_real_collector_continuing_the_callers_trace()
 async fn a_stalled_scrape_is_dropped_and_others_are_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = tempfile::tempdir().unwrap();
-    let runner = runner(
-        dir.path(),
-        &[
-            ("OTEL_METRICS_EXPORTER", "prometheus"),
-            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
-            ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
-        ],
-    );
+    let runner = runner(dir.path(), &PORCH_METRICS_ENV);
     let url = metrics_url(&runner);
     let address = url
         .trim_start_matches("http://")
