@@ -288,7 +288,7 @@ fn misconfigured_telemetry_stops_the_runner_with_a_clear_error() {
         let (status, stderr) = start_failing(&env);
         assert_eq!(status.code(), Some(1), "{env:?}: {stderr}");
         assert!(
-            stderr.contains(&format!("unexpected error: {message}")),
+            stderr.contains(&format!("Error: {message}")),
             "{env:?}: {stderr}"
         );
         assert!(!stderr.contains("listening on"), "{env:?}: {stderr}");
