@@ -58,6 +58,8 @@ pub struct RuntimeSettings {
     pub default_image_prefix: String,
     /// `--exec-env`: extra environment for function processes.
     pub exec_env: Vec<(String, String)>,
+    /// `--max-concurrent-functions`, `--max-queued-functions`.
+    pub slots: crate::adapters::exec::FunctionSlots,
 }
 
 /// The wired evaluator chain plus start-up warnings to log.
@@ -423,10 +425,9 @@ pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError
         let functions = absolute(&settings.functions);
         let (table, dupes) = config.table(&functions, &settings.default_image_prefix);
         warnings.extend(dupes);
-        let exec = ExecEvaluator::new(
-            table,
-            ExecSettings::new(settings.max_message_bytes, &settings.exec_env),
-        );
+        let mut exec_settings = ExecSettings::new(settings.max_message_bytes, &settings.exec_env);
+        exec_settings.slots = settings.slots.clone();
+        let exec = ExecEvaluator::new(table, exec_settings);
         warnings.extend(exec.check_binaries());
         tracing::info!(images = exec.image_count(), "exec runtime ready");
         chain = chain.with("exec", Arc::new(exec));

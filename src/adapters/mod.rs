@@ -5,6 +5,7 @@ pub mod grpc;
 pub mod kube;
 pub mod oci;
 pub mod package;
+pub mod parse_pool;
 pub mod pod;
 pub mod runtime;
 pub mod sim;

@@ -67,6 +67,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
                 max_message_bytes: args.max_request_body_size,
                 default_image_prefix: args.default_image_prefix.clone(),
                 exec_env: parse_exec_env(&args.exec_env)?,
+                slots: Default::default(),
             })?;
             for w in &runtime.warnings {
                 tracing::warn!("{w}");

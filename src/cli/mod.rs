@@ -9,6 +9,7 @@
 //! image installs it, the binary is `krm-fn-runner serve`.
 
 mod eval;
+mod limits;
 pub mod probe;
 mod render;
 mod serve;

@@ -221,6 +221,7 @@ fn build_chain(args: &RenderArgs) -> anyhow::Result<RuntimeChain> {
             max_message_bytes: args.max_message_size,
             default_image_prefix: args.image_prefix.clone(),
             exec_env: Vec::new(),
+            slots: Default::default(),
         })?;
         for warning in &runtime.warnings {
             tracing::warn!("{warning}");

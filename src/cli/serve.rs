@@ -50,6 +50,8 @@ pub struct ServeArgs {
     #[arg(long = "exec-env", value_name = "NAME[=VALUE]", value_parser = exec_env_entry)]
     pub exec_env: Vec<String>,
     #[command(flatten)]
+    pub limits: super::limits::LimitArgs,
+    #[command(flatten)]
     pub pod: PodArgs,
 }
 
@@ -229,6 +231,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_message_bytes: args.max_request_body_size,
         default_image_prefix: args.default_image_prefix.clone(),
         exec_env: parse_exec_env(&args.exec_env)?,
+        slots: args.limits.slots(),
     };
     let pod_settings = args
         .pod
@@ -254,6 +257,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,
         shutdown_grace: args.shutdown_grace_period,
+        limits: args.limits.server_limits(args.max_request_body_size),
     };
     server
         .run_when_ready(Arc::new(chain), options, shutdown_signal(), ready)

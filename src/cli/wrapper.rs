@@ -43,6 +43,9 @@ pub struct WrapperArgs {
     /// Pass an environment variable to the function: NAME or NAME=VALUE. Repeatable.
     #[arg(long = "exec-env", value_name = "NAME[=VALUE]", value_parser = super::serve::exec_env_entry)]
     pub exec_env: Vec<String>,
+    /// Bounds on function processes, requests and connections.
+    #[command(flatten)]
+    pub limits: super::limits::LimitArgs,
     /// Arguments a pod template puts before the flags; ignored.
     #[arg(hide = true)]
     pub ignored: Vec<String>,
@@ -65,6 +68,7 @@ fn settings(args: &WrapperArgs) -> anyhow::Result<ExecSettings> {
     if let Ok(dir) = std::env::current_dir() {
         settings.work_dir = dir;
     }
+    settings.slots = args.limits.slots();
     Ok(settings)
 }
 
@@ -76,6 +80,7 @@ pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,
         shutdown_grace: args.shutdown_grace_period,
+        limits: args.limits.server_limits(args.max_request_body_size),
     };
     server
         .run(Arc::new(evaluator), options, shutdown_signal())

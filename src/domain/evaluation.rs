@@ -226,6 +226,35 @@ impl EvalError {
     }
 }
 
+/// Longest text logged whole by [`log_excerpt`], in bytes.
+pub const LOG_EXCERPT_BYTES: usize = 2048;
+
+/// `text` for a log line: whole when it has at most [`LOG_EXCERPT_BYTES`]
+/// bytes, else its first and last kilobyte around a note giving its size in
+/// bytes, so a function's 5 MB stderr or a 100 KB image name is one short
+/// line (the full text is in the reply, never in the log).
+pub fn log_excerpt(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= LOG_EXCERPT_BYTES {
+        return text.into();
+    }
+    let half = LOG_EXCERPT_BYTES / 2;
+    let mut head = half;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - half;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{} … [{} bytes in all; middle not logged] … {}",
+        &text[..head],
+        text.len(),
+        &text[tail..]
+    )
+    .into()
+}
+
 fn humanize(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
 }

@@ -85,6 +85,28 @@ impl Runner {
         Self::spawn(cmd, args)
     }
 
+    /// As [`Runner::start`], with the runner's open-file limit
+    /// (RLIMIT_NOFILE) set to `limit`.
+    pub fn start_with_nofile(args: &[&str], limit: u64) -> Runner {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
+        cmd.arg("serve");
+        // SAFETY: setrlimit is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                let l = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Self::spawn(cmd, args)
+    }
+
     /// Starts `wrapper-server` with `args` (plus `--listen 127.0.0.1:0`
     /// unless given; put the entrypoint after `--` in `args`).
     pub fn start_wrapper(args: &[&str]) -> Runner {
@@ -171,6 +193,12 @@ impl Runner {
     /// Everything the runner logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
+    }
+
+    /// Kills the runner with SIGKILL and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Sends SIGTERM and waits up to `within` for the exit status.

@@ -10,9 +10,11 @@ use async_trait::async_trait;
 use tracing::Instrument;
 
 use super::process::{self, ProcessError, ProcessLimits, ProcessSpec};
+use super::slots::FunctionSlots;
+use crate::adapters::parse_pool::parse_off_workers;
 use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{
-    EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure,
+    EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure, log_excerpt,
 };
 use crate::domain::exec_config::{BinaryCatalog, ExecTable};
 use crate::ports::FunctionEvaluator;
@@ -33,6 +35,10 @@ pub struct ExecSettings {
     pub env: Vec<(OsString, OsString)>,
     /// Working directory of functions (the system temporary directory).
     pub work_dir: PathBuf,
+    /// How many functions may run at once and wait for a slot
+    /// (`--max-concurrent-functions`, `--max-queued-functions`); shared by
+    /// every clone of these settings.
+    pub slots: FunctionSlots,
 }
 
 impl ExecSettings {
@@ -40,8 +46,12 @@ impl ExecSettings {
     /// (environment, working directory, output cap) and the request's
     /// timeout; shared by the exec and wrapper evaluators.
     ///
+    /// The call first takes one of [`ExecSettings::slots`]; its timeout
+    /// covers the wait for a slot and the run.
+    ///
     /// Errors: the evaluation error for a process that could not run to
-    /// completion (see [`process_error`]); a non-zero exit is not an error here.
+    /// completion (see [`process_error`]); [`EvalError::Exhausted`] when the
+    /// slot queue is full; a non-zero exit is not an error here.
     pub(crate) async fn run(
         &self,
         program: &Path,
@@ -54,9 +64,19 @@ impl ExecSettings {
             env: self.env.clone(),
             cwd: Some(self.work_dir.clone()),
         };
+        let started = std::time::Instant::now();
+        let _slot = match request.timeout {
+            Some(t) => tokio::time::timeout(t, self.slots.acquire())
+                .await
+                .map_err(|_| EvalError::Timeout {
+                    image: request.image.clone(),
+                    after: t,
+                })??,
+            None => self.slots.acquire().await?,
+        };
         let limits = ProcessLimits {
             max_output_bytes: self.max_message_bytes,
-            timeout: request.timeout,
+            timeout: request.timeout.map(|t| t.saturating_sub(started.elapsed())),
         };
         process::run(&spec, request.resource_list.clone(), limits)
             .await
@@ -80,6 +100,7 @@ impl ExecSettings {
             max_message_bytes,
             env,
             work_dir: tmp,
+            slots: FunctionSlots::default(),
         }
     }
 }
@@ -176,21 +197,26 @@ impl FunctionEvaluator for ExecEvaluator {
             });
         }
         spans::claim("exec");
-        tracing::info!(image, binary = %path.display(), "Evaluating in executable mode");
+        let logged = log_excerpt(image);
+        tracing::info!(image = %logged, binary = %path.display(), "Evaluating in executable mode");
         let out = self
             .settings
             .run(path, &[], &request)
             .instrument(spans::function_run("exec", image))
             .await?;
         if out.exit != ExitReason::Code(0) {
-            let failure = FunctionFailure::new(image, out.exit, out.stdout, out.stderr);
-            tracing::info!(image, exit = %failure.exit, "function failed");
+            let owned = image.to_string();
+            let failure = parse_off_workers(move || {
+                FunctionFailure::new(&owned, out.exit, out.stdout, out.stderr)
+            })
+            .await?;
+            tracing::info!(image = %logged, exit = %failure.exit, "function failed");
             return Err(EvalError::FunctionFailed(Box::new(failure)));
         }
         tracing::info!(
-            image,
+            image = %logged,
             stdout_bytes = out.stdout.len(),
-            stderr = %String::from_utf8_lossy(&out.stderr),
+            stderr = %log_excerpt(&String::from_utf8_lossy(&out.stderr)),
             "Evaluated"
         );
         Ok(EvaluationResponse {

@@ -1,8 +1,11 @@
 //! Local exec: running function binaries as child processes.
 
+mod confine;
 pub mod evaluator;
 pub mod process;
+pub mod slots;
 pub mod wrapper;
 
 pub use evaluator::{ExecEvaluator, ExecSettings};
+pub use slots::FunctionSlots;
 pub use wrapper::WrapperEvaluator;

@@ -3,10 +3,16 @@
 //!
 //! - no shell: the program is executed directly with the given argv;
 //! - a scrubbed environment: only the variables in [`ProcessSpec::env`];
-//! - the process leads its own process group, and the whole group is killed
-//!   (SIGKILL) when the call ends for any reason — normal exit, timeout,
+//! - the function runs under a supervisor ([`super::confine`]) that kills
+//!   every descendant (whatever session or group it moved to) when the
+//!   function exits, when the call ends for any other reason — timeout,
 //!   output over the limit, or the future being dropped (caller cancelled) —
-//!   so no grandchild outlives the call;
+//!   and when the runner itself dies, even by SIGKILL; the call returns only
+//!   once they are all gone;
+//! - reading stops when the function has exited and its output is complete:
+//!   output still arriving after the supervisor exited (a pipe handed to a
+//!   process outside the function's tree) is read for at most
+//!   [`OUTPUT_GRACE`];
 //! - stdin is written while stdout and stderr are drained, so large
 //!   ResourceLists cannot deadlock on pipe buffers;
 //! - stdout and stderr are each capped at a byte limit: memory stays bounded
@@ -20,7 +26,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
@@ -87,15 +93,21 @@ pub enum ProcessError {
     Io(#[from] io::Error),
 }
 
-/// Kills the process group when dropped: the one exit path every outcome,
-/// including cancellation, goes through.
-struct GroupKiller(Option<Pid>);
+/// How long output is still read after the function and its supervisor
+/// have exited; only a pipe passed to a process outside the function's
+/// tree can keep it open that long.
+pub const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
-impl Drop for GroupKiller {
+/// Asks the supervisor to stop the function and all its descendants when
+/// dropped (SIGTERM; it kills them with SIGKILL and exits): the one exit
+/// path every outcome, including cancellation, goes through.
+struct Stopper(Option<Pid>);
+
+impl Drop for Stopper {
     fn drop(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            // ESRCH (group already gone) is the normal case after a clean exit.
-            let _ = killpg(pgid, Signal::SIGKILL);
+        if let Some(pid) = self.0.take() {
+            // ESRCH (already gone) is the normal case after a clean exit.
+            let _ = kill(pid, Signal::SIGTERM);
         }
     }
 }
@@ -116,16 +128,20 @@ pub async fn run(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .process_group(0);
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
+    }
+    let runner = std::process::id() as libc::pid_t;
+    // SAFETY: `become_supervisor` uses only async-signal-safe system calls.
+    unsafe {
+        cmd.pre_exec(move || super::confine::become_supervisor(runner));
     }
     let mut child = cmd.spawn().map_err(|source| ProcessError::Spawn {
         program: spec.program.clone(),
         source,
     })?;
-    let killer = GroupKiller(child.id().map(|id| Pid::from_raw(id as i32)));
+    let stopper = Stopper(child.id().map(|id| Pid::from_raw(id as i32)));
 
     let input = child.stdin.take();
     let stdout = child.stdout.take();
@@ -142,28 +158,44 @@ pub async fn run(
         }
         Ok::<(), ProcessError>(())
     };
-    let wait_then_kill_group = async {
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let (exited, on_exit) = tokio::sync::oneshot::channel::<()>();
+    let io = async {
+        let all = async {
+            tokio::try_join!(
+                write_stdin,
+                read_capped(stdout, &mut out, limit, Payload::Output),
+                read_capped(stderr, &mut err, limit, Payload::Log),
+            )
+            .map(|_| ())
+        };
+        tokio::select! {
+            r = all => r,
+            _ = async {
+                let _ = on_exit.await;
+                tokio::time::sleep(OUTPUT_GRACE).await;
+            } => {
+                tracing::warn!(program = %spec.program.display(), "the function's pipes stayed open after it exited; its output was taken as complete");
+                Ok(())
+            }
+        }
+    };
+    let wait = async {
+        // The supervisor exits only when the function and every descendant
+        // are gone.
         let status = child.wait().await?;
-        // The function is done: take its process group (any background
-        // grandchild) with it, which also closes the pipes they hold.
-        drop(GroupKiller(killer.0));
+        let _ = exited.send(());
         Ok::<_, ProcessError>(status)
     };
-    let work = async {
-        tokio::try_join!(
-            write_stdin,
-            read_capped(stdout, limit, Payload::Output),
-            read_capped(stderr, limit, Payload::Log),
-            wait_then_kill_group,
-        )
-    };
-    let (_, stdout, stderr, status) = match limits.timeout {
+    let work = async { tokio::try_join!(io, wait) };
+    let (_, status) = match limits.timeout {
         Some(t) => tokio::time::timeout(t, work)
             .await
             .map_err(|_| ProcessError::TimedOut(t))??,
         None => work.await?,
     };
-    drop(killer);
+    drop(stopper);
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => ExitReason::Code(code),
         (None, Some(sig)) => ExitReason::Signal(sig),
@@ -171,23 +203,25 @@ pub async fn run(
     };
     Ok(ProcessOutput {
         exit,
-        stdout,
-        stderr,
+        stdout: out.into(),
+        stderr: err.into(),
     })
 }
 
+/// Reads `pipe` into `buf` until end of file; more than `limit` bytes is an
+/// error. `buf` keeps what was read if the future is dropped midway.
 async fn read_capped<R: AsyncRead + Unpin>(
     pipe: Option<R>,
+    buf: &mut Vec<u8>,
     limit: usize,
     payload: Payload,
-) -> Result<Bytes, ProcessError> {
+) -> Result<(), ProcessError> {
     let Some(pipe) = pipe else {
-        return Ok(Bytes::new());
+        return Ok(());
     };
-    let mut buf = Vec::new();
-    pipe.take(limit as u64 + 1).read_to_end(&mut buf).await?;
+    pipe.take(limit as u64 + 1).read_to_end(buf).await?;
     if buf.len() > limit {
         return Err(ProcessError::OutputTooLarge { payload, limit });
     }
-    Ok(buf.into())
+    Ok(())
 }

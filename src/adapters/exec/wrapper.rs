@@ -20,9 +20,10 @@ use async_trait::async_trait;
 use tracing::Instrument;
 
 use super::evaluator::ExecSettings;
+use crate::adapters::parse_pool::parse_off_workers;
 use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{
-    EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure,
+    EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure, log_excerpt,
 };
 use crate::domain::resource_list::ResourceList;
 use crate::ports::FunctionEvaluator;
@@ -78,20 +79,24 @@ impl FunctionEvaluator for WrapperEvaluator {
             .run(&self.program, &self.args, &request)
             .instrument(spans::function_run("wrapper", image))
             .await?;
+        let stdout = out.stdout.clone();
+        let parsed = parse_off_workers(move || ResourceList::parse(&stdout)).await?;
         if out.exit != ExitReason::Code(0) {
-            if let Err(e) = ResourceList::parse(&out.stdout) {
-                return Err(parse_failure(image, &out.stderr, e));
-            }
-            let failure = FunctionFailure::new(image, out.exit, out.stdout, out.stderr);
+            let output = match parsed {
+                Err(e) => return Err(parse_failure(image, &out.stderr, e)),
+                Ok(output) => output,
+            };
+            let mut failure = FunctionFailure::new(image, out.exit, Default::default(), out.stderr);
+            failure.output = out.stdout;
+            failure.results = output.results;
             return Err(EvalError::FunctionFailed(Box::new(failure)));
         }
-        let output =
-            ResourceList::parse(&out.stdout).map_err(|e| parse_failure(image, &out.stderr, e))?;
+        let output = parsed.map_err(|e| parse_failure(image, &out.stderr, e))?;
         if output.has_error_results() {
             tracing::warn!(
-                image,
-                results = %crate::domain::resource_list::format_results(&output.results),
-                stderr = %String::from_utf8_lossy(&out.stderr),
+                image = %log_excerpt(image),
+                results = %log_excerpt(&crate::domain::resource_list::format_results(&output.results)),
+                stderr = %log_excerpt(&String::from_utf8_lossy(&out.stderr)),
                 "function exited 0 but reported error results"
             );
         }

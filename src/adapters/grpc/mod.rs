@@ -1,6 +1,7 @@
 //! gRPC: Porch's `evaluator.FunctionEvaluator` service, our server and client.
 
 pub mod client;
+pub mod limits;
 pub mod server;
 pub mod shutdown;
 pub mod socket;
@@ -13,4 +14,5 @@ pub mod pb {
 }
 
 pub use client::RemoteEvaluator;
+pub use limits::ServerLimits;
 pub use server::{Listen, ServeOptions, Server};

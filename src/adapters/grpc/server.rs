@@ -11,19 +11,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::net::{TcpListener, UnixListener};
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
+use super::limits::{self, CountCallsLayer, ServerLimits};
 use super::pb;
 use super::pb::function_evaluator_server::FunctionEvaluatorServer;
 use super::shutdown::{CutOnShutdown, FINAL_ANSWER_WAIT};
 use super::socket::SocketFile;
 use super::status::to_status;
+use crate::adapters::parse_pool::parse_off_workers;
 use crate::adapters::telemetry::grpc::EvaluationLayer;
 use crate::adapters::telemetry::spans;
-use crate::domain::evaluation::{EvalError, EvaluationRequest, Payload};
+use crate::domain::evaluation::{EvalError, EvaluationRequest, Payload, log_excerpt};
 use crate::domain::resource_list::ResourceList;
 use crate::ports::FunctionEvaluator;
 
@@ -76,6 +76,8 @@ pub struct ServeOptions {
     /// How long in-flight evaluations may run after a shutdown signal before
     /// they are stopped.
     pub shutdown_grace: Duration,
+    /// Connection, stream and in-flight byte limits.
+    pub limits: ServerLimits,
 }
 
 enum Incoming {
@@ -180,9 +182,12 @@ impl Server {
             cut.clone(),
             options.shutdown_grace,
         ));
+        let lim = options.limits;
         let service = FunctionEvaluatorServer::new(EvaluatorService {
             evaluator,
             max_message_bytes: options.max_message_bytes,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(lim.max_bytes_in_flight)),
+            max_bytes_in_flight: lim.max_bytes_in_flight,
         })
         .max_decoding_message_size(options.max_message_bytes + ENVELOPE_BYTES)
         .max_encoding_message_size(options.max_message_bytes + ENVELOPE_BYTES);
@@ -190,10 +195,15 @@ impl Server {
         // The telemetry layer goes outside the size rewrite, so it sees the
         // code the caller gets.
         let router = tonic::transport::Server::builder()
+            .max_concurrent_streams(lim.max_concurrent_streams)
+            .http2_keepalive_interval(lim.keepalive_interval)
+            .http2_keepalive_timeout(Some(lim.keepalive_timeout))
             .layer(EvaluationLayer)
-            .layer(tower::util::MapResponseLayer::new(move |r| {
-                size_error_to_resource_exhausted(r, limit)
-            }))
+            .layer(
+                tower::ServiceBuilder::new()
+                    .layer(CountCallsLayer)
+                    .map_response(move |r| size_error_to_resource_exhausted(r, limit)),
+            )
             .add_service(health_service)
             .add_service(service);
 
@@ -203,16 +213,13 @@ impl Server {
         let serving = async move {
             match self.incoming {
                 Incoming::Tcp(l) => {
-                    let stream = TcpListenerStream::new(l).map(|s| {
-                        s.inspect(|s| {
-                            let _ = s.set_nodelay(true);
-                        })
-                    });
-                    router.serve_with_incoming_shutdown(stream, stopped).await
+                    router
+                        .serve_with_incoming_shutdown(limits::incoming(l, &lim), stopped)
+                        .await
                 }
                 Incoming::Unix(l, socket) => {
                     let r = router
-                        .serve_with_incoming_shutdown(UnixListenerStream::new(l), stopped)
+                        .serve_with_incoming_shutdown(limits::incoming(l, &lim), stopped)
                         .await;
                     socket.remove_if_ours();
                     r
@@ -283,10 +290,10 @@ fn size_error_to_resource_exhausted(
 struct EvaluatorService {
     evaluator: Arc<dyn FunctionEvaluator>,
     max_message_bytes: usize,
+    /// One permit per byte of the requests being evaluated.
+    in_flight: Arc<tokio::sync::Semaphore>,
+    max_bytes_in_flight: usize,
 }
-
-/// Inputs larger than this are validated on the blocking pool.
-const INLINE_VALIDATION_BYTES: usize = 256 * 1024;
 
 impl EvaluatorService {
     async fn handle(
@@ -308,15 +315,20 @@ impl EvaluatorService {
                     .into(),
             ));
         }
-        let validation = if resource_list.len() <= INLINE_VALIDATION_BYTES {
-            ResourceList::validate(&resource_list)
-        } else {
-            let rl = resource_list.clone();
-            tokio::task::spawn_blocking(move || ResourceList::validate(&rl))
-                .await
-                .map_err(|e| EvalError::Internal(format!("input validation task failed: {e}")))?
-        };
-        validation.map_err(|e| EvalError::InvalidInput(format!("resource_list: {e}")))?;
+        let _bytes = u32::try_from(resource_list.len())
+            .ok()
+            .and_then(|n| self.in_flight.clone().try_acquire_many_owned(n).ok())
+            .ok_or_else(|| {
+                EvalError::Exhausted(format!(
+                    "the requests being evaluated already hold most of \
+                     --max-request-bytes-in-flight ({} bytes); retry later or raise it",
+                    self.max_bytes_in_flight
+                ))
+            })?;
+        let rl = resource_list.clone();
+        parse_off_workers(move || ResourceList::validate(&rl))
+            .await?
+            .map_err(|e| EvalError::InvalidInput(format!("resource_list: {e}")))?;
         let request = EvaluationRequest {
             image,
             resource_list,
@@ -377,13 +389,15 @@ impl pb::function_evaluator_server::FunctionEvaluator for EvaluatorService {
             image,
         } = request.into_inner();
         // The per-call span is open (the telemetry layer); it learns the image.
-        spans::record_image(&image);
+        spans::record_image(&log_excerpt(&image));
         let started = Instant::now();
         let result = self.handle(image, resource_list, timeout).await;
         let elapsed = started.elapsed();
         match &result {
             Ok(_) => tracing::info!(?elapsed, "evaluation succeeded"),
-            Err(e) => tracing::warn!(?elapsed, error = %e, "evaluation failed"),
+            Err(e) => {
+                tracing::warn!(?elapsed, error = %log_excerpt(&e.to_string()), "evaluation failed")
+            }
         }
         result.map(Response::new).map_err(|e| to_status(&e))
     }

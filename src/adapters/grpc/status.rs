@@ -18,10 +18,26 @@ use tonic::{Code, Status};
 use crate::domain::evaluation::{EvalError, FunctionFailure};
 use crate::domain::resource_list::format_results;
 
-/// Longest `grpc-message` sent, in bytes. The message travels in an HTTP/2
-/// trailer and clients cap metadata (grpc-core's soft limit is 8 KiB), so a
-/// function's stderr is cut to fit; results come first so they survive.
+/// Longest `grpc-message` sent, in bytes **as sent**: the message travels
+/// percent-encoded in an HTTP/2 trailer, where every byte outside printable
+/// ASCII (and space, `%`, `"` and a few more) takes three bytes, and clients
+/// cap metadata (grpc-core's soft limit is 8 KiB; over it, C-core and Python
+/// clients report `RESOURCE_EXHAUSTED` instead of the status). So the cap
+/// is applied to the encoded length, and a function's stderr is cut to fit;
+/// results come first so they survive.
 pub const MAX_STATUS_MESSAGE_BYTES: usize = 6 * 1024;
+
+/// Length of `text` once percent-encoded for `grpc-message` (the gRPC
+/// HTTP/2 spec's rule, as tonic applies it: controls, non-ASCII and
+/// ` "#%<>`?{}` become `%XX`).
+pub fn encoded_len(text: &str) -> usize {
+    text.bytes()
+        .map(|b| {
+            let escaped = !(0x20..0x7f).contains(&b) || b" \"#%<>`?{}".contains(&b);
+            if escaped { 3 } else { 1 }
+        })
+        .sum()
+}
 
 /// Maps an evaluation error to the status the runner answers with.
 pub fn to_status(err: &EvalError) -> Status {
@@ -52,8 +68,12 @@ fn failure_message(f: &FunctionFailure) -> String {
         format!("\nstructured results:\n{}", format_results(&f.results))
     };
     let results = truncate(results, MAX_STATUS_MESSAGE_BYTES / 2);
-    let head = format!("Failed to execute function {:?}: {} (", f.image, f.exit);
-    let room = MAX_STATUS_MESSAGE_BYTES.saturating_sub(head.len() + results.len() + 1);
+    let head = truncate(
+        format!("Failed to execute function {:?}: {} (", f.image, f.exit),
+        MAX_STATUS_MESSAGE_BYTES / 4,
+    );
+    let room =
+        MAX_STATUS_MESSAGE_BYTES.saturating_sub(encoded_len(&head) + encoded_len(&results) + 1);
     let stderr = truncate(
         String::from_utf8_lossy(&f.stderr).trim_end().to_string(),
         room,
@@ -61,15 +81,28 @@ fn failure_message(f: &FunctionFailure) -> String {
     format!("{head}{stderr}){results}")
 }
 
+/// Cuts `s` so that its encoded length ([`encoded_len`]) is at most `max`,
+/// ending with a note of how many bytes were cut.
 fn truncate(mut s: String, max: usize) -> String {
-    if s.len() <= max {
+    if encoded_len(&s) <= max {
         return s;
     }
-    let note = format!(" … [{} bytes cut; see the runner's log]", s.len() - max);
-    let mut cut = max.saturating_sub(note.len());
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
+    // The note's own length depends on the count; the count's digits are
+    // bounded by the input's.
+    let note_room = encoded_len(&format!(" … [{} bytes cut; see the runner's log]", s.len()));
+    let budget = max.saturating_sub(note_room);
+    let mut used = 0;
+    let mut cut = 0;
+    for (i, c) in s.char_indices() {
+        let mut buf = [0u8; 4];
+        let w = encoded_len(c.encode_utf8(&mut buf));
+        if used + w > budget {
+            break;
+        }
+        used += w;
+        cut = i + c.len_utf8();
     }
+    let note = format!(" … [{} bytes cut; see the runner's log]", s.len() - cut);
     s.truncate(cut);
     s.push_str(&note);
     s
@@ -137,6 +170,24 @@ mod tests {
         );
         assert!(status.message().ends_with("[error]: replicas must be > 0"));
         assert!(status.message().contains("bytes cut"));
+    }
+
+    #[test]
+    fn the_cap_holds_after_encoding() {
+        let stderr = Bytes::from("é ünïcödé ".repeat(20_000));
+        let f = FunctionFailure::new("img", ExitReason::Code(1), Bytes::new(), stderr);
+        let status = to_status(&EvalError::FunctionFailed(Box::new(f)));
+        let mut headers = http::HeaderMap::new();
+        status.add_header(&mut headers).unwrap();
+        let sent = headers["grpc-message"].len();
+        assert!(sent <= MAX_STATUS_MESSAGE_BYTES, "{sent} bytes sent");
+        assert!(
+            sent > MAX_STATUS_MESSAGE_BYTES - 64,
+            "{sent} bytes: cut too much"
+        );
+        assert_eq!(encoded_len(status.message()), sent);
+        let long = EvalError::InvalidInput("ü".repeat(50_000));
+        assert!(encoded_len(to_status(&long).message()) <= MAX_STATUS_MESSAGE_BYTES);
     }
 
     #[test]

@@ -63,7 +63,11 @@ impl FunctionRuntime for EvaluatorRuntime {
         let mut request = EvaluationRequest::new(image.clone(), bytes.into_bytes());
         request.timeout = call.timeout;
         let response = self.evaluator.evaluate(request).await?;
-        let resource_list = ResourceList::parse(&response.resource_list).map_err(|e| {
+        let output = response.resource_list.clone();
+        let parsed =
+            crate::adapters::parse_pool::parse_off_workers(move || ResourceList::parse(&output))
+                .await?;
+        let resource_list = parsed.map_err(|e| {
             EvalError::Internal(format!(
                 "function {image:?} did not return a ResourceList: {e}"
             ))

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use crate::adapters::exec::ExecSettings;
+use crate::adapters::parse_pool::parse_off_workers;
 use crate::domain::evaluation::{EvalError, EvaluationRequest, ExitReason, FunctionFailure};
 use crate::domain::resource_list::ResourceList;
 use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
@@ -76,10 +77,16 @@ impl FunctionRuntime for ExecCommandRuntime {
         request.timeout = call.timeout;
         let out = self.settings.run(&program, &args, &request).await?;
         if out.exit != ExitReason::Code(0) {
-            let failure = FunctionFailure::new(command, out.exit, out.stdout, out.stderr);
+            let command = command.clone();
+            let failure = parse_off_workers(move || {
+                FunctionFailure::new(&command, out.exit, out.stdout, out.stderr)
+            })
+            .await?;
             return Err(EvalError::FunctionFailed(Box::new(failure)));
         }
-        let resource_list = ResourceList::parse(&out.stdout).map_err(|e| {
+        let stdout = out.stdout.clone();
+        let parsed = parse_off_workers(move || ResourceList::parse(&stdout)).await?;
+        let resource_list = parsed.map_err(|e| {
             EvalError::Internal(format!(
                 "function {command:?} did not write a ResourceList to stdout: {e}"
             ))

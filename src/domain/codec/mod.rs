@@ -8,9 +8,16 @@
 //! the same one kube-rs uses); `serde_yaml` is archived upstream.
 //!
 //! Parsing follows YAML 1.2 booleans (`yes`/`on` stay strings, as Go's
-//! `sigs.k8s.io/yaml` and kyaml read them) and raises the library's default
-//! node budget so that ResourceLists up to the runner's message-size limit
-//! (6 MiB by default) parse, while alias bombs are still refused.
+//! `sigs.k8s.io/yaml` and kyaml read them) and is bounded whatever the
+//! input: the node and event budget lets ResourceLists up to the runner's
+//! message-size limit (6 MiB by default) parse; nesting is limited to
+//! [`MAX_DEPTH`] levels; and aliases may expand to at most as many events
+//! as the input has bytes (at least [`MIN_ALIAS_EXPANSION`]), so the work
+//! and memory a parse costs grow linearly with the input — a few hundred
+//! bytes of nested aliases (an "alias bomb", 9 levels of 9 references are
+//! 387 million nodes) are refused after a few thousand events. Error
+//! messages name the line and column and what to change, in the runner's
+//! words rather than the library's.
 //!
 //! Package files are edited, not re-emitted: [`preserve`] applies the
 //! difference between two parsed values to the original text with a lossless
@@ -40,16 +47,79 @@ impl CodecError {
     }
 }
 
-fn options() -> serde_saphyr::Options {
+/// Deepest nesting of sequences and mappings accepted.
+pub const MAX_DEPTH: usize = 256;
+
+/// Alias expansion (events copied or replayed for `*alias` references)
+/// allowed for any input, however short.
+pub const MIN_ALIAS_EXPANSION: usize = 64 * 1024;
+
+fn options(input_bytes: usize) -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
     // A 6 MiB ResourceList of small objects has a few million nodes/events.
     budget.max_events = 50_000_000;
     budget.max_nodes = 20_000_000;
-    budget.max_depth = 256;
+    budget.max_depth = MAX_DEPTH;
+    let expansion = input_bytes.max(MIN_ALIAS_EXPANSION);
+    budget.max_recorded_anchor_events = expansion;
+    budget.max_recorded_anchor_bytes = expansion.saturating_mul(16);
+    let mut alias_limits = serde_saphyr::options::AliasLimits::default();
+    alias_limits.max_total_replayed_events = expansion;
     serde_saphyr::options! {
         budget: Some(budget),
+        alias_limits: alias_limits,
         strict_booleans: true,
+        with_snippet: false,
     }
+}
+
+/// The library's error in the runner's words: its first line (line and
+/// column first), budget breaches named for what the user can change, and
+/// no advice about the library's own options.
+fn user_message(error: &serde_saphyr::Error) -> String {
+    let text = error.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let (place, what) = match first.rfind(" at line ") {
+        Some(i) => (
+            format!("{}: ", first[i + 4..].replace(',', "")),
+            &first[..i],
+        ),
+        None => (String::new(), first),
+    };
+    let what = if let Some(breach) = what.strip_prefix("budget breached: ") {
+        let name = breach.split([' ', '{', '(']).next().unwrap_or(breach);
+        match name {
+            "RecordedAnchorEvents" | "RecordedAnchorBytes" | "Aliases" | "AliasAnchorRatio" => {
+                alias_message()
+            }
+            "Depth" => depth_message(),
+            "Events" | "Nodes" | "ScalarBytes" | "Documents" | "Anchors" | "MergeKeys" => {
+                format!("the YAML is too large to parse ({name} over the runner's limit)")
+            }
+            _ => format!("the YAML exceeds the runner's parse limits ({name})"),
+        }
+    } else if what.starts_with("alias replay") {
+        alias_message()
+    } else if what.starts_with("recursion limit exceeded") {
+        depth_message()
+    } else if let Some(key) = what.strip_suffix(", set DuplicateKeyPolicy in Options if acceptable")
+    {
+        format!("{key}; a key may appear only once in a mapping")
+    } else {
+        what.to_string()
+    };
+    format!("{place}{what}")
+}
+
+fn alias_message() -> String {
+    "YAML aliases expand to more data than the document holds (an alias bomb?); \
+     write the values out instead of referring to anchors"
+        .into()
+}
+
+fn depth_message() -> String {
+    format!("the YAML is nested more than {MAX_DEPTH} levels deep")
 }
 
 /// Parses one YAML (or JSON) document from `bytes` into `T`.
@@ -57,7 +127,8 @@ fn options() -> serde_saphyr::Options {
 /// Errors: the bytes are not UTF-8, not YAML, hold more than one document,
 /// exceed the parse budget, or do not have the shape of `T`.
 pub fn from_yaml_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
-    serde_saphyr::from_slice_with_options(bytes, options()).map_err(CodecError::new)
+    serde_saphyr::from_slice_with_options(bytes, options(bytes.len()))
+        .map_err(|e| CodecError::new(user_message(&e)))
 }
 
 /// Parses one YAML (or JSON) document from `text` into `T`; see [`from_yaml_slice`].
@@ -70,8 +141,9 @@ pub fn from_yaml_str<T: DeserializeOwned>(text: &str) -> Result<T, CodecError> {
 ///
 /// Errors: as [`from_yaml_slice`], for the first document that fails.
 pub fn from_yaml_documents<T: DeserializeOwned>(bytes: &[u8]) -> Result<Vec<T>, CodecError> {
-    let docs: Vec<Option<T>> = serde_saphyr::from_slice_multiple_with_options(bytes, options())
-        .map_err(CodecError::new)?;
+    let docs: Vec<Option<T>> =
+        serde_saphyr::from_slice_multiple_with_options(bytes, options(bytes.len()))
+            .map_err(|e| CodecError::new(user_message(&e)))?;
     Ok(docs.into_iter().flatten().collect())
 }
 
@@ -107,6 +179,39 @@ mod tests {
         let docs: Vec<Value> = from_yaml_documents(b"a: 1\n---\n---\nb: 2\n").unwrap();
         assert_eq!(docs.len(), 2);
         assert_eq!(docs[1]["b"], 2);
+    }
+
+    #[test]
+    fn alias_bombs_are_refused_quickly_in_plain_words() {
+        let mut bomb = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        for i in 1..9 {
+            let refs = vec![format!("*a{}", i - 1); 9].join(", ");
+            bomb.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        bomb.push_str("kind: *a8\n");
+        let e = from_yaml_slice::<Value>(bomb.as_bytes()).unwrap_err();
+        assert!(e.to_string().starts_with("line "), "{e}");
+        assert!(e.to_string().contains("alias bomb"), "{e}");
+        // Legitimate aliases still work.
+        let v: Value = from_yaml_str("a: &x {b: 1}\nc: *x\n").unwrap();
+        assert_eq!(v["c"]["b"], 1);
+    }
+
+    #[test]
+    fn errors_speak_of_the_document_not_the_library() {
+        let e = from_yaml_slice::<Value>(b"a: 1\na: 2\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "line 2 column 1: duplicate mapping key: a; a key may appear only once in a mapping"
+        );
+        let deep = "[".repeat(300) + &"]".repeat(300);
+        let e = from_yaml_slice::<Value>(deep.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nested more than 256 levels"), "{e}");
+        assert!(!e.contains('\n'));
     }
 
     #[test]

@@ -1,0 +1,366 @@
+//! Confining a function process and every descendant to its call.
+//!
+//! A process group is not enough: a function may start a child with
+//! `setsid` (a new session and group), fork twice so the grandchild is
+//! re-parented away from it, or keep its pipes open in a background process;
+//! and a process group does not die with the server when the server is
+//! killed with SIGKILL.
+//!
+//! Each function therefore runs under a small **supervisor**: the process the
+//! runner spawns forks once more, and the copy that stays becomes
+//!
+//! - a *child subreaper* (`PR_SET_CHILD_SUBREAPER`): every orphaned
+//!   descendant of the function, whatever session or group it moved to, is
+//!   re-parented to the supervisor instead of to init, so the supervisor can
+//!   always find all of them among its own children;
+//! - tied to the runner's life (`PR_SET_PDEATHSIG`): when the runner dies,
+//!   even by SIGKILL, the supervisor is signalled and cleans up;
+//! - the one that relays the function's exit status: when the function
+//!   exits (or the runner asks it to stop, with SIGTERM), it SIGKILLs every
+//!   remaining descendant — its children, listed in
+//!   `/proc/thread-self/children` or, without that file, found by scanning
+//!   `/proc` — reaps them until it has no child left, and only then exits
+//!   with the function's own status. Since the runner waits for the
+//!   supervisor, a call never ends while a process it started is alive, and
+//!   the pipes to the runner are closed by then.
+//!
+//! The function itself runs in its own process group with
+//! `PR_SET_PDEATHSIG(SIGKILL)` tied to the supervisor.
+//!
+//! This needs no privilege (no cgroup, no namespace), so it works the same
+//! in a non-root Kubernetes container where cgroups are read-only and
+//! user namespaces are blocked by the runtime's seccomp profile.
+//!
+//! Everything in this module runs in the forked child of a multi-threaded
+//! process, between `fork` and `exec`, where only async-signal-safe calls
+//! are allowed: no allocation, no locks — raw system calls on stack buffers.
+
+use std::io;
+
+/// The signal the kernel sends the supervisor when the runner dies; told
+/// apart from a thread exit of the runner (which also fires it) by checking
+/// that the supervisor was re-parented.
+const PARENT_DIED: libc::c_int = libc::SIGUSR2;
+
+/// Signals the supervisor handles itself; blocked and taken with `sigwaitinfo`.
+const HANDLED: [libc::c_int; 6] = [
+    libc::SIGCHLD,
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    PARENT_DIED,
+];
+
+/// Exit code of a supervisor that could not set itself up.
+const SETUP_FAILED: i32 = 125;
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Turns the freshly forked child into a supervisor of the function.
+///
+/// Called from `Command::pre_exec`, with `runner` the runner's process id
+/// read before spawning. Returns `Ok(())` only in the function process
+/// (which the caller then `exec`s); the supervisor never returns.
+///
+/// # Safety
+/// Only in a `pre_exec` closure: it forks and runs the supervisor loop with
+/// async-signal-safe calls only.
+pub(crate) unsafe fn become_supervisor(runner: libc::pid_t) -> io::Result<()> {
+    // SAFETY: raw system calls on stack values, in a single-threaded child.
+    unsafe {
+        let mut handled: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut handled);
+        for s in HANDLED {
+            libc::sigaddset(&mut handled, s);
+        }
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &handled, &mut before) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_PDEATHSIG, PARENT_DIED, 0, 0, 0) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != runner {
+            // The runner died before the death signal was armed.
+            libc::_exit(SETUP_FAILED);
+        }
+        let supervisor = libc::getpid();
+        let function = libc::fork();
+        if function < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if function == 0 {
+            // The function: its own group, dies with the supervisor, and
+            // starts with the signal mask the runner gave it.
+            libc::setpgid(0, 0);
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != supervisor {
+                libc::_exit(SETUP_FAILED);
+            }
+            libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+            return Ok(());
+        }
+        // The supervisor keeps no descriptor: the pipes belong to the
+        // function, and std's exec-error pipe must close so spawn returns.
+        close_all_descriptors();
+        let status = supervise(runner, function, &handled);
+        relay(status)
+    }
+}
+
+/// Closes every open descriptor of this process.
+unsafe fn close_all_descriptors() {
+    // SAFETY: closing descriptors has no memory-safety effect.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) == 0 {
+            return;
+        }
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 16) as libc::c_int
+        } else {
+            1024
+        };
+        for fd in 0..max {
+            libc::close(fd);
+        }
+    }
+}
+
+/// Waits for the function to exit or for a stop request, then kills and
+/// reaps every descendant. Returns the function's wait status.
+unsafe fn supervise(
+    runner: libc::pid_t,
+    function: libc::pid_t,
+    handled: &libc::sigset_t,
+) -> libc::c_int {
+    let mut status: Option<libc::c_int> = None;
+    // SAFETY: raw system calls on stack values.
+    unsafe {
+        loop {
+            reap(function, &mut status);
+            if status.is_some() {
+                break;
+            }
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let sig = libc::sigwaitinfo(handled, &mut info);
+            match sig {
+                libc::SIGCHLD => {}
+                s if s == PARENT_DIED => {
+                    if libc::getppid() != runner {
+                        break;
+                    }
+                }
+                s if s > 0 => break,
+                _ => {}
+            }
+        }
+        if status.is_none() {
+            libc::kill(function, libc::SIGKILL);
+        }
+        libc::kill(-function, libc::SIGKILL);
+        // Kill every child; their own descendants become children as they
+        // are orphaned and are killed in the next round, until none is left.
+        let mut quiet: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut quiet);
+        libc::sigaddset(&mut quiet, libc::SIGCHLD);
+        loop {
+            if !reap(function, &mut status) {
+                break;
+            }
+            kill_children();
+            let pause = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 5_000_000,
+            };
+            libc::sigtimedwait(&quiet, std::ptr::null_mut(), &pause);
+        }
+    }
+    // SIGKILL when the function was stopped before it exited.
+    status.unwrap_or(libc::SIGKILL)
+}
+
+/// Reaps every exited child, recording the function's status. Returns
+/// whether any child is left.
+unsafe fn reap(function: libc::pid_t, status: &mut Option<libc::c_int>) -> bool {
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: waitpid on a stack integer.
+        let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+        if pid == function {
+            *status = Some(st);
+        } else if pid == 0 {
+            return true;
+        } else if pid < 0 {
+            return errno() != libc::ECHILD;
+        }
+    }
+}
+
+/// Sends SIGKILL to every child of this process (and to its group, which
+/// takes that child's non-escaped descendants along).
+unsafe fn kill_children() {
+    // SAFETY: raw file reads into stack buffers.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/thread-self/children".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            let mut buf = [0u8; 4096];
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            libc::close(fd);
+            if n > 0 {
+                for pid in pids(&buf[..n as usize]) {
+                    kill_child(pid);
+                }
+            }
+            return;
+        }
+        scan_proc_for_children();
+    }
+}
+
+unsafe fn kill_child(pid: libc::pid_t) {
+    // SAFETY: signals only.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        if libc::getpgid(pid) == pid {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// The decimal numbers in `text`, separated by anything else.
+fn pids(text: &[u8]) -> impl Iterator<Item = libc::pid_t> + '_ {
+    text.split(|b| !b.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .filter_map(|w| {
+            w.iter().try_fold(0 as libc::pid_t, |n, d| {
+                n.checked_mul(10)?.checked_add((d - b'0') as libc::pid_t)
+            })
+        })
+}
+
+/// The parent pid in the text of `/proc/<pid>/stat`: the second field
+/// after the command name, which ends at the last `)`.
+fn stat_ppid(stat: &[u8]) -> Option<libc::pid_t> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let mut fields = stat[close + 1..]
+        .split(|&b| b == b' ')
+        .filter(|f| !f.is_empty());
+    fields.next()?;
+    pids(fields.next()?).next()
+}
+
+/// Without `/proc/thread-self/children` (kernels built without
+/// `CONFIG_PROC_CHILDREN`): reads every `/proc/<pid>/stat` and kills those
+/// whose parent is this process.
+unsafe fn scan_proc_for_children() {
+    // SAFETY: raw directory and file reads into stack buffers.
+    unsafe {
+        let me = libc::getpid();
+        let dir = libc::open(
+            c"/proc".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            return;
+        }
+        let mut entries = [0u8; 8192];
+        loop {
+            let n = libc::syscall(
+                libc::SYS_getdents64,
+                dir,
+                entries.as_mut_ptr(),
+                entries.len(),
+            );
+            if n <= 0 {
+                break;
+            }
+            let mut at = 0usize;
+            while at < n as usize {
+                // struct linux_dirent64 { u64 ino; i64 off; u16 reclen; u8 type; char name[]; }
+                let reclen = u16::from_ne_bytes([entries[at + 16], entries[at + 17]]) as usize;
+                let name = &entries[at + 19..at + reclen];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                at += reclen;
+                if name.is_empty() || !name.iter().all(u8::is_ascii_digit) || name.len() > 10 {
+                    continue;
+                }
+                let mut path = [0u8; 32];
+                let prefix = b"/proc/";
+                path[..prefix.len()].copy_from_slice(prefix);
+                path[prefix.len()..prefix.len() + name.len()].copy_from_slice(name);
+                let end = prefix.len() + name.len();
+                path[end..end + 5].copy_from_slice(b"/stat");
+                let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    continue;
+                }
+                let mut stat = [0u8; 512];
+                let len = libc::read(fd, stat.as_mut_ptr().cast(), stat.len());
+                libc::close(fd);
+                if len <= 0 {
+                    continue;
+                }
+                if stat_ppid(&stat[..len as usize]) == Some(me)
+                    && let Some(pid) = pids(name).next()
+                {
+                    kill_child(pid);
+                }
+            }
+        }
+        libc::close(dir);
+    }
+}
+
+/// Exits the way the function did: the same exit code, or the same signal.
+unsafe fn relay(status: libc::c_int) -> ! {
+    // SAFETY: the process ends here.
+    unsafe {
+        if libc::WIFEXITED(status) {
+            libc::_exit(libc::WEXITSTATUS(status));
+        }
+        let sig = if libc::WIFSIGNALED(status) {
+            libc::WTERMSIG(status)
+        } else {
+            libc::SIGKILL
+        };
+        let no_core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &all, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+        libc::_exit(128 + sig)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_pid_lists_and_stat_lines() {
+        assert_eq!(pids(b"12 345 \n").collect::<Vec<_>>(), [12, 345]);
+        assert_eq!(pids(b"").count(), 0);
+        assert_eq!(pids(b"99999999999999").count(), 0);
+        assert_eq!(
+            stat_ppid(b"4242 (a) b) weird) S 17 4242 4242 0 -1"),
+            Some(17)
+        );
+        assert_eq!(stat_ppid(b"garbage"), None);
+    }
+}
