@@ -15,6 +15,27 @@ use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
+/// Process groups of the processes whose command line contains `marker`
+/// (a function and its forks share one).
+fn groups_matching(marker: &str) -> usize {
+    let mut groups: Vec<String> = processes_matching(marker)
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            Some(
+                stat.rsplit(')')
+                    .next()?
+                    .split_whitespace()
+                    .nth(2)?
+                    .to_string(),
+            )
+        })
+        .collect();
+    groups.sort();
+    groups.dedup();
+    groups.len()
+}
+
 /// Processes whose command line contains `marker` (NULs read as spaces).
 fn processes_matching(marker: &str) -> Vec<u32> {
     let mut found = Vec::new();
@@ -209,6 +230,7 @@ async fn alias_bombs_neither_starve_health_nor_keep_memory() {
             health.check(HealthCheckRequest::default()).await.unwrap();
         }
         let idle = rss_kib(runner.pid());
+        eprintln!("wrapper: {wrapper}: idle RSS {idle} KiB");
         let mut calls = Vec::new();
         for _ in 0..bombs {
             let mut client = runner.client().await;
@@ -243,6 +265,10 @@ async fn alias_bombs_neither_starve_health_nor_keep_memory() {
         let back = wait_until(Duration::from_secs(5), || {
             rss_kib(runner.pid()) <= idle + idle / 5 + 8 * 1024
         });
+        eprintln!(
+            "wrapper: {wrapper}: RSS after {} KiB",
+            rss_kib(runner.pid())
+        );
         assert!(
             back,
             "RSS {} KiB did not return near idle {idle} KiB",
@@ -252,7 +278,8 @@ async fn alias_bombs_neither_starve_health_nor_keep_memory() {
 }
 
 /// 1,000 concurrent calls over 20 functions with --max-concurrent-functions=8:
-/// at most 8 function processes at any sample, and all 1,000 replies arrive.
+/// at most 8 functions (process groups) at any sample, and all 1,000
+/// replies arrive.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thousand_calls_keep_the_process_bound() {
     let dir = tempfile::tempdir().unwrap();
@@ -274,7 +301,7 @@ async fn a_thousand_calls_keep_the_process_bound() {
         std::thread::spawn(move || {
             let mut most = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                most = most.max(processes_matching(&marker).len());
+                most = most.max(groups_matching(&marker));
             }
             most
         })
@@ -301,7 +328,7 @@ async fn a_thousand_calls_keep_the_process_bound() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let most = sampler.join().unwrap();
-    eprintln!("most function processes at once: {most}");
+    eprintln!("most functions running at once: {most}");
     assert_eq!(ok, 1000);
     assert!(most <= 8, "{most} function processes ran at once");
     assert!(most >= 2, "the sampler saw no concurrency ({most})");
@@ -371,8 +398,8 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 /// With RLIMIT_NOFILE at 64 and 100 connections opened, the server does
-/// not spin (under 25% of a core over 2 s) and, once the sockets close,
-/// answers the next call.
+/// not spin (under 5% of a core over 2 s: it retries `accept` every 200 ms)
+/// and, once the sockets close, answers the next call.
 #[tokio::test(flavor = "multi_thread")]
 async fn at_the_fd_limit_the_server_neither_spins_nor_hangs() {
     let dir = tempfile::tempdir().unwrap();
@@ -390,7 +417,7 @@ async fn at_the_fd_limit_the_server_neither_spins_nor_hangs() {
     std::thread::sleep(Duration::from_secs(2));
     let used = cpu_ticks(runner.pid()) - before;
     eprintln!("CPU at the fd limit: {used} ticks in 2 s");
-    assert!(used < 50, "the server spun: {used} ticks (1/100 s) in 2 s");
+    assert!(used < 10, "the server spun: {used} ticks (1/100 s) in 2 s");
     drop(sockets);
     let mut client = runner.client().await;
     let reply = tokio::time::timeout(

@@ -129,3 +129,42 @@ fn bad_inputs_are_named() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A malformed trace, a policy with a duplicate key and a missing file are
+/// the user's errors: `error: …` naming the file, the line and the problem,
+/// never "unexpected error" nor the YAML library's advice.
+#[test]
+fn user_errors_are_reported_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    std::fs::write(
+        p("t.csv"),
+        "at_seconds,image,run_seconds\n1,a:v1,2\n3,b:v1\n",
+    )
+    .unwrap();
+    std::fs::write(p("ok.csv"), "1,a:v1,2\n").unwrap();
+    std::fs::write(p("dup.yaml"), "podTTL: 4h\npodTTL: 5h\n").unwrap();
+    for (trace, policy, expect) in [
+        (
+            "t.csv",
+            "dup.yaml",
+            vec!["t.csv", "line 3", "expected 3 CSV fields"],
+        ),
+        (
+            "ok.csv",
+            "dup.yaml",
+            vec!["dup.yaml", "line 2", "duplicate"],
+        ),
+        ("ok.csv", "none.yaml", vec!["none.yaml"]),
+    ] {
+        let out = runner(&["simulate", "--trace", &p(trace), "--policy", &p(policy)]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert!(!stderr.contains("unexpected"), "{stderr}");
+        assert!(!stderr.contains("DuplicateKeyPolicy"), "{stderr}");
+        for e in expect {
+            assert!(stderr.contains(e), "{e:?} not in {stderr}");
+        }
+    }
+}

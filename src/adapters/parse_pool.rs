@@ -5,7 +5,8 @@
 //! worker threads, a burst of large or hostile inputs would stall every
 //! other call on the server, health checks included. Every parse of input
 //! or function output in the adapters therefore runs here: on tokio's
-//! blocking pool, at most one per core at once; the rest wait their turn
+//! blocking pool, at most one per core but one at once (at least one), so
+//! a core stays free for the async workers; the rest wait their turn
 //! without holding a thread.
 
 use std::sync::{Arc, LazyLock};
@@ -16,10 +17,10 @@ use crate::domain::evaluation::EvalError;
 
 static PARSERS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    Arc::new(Semaphore::new(cores))
+    Arc::new(Semaphore::new(cores.saturating_sub(1).max(1)))
 });
 
-/// Runs `parse` on the blocking pool, at most one parse per core at once,
+/// Runs `parse` on the blocking pool, at most one parse per core but one at once,
 /// and returns its result.
 ///
 /// Errors: [`EvalError::Internal`] only if `parse` panicked.

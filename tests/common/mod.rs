@@ -61,6 +61,21 @@ pub fn python() -> String {
         .to_string()
 }
 
+/// The `krm-fn-runner` binary under test: this build's, or
+/// `KRM_FN_RUNNER_BIN` (to run a test against another build).
+pub fn runner_binary() -> PathBuf {
+    std::env::var_os("KRM_FN_RUNNER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_krm-fn-runner").into())
+}
+
+/// The `wrapper-server` binary under test: this build's, or `KRM_FN_WRAPPER_BIN`.
+pub fn wrapper_binary() -> PathBuf {
+    std::env::var_os("KRM_FN_WRAPPER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_wrapper-server").into())
+}
+
 /// A running `krm-fn-runner serve` process, killed on drop.
 pub struct Runner {
     child: Child,
@@ -73,14 +88,14 @@ impl Runner {
     /// Starts `serve` with `args` (plus `--listen 127.0.0.1:0` unless a
     /// `--listen` is given) and waits until it listens.
     pub fn start(args: &[&str]) -> Runner {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
+        let mut cmd = Command::new(runner_binary());
         cmd.arg("serve");
         Self::spawn(cmd, args)
     }
 
     /// As [`Runner::start`], with extra environment variables for the runner.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Runner {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
+        let mut cmd = Command::new(runner_binary());
         cmd.arg("serve").envs(env.iter().copied());
         Self::spawn(cmd, args)
     }
@@ -89,7 +104,7 @@ impl Runner {
     /// (RLIMIT_NOFILE) set to `limit`.
     pub fn start_with_nofile(args: &[&str], limit: u64) -> Runner {
         use std::os::unix::process::CommandExt;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
+        let mut cmd = Command::new(runner_binary());
         cmd.arg("serve");
         // SAFETY: setrlimit is async-signal-safe.
         unsafe {
@@ -110,7 +125,7 @@ impl Runner {
     /// Starts `wrapper-server` with `args` (plus `--listen 127.0.0.1:0`
     /// unless given; put the entrypoint after `--` in `args`).
     pub fn start_wrapper(args: &[&str]) -> Runner {
-        Self::spawn(Command::new(env!("CARGO_BIN_EXE_wrapper-server")), args)
+        Self::spawn(Command::new(wrapper_binary()), args)
     }
 
     /// Starts `program` (a server that prints `listening on <address>`,

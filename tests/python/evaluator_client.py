@@ -6,7 +6,9 @@ checks health (SERVING), evaluates one function, and asks for an unknown image
 (NOT_FOUND). Prints one JSON object with what it saw.
 
 Usage: evaluator_client.py --proto PROTO_DIR --address ADDR --image IMAGE --input FILE
-ADDR is host:port or unix:/path.
+                           [--failing-image IMAGE]
+ADDR is host:port or unix:/path. With --failing-image, also evaluates that
+image and reports the status code and the length of its message.
 """
 
 import argparse
@@ -42,6 +44,7 @@ def main():
     ap.add_argument("--address", required=True)
     ap.add_argument("--image", required=True)
     ap.add_argument("--input", required=True)
+    ap.add_argument("--failing-image")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as out:
@@ -70,6 +73,16 @@ def main():
                 missing = {"code": "OK", "details": ""}
             except grpc.RpcError as e:
                 missing = {"code": e.code().name, "details": e.details()}
+            failing = None
+            if args.failing_image:
+                try:
+                    stub.EvaluateFunction(
+                        pb2.EvaluateFunctionRequest(resource_list=rl, image=args.failing_image),
+                        timeout=30,
+                    )
+                    failing = {"code": "OK", "details": ""}
+                except grpc.RpcError as e:
+                    failing = {"code": e.code().name, "details": e.details()}
     print(
         json.dumps(
             {
@@ -77,6 +90,7 @@ def main():
                 "output": resp.resource_list.decode(),
                 "log": resp.log.decode(),
                 "missing": missing,
+                "failing": failing,
             }
         )
     )

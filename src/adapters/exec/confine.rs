@@ -153,11 +153,8 @@ unsafe fn supervise(
             let sig = libc::sigwaitinfo(handled, &mut info);
             match sig {
                 libc::SIGCHLD => {}
-                s if s == PARENT_DIED => {
-                    if libc::getppid() != runner {
-                        break;
-                    }
-                }
+                // Fired by a thread of the runner exiting: not a stop.
+                s if s == PARENT_DIED && libc::getppid() == runner => {}
                 s if s > 0 => break,
                 _ => {}
             }

@@ -77,7 +77,7 @@ pub enum ProcessError {
         /// The OS error.
         source: io::Error,
     },
-    /// stdout or stderr went over [`ProcessLimits::max_output_bytes`]; the process group was killed.
+    /// stdout or stderr went over [`ProcessLimits::max_output_bytes`]; the function and its descendants were killed.
     #[error("{payload} went over the limit of {limit} bytes; the function was stopped")]
     OutputTooLarge {
         /// Which stream.
@@ -85,7 +85,7 @@ pub enum ProcessError {
         /// The limit in bytes.
         limit: usize,
     },
-    /// The timeout passed; the process group was killed.
+    /// The timeout passed; the function and its descendants were killed.
     #[error("the function did not finish within {0:?}; it was stopped")]
     TimedOut(Duration),
     /// Reading or writing the pipes failed.
@@ -100,13 +100,16 @@ pub const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
 /// Asks the supervisor to stop the function and all its descendants when
 /// dropped (SIGTERM; it kills them with SIGKILL and exits): the one exit
-/// path every outcome, including cancellation, goes through.
-struct Stopper(Option<Pid>);
+/// path every outcome, including cancellation, goes through. Disarmed once
+/// the supervisor has been reaped, when its pid may already be reused.
+struct Stopper(Option<Pid>, std::sync::atomic::AtomicBool);
 
 impl Drop for Stopper {
     fn drop(&mut self) {
+        if self.1.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         if let Some(pid) = self.0.take() {
-            // ESRCH (already gone) is the normal case after a clean exit.
             let _ = kill(pid, Signal::SIGTERM);
         }
     }
@@ -141,7 +144,10 @@ pub async fn run(
         program: spec.program.clone(),
         source,
     })?;
-    let stopper = Stopper(child.id().map(|id| Pid::from_raw(id as i32)));
+    let stopper = Stopper(
+        child.id().map(|id| Pid::from_raw(id as i32)),
+        std::sync::atomic::AtomicBool::new(false),
+    );
 
     let input = child.stdin.take();
     let stdout = child.stdout.take();
@@ -185,6 +191,7 @@ pub async fn run(
         // The supervisor exits only when the function and every descendant
         // are gone.
         let status = child.wait().await?;
+        stopper.1.store(true, std::sync::atomic::Ordering::Release);
         let _ = exited.send(());
         Ok::<_, ProcessError>(status)
     };

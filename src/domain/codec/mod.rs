@@ -52,7 +52,7 @@ pub const MAX_DEPTH: usize = 256;
 
 /// Alias expansion (events copied or replayed for `*alias` references)
 /// allowed for any input, however short.
-pub const MIN_ALIAS_EXPANSION: usize = 64 * 1024;
+pub const MIN_ALIAS_EXPANSION: usize = 16 * 1024;
 
 fn options(input_bytes: usize) -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
