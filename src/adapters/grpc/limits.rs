@@ -56,7 +56,7 @@ pub struct ServerLimits {
 
 impl Default for ServerLimits {
     /// 1,024 connections, 100 streams each, a ping every 30 s answered within
-    /// 10 s, idle connections closed after 5 minutes, 256 MiB of requests in
+    /// 10 s, idle connections closed after 5 minutes, 64 MiB of requests in
     /// flight.
     fn default() -> Self {
         Self {
@@ -65,7 +65,7 @@ impl Default for ServerLimits {
             keepalive_interval: Some(Duration::from_secs(30)),
             keepalive_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(300)),
-            max_bytes_in_flight: 256 << 20,
+            max_bytes_in_flight: 64 << 20,
         }
     }
 }
