@@ -8,6 +8,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if ResourceList::validate(data).is_err() {
-        assert!(ResourceList::parse(data).is_err(), "validate refused what parse accepts");
+        assert!(
+            ResourceList::parse(data).is_err(),
+            "validate refused what parse accepts"
+        );
     }
 });

@@ -10,7 +10,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(list) = ResourceList::parse(data) else {
         return;
     };
-    assert!(ResourceList::validate(data).is_ok(), "parse accepted what validate refuses");
+    assert!(
+        ResourceList::validate(data).is_ok(),
+        "parse accepted what validate refuses"
+    );
     let text = list.to_yaml().expect("a parsed ResourceList serialises");
     let again = ResourceList::parse(text.as_bytes()).expect("written ResourceList re-parses");
     assert_eq!(again.items, list.items);
