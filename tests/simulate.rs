@@ -131,7 +131,7 @@ fn bad_inputs_are_named() {
 }
 
 /// A malformed trace, a policy with a duplicate key and a missing file are
-/// the user's errors: `error: …` naming the file, the line and the problem,
+/// the user's errors: `Error: …` naming the file, the line and the problem,
 /// never "unexpected error" nor the YAML library's advice.
 #[test]
 fn user_errors_are_reported_as_such() {
@@ -160,7 +160,7 @@ fn user_errors_are_reported_as_such() {
         let out = runner(&["simulate", "--trace", &p(trace), "--policy", &p(policy)]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
-        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert!(stderr.starts_with("Error: "), "{stderr}");
         assert!(!stderr.contains("unexpected"), "{stderr}");
         assert!(!stderr.contains("DuplicateKeyPolicy"), "{stderr}");
         for e in expect {

@@ -170,11 +170,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve::run(*args).await,
             Command::Eval(args) => eval::run(args).await,
-            // A bad trace or policy is the user's error, not an unexpected one.
-            Command::Simulate(args) => simulate::run(args).await.or_else(|e| {
-                eprintln!("error: {e:#}");
-                Ok(ExitCode::FAILURE)
-            }),
+            Command::Simulate(args) => simulate::run(args).await,
             Command::Render(args) => render::run(*args).await,
         }
     })
