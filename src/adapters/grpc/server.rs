@@ -266,16 +266,15 @@ fn size_error_to_resource_exhausted(
 ) -> http::Response<tonic::body::Body> {
     let headers = response.headers_mut();
     let out_of_range = headers.get("grpc-status").is_some_and(|v| v == "11");
-    let too_large = headers
+    let tonic_message = headers
         .get("grpc-message")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|m| {
-            m.contains("message%20length%20too%20large") || m.contains("message length too large")
-        });
-    if out_of_range && too_large {
+        .map(|m| m.replace("%20", " "))
+        .unwrap_or_default();
+    if out_of_range && tonic_message.contains("message length too large") {
         let message = EvalError::TooLarge {
             payload: Payload::Request,
-            size: None,
+            size: found_bytes(&tonic_message),
             limit,
         }
         .to_string();
@@ -285,6 +284,14 @@ fn size_error_to_resource_exhausted(
         }
     }
     response
+}
+
+/// The size tonic's codec reports in `… too large: found <N> bytes, …`
+/// (the gRPC frame's length prefix), so the answer names it as grpc-go's
+/// `(<N> vs. <limit>)` does.
+fn found_bytes(tonic_message: &str) -> Option<usize> {
+    let rest = &tonic_message[tonic_message.find("found ")? + "found ".len()..];
+    rest.split(' ').next()?.parse().ok()
 }
 
 struct EvaluatorService {
@@ -406,6 +413,27 @@ impl pb::function_evaluator_server::FunctionEvaluator for EvaluatorService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oversize_answers_name_the_size_tonic_read() {
+        let mut response = http::Response::new(tonic::body::Body::empty());
+        let h = response.headers_mut();
+        h.insert("grpc-status", http::HeaderValue::from_static("11"));
+        h.insert(
+            "grpc-message",
+            http::HeaderValue::from_static(
+                "Error,%20decoded%20message%20length%20too%20large:%20found%201556596%20bytes,%20the%20limit%20is:%201048576%20bytes",
+            ),
+        );
+        let response = size_error_to_resource_exhausted(response, 1 << 20);
+        assert_eq!(response.headers()["grpc-status"], "8");
+        assert_eq!(
+            response.headers()["grpc-message"].to_str().unwrap(),
+            "the request is 1556596 bytes, over the limit of 1048576 bytes; raise --max-request-body-size on the runner (and the matching limit on its clients) to allow larger ResourceLists"
+        );
+        assert_eq!(found_bytes("found 12 bytes"), Some(12));
+        assert_eq!(found_bytes("too large"), None);
+    }
 
     #[test]
     fn parses_listen_addresses() {
