@@ -10,10 +10,13 @@
 #     (about 12 minutes the first time on 2 cores, then cached);
 #   - kustomize and kubectl, built from the Go module proxy (deploy/ tests);
 #   - the Rust musl target, added with rustup by scripts/build-images.sh, which
-#     tests/images.rs runs (its static build is cached per machine too).
+#     tests/images.rs runs (its static build is cached per machine too);
 #   - a real OpenTelemetry Collector (OTLP receiver, file exporter), built
 #     from the Go module proxy (4 to 12 minutes the first time on 2 cores,
-#     most of it fetching modules).
+#     most of it fetching modules);
+#   - Porch v1.5.3 itself (porch-server, porchctl and Porch's Go function
+#     runner), built from the same proxy (about 9 minutes the first time on 2
+#     cores with empty Go caches, then cached).
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail
@@ -34,6 +37,8 @@ KRM_FN_KUBECTL_BIN="$(bash scripts/build-kubectl.sh)"
 export KRM_FN_KUBECTL_BIN
 KRM_FN_OTELCOL_BIN="$(bash scripts/build-otel-collector.sh)"
 export KRM_FN_OTELCOL_BIN
+KRM_FN_PORCH="$(bash scripts/build-porch.sh)"
+export KRM_FN_PORCH
 
 cargo test "$@"
 
