@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::{NOT_SERVING, Runner, SERVING, catalog_dir, catalog_version, eventually, health};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
-use k8s_support::ControlPlane;
+use k8s_support::{ControlPlane, eventually};
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
@@ -64,15 +64,7 @@ impl Bed {
         k8s_support::create_namespace(&client, "porch-system").await;
         let registry = TestRegistry::start(Setup::anonymous());
         for f in FUNCTIONS {
-            registry
-                .push_image(
-                    &format!("{f}:{}", catalog_version(f)),
-                    "amd64",
-                    Some(&["/usr/local/bin/function"]),
-                    None,
-                    f,
-                )
-                .await;
+            registry.push_catalog_function(f).await;
         }
         let dir = tempfile::tempdir().unwrap();
         let kubelet = Kubelet::start(

@@ -24,7 +24,6 @@ mod registry_support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::catalog_version;
 use porch_support::{
     FunctionRunner, Peer, PorchBed, Porchctl, deployments, documents, image, kptfile,
     setters_and_starlark_pipeline,
@@ -500,17 +499,8 @@ async fn porch_renders_through_our_pod_runtime() {
     let fn_ns = "porch-fn-system";
     k8s_support::create_namespace(&bed.core, fn_ns).await;
     let registry = TestRegistry::start(Setup::anonymous());
-    for f in ["apply-setters", "starlark"] {
-        registry
-            .push_image(
-                &format!("{f}:{}", catalog_version(f)),
-                "amd64",
-                Some(&["/usr/local/bin/function"]),
-                None,
-                f,
-            )
-            .await;
-    }
+    let setters = registry.push_catalog_function("apply-setters").await;
+    let starlark = registry.push_catalog_function("starlark").await;
     let map = bed.work.path().join("wrappers.map");
     let kubelet = kubelet::Kubelet::start(
         bed.core.clone(),
@@ -545,18 +535,8 @@ async fn porch_renders_through_our_pod_runtime() {
     let name = bed.init("pods", "v1").await;
     let mut files = app_package("pods", 2);
     let kptfile = files["Kptfile"]
-        .replace(
-            &image("apply-setters"),
-            &format!(
-                "{}/apply-setters:{}",
-                registry.addr,
-                catalog_version("apply-setters")
-            ),
-        )
-        .replace(
-            &image("starlark"),
-            &format!("{}/starlark:{}", registry.addr, catalog_version("starlark")),
-        );
+        .replace(&image("apply-setters"), &setters)
+        .replace(&image("starlark"), &starlark);
     files.insert("Kptfile".into(), kptfile);
     let push = bed.edit_and_push(&name, &files).await;
     assert!(

@@ -19,23 +19,46 @@ use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 /// Directory with `kube-apiserver` and `etcd`: `KUBEBUILDER_ASSETS`, or the
 /// cached build of `scripts/build-test-apiserver.sh` (built on first use).
 pub fn assets() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KUBEBUILDER_ASSETS") {
+    cached_build("KUBEBUILDER_ASSETS", "scripts/build-test-apiserver.sh")
+}
+
+/// The path in environment variable `var`, or else what the cached build
+/// script `script` (relative to the repository) prints, running it (and so
+/// building on first use).
+pub fn cached_build(var: &str, script: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os(var) {
         return PathBuf::from(dir);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-test-apiserver.sh");
     let out = Command::new("bash")
-        .arg(script)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
         .stderr(Stdio::inherit())
         .output()
-        .expect("run build-test-apiserver.sh");
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
     assert!(
         out.status.success(),
-        "scripts/build-test-apiserver.sh failed (needs Go and the Go module proxy)"
+        "{script} failed (needs Go and the Go module proxy)"
     );
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-fn free_port() -> u16 {
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A free loopback TCP port.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

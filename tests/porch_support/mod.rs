@@ -14,7 +14,6 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -26,7 +25,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::common::{Runner, catalog_dir, catalog_image};
-use crate::k8s_support::ControlPlane;
+use crate::k8s_support::{ControlPlane, eventually, free_port};
 
 /// The Porch release on the bed.
 pub const PORCH_VERSION: &str = "v1.5.3";
@@ -44,29 +43,7 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 /// `porch-function-runner`, `crds/`. `KRM_FN_PORCH`, or the script's output
 /// (it builds on first use).
 pub fn porch_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KRM_FN_PORCH") {
-        return PathBuf::from(dir);
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-porch.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run build-porch.sh");
-    assert!(
-        out.status.success(),
-        "scripts/build-porch.sh failed (needs Go and the Go module proxy)"
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-/// A free loopback TCP port.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    crate::k8s_support::cached_build("KRM_FN_PORCH", "scripts/build-porch.sh")
 }
 
 /// Runs `git` with `args` in `dir`; panics with its stderr on failure.
@@ -423,22 +400,6 @@ pub async fn install_crds(core: &Client) {
             }
         })
         .await;
-    }
-}
-
-/// Polls `check` every 100 ms until it returns `Some`, or panics after `within`.
-pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

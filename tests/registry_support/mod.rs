@@ -292,6 +292,22 @@ impl TestRegistry {
             .expect("valid reference")
     }
 
+    /// Pushes catalog function `function` as `<function>:<pinned version>`
+    /// for amd64 with entrypoint `/usr/local/bin/function` (what the catalog
+    /// images hold) and returns its reference on this registry.
+    pub async fn push_catalog_function(&self, function: &str) -> String {
+        let repo_tag = format!("{function}:{}", crate::common::catalog_version(function));
+        self.push_image(
+            &repo_tag,
+            "amd64",
+            Some(&["/usr/local/bin/function"]),
+            None,
+            function,
+        )
+        .await;
+        format!("{}/{repo_tag}", self.addr)
+    }
+
     /// Pushes a one-layer image for `linux/<arch>` whose config has
     /// `entrypoint` and `cmd`, tagged `repo_tag`; returns its manifest digest
     /// and size. `nonce` makes otherwise equal images differ.
