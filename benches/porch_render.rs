@@ -36,7 +36,7 @@ use porch_support::{Peer, PorchBed, deployments, setters_and_starlark_pipeline};
 /// Deployments in the package.
 const RESOURCES: usize = 50;
 /// Timed updates per runner in each of the two phases.
-const UPDATES_PER_PHASE: usize = 20;
+const UPDATES_PER_PHASE: usize = 40;
 /// Untimed updates per bed at the start of each phase.
 const WARM_UP: usize = 3;
 
@@ -95,6 +95,7 @@ impl Contender {
 async fn run() {
     let mut beds = [Contender::start().await, Contender::start().await];
     let mut times: BTreeMap<Peer, Vec<Duration>> = BTreeMap::new();
+    let mut phases = Vec::new();
     for phase in 0..2 {
         let peers = if phase == 0 {
             [Peer::Ours, Peer::Porch]
@@ -109,13 +110,16 @@ async fn run() {
                 bed.update().await;
             }
         }
+        let mut phase_times = [Vec::new(), Vec::new()];
         for round in 0..UPDATES_PER_PHASE {
             let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
             for i in order {
                 let took = beds[i].update().await;
                 times.entry(peers[i]).or_default().push(took);
+                phase_times[i].push(took);
             }
         }
+        phases.push((peers, phase_times));
     }
     for bed in &mut beds {
         bed.bed.stop_runner();
@@ -161,6 +165,19 @@ async fn run() {
         "  median paired difference (ours - porch, same round): {:+.1} ms",
         paired[paired.len() / 2]
     );
+    for (phase, (peers, mut t)) in phases.into_iter().enumerate() {
+        for v in &mut t {
+            v.sort();
+        }
+        println!(
+            "  phase {}: bed 1 {} p50 {}, bed 2 {} p50 {}",
+            phase + 1,
+            peers[0].name(),
+            ms(quantile(&t[0], 0.5)),
+            peers[1].name(),
+            ms(quantile(&t[1], 0.5))
+        );
+    }
 }
 
 fn main() {
