@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::{NOT_SERVING, Runner, SERVING, catalog_dir, catalog_version, eventually, health};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
-use k8s_support::{ControlPlane, eventually};
+use k8s_support::ControlPlane;
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};

@@ -24,8 +24,8 @@ use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::common::{Runner, catalog_dir, catalog_image};
-use crate::k8s_support::{ControlPlane, eventually, free_port};
+use crate::common::{Runner, catalog_dir, catalog_image, eventually};
+use crate::k8s_support::{ControlPlane, free_port};
 
 /// The Porch release on the bed.
 pub const PORCH_VERSION: &str = "v1.5.3";
