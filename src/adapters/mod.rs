@@ -1,5 +1,6 @@
 //! Adapters: the only code that touches processes, sockets and files.
 
+pub mod admission;
 pub mod exec;
 pub mod grpc;
 pub mod kube;

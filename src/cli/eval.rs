@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::serve::{DEFAULT_MAX_MESSAGE_BYTES, parse_exec_env};
+use crate::adapters::admission::{Admission, AdmittedEvaluator};
 use crate::adapters::grpc::RemoteEvaluator;
 use crate::app::{RuntimeSettings, build_runtime};
 use crate::domain::evaluation::{EvalError, EvaluationRequest};
@@ -44,6 +45,9 @@ pub struct EvalArgs {
     /// Pass an environment variable to the function: NAME or NAME=VALUE. Repeatable.
     #[arg(long = "exec-env", value_name = "NAME[=VALUE]", value_parser = super::serve::exec_env_entry)]
     pub exec_env: Vec<String>,
+    /// Function admission policy (allow/deny rules on image references), checked before the function runs.
+    #[arg(long, value_name = "FILE")]
+    pub admission_policy: Option<PathBuf>,
     /// Verbosity 0–5 (1 = warnings only).
     #[arg(long, default_value_t = 1)]
     pub log_level: u8,
@@ -75,6 +79,17 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             Arc::new(runtime.chain)
         }
     };
+    let admission = match Admission::from_option(
+        args.admission_policy.as_deref(),
+        &args.default_image_prefix,
+    ) {
+        Ok(a) => Arc::new(a),
+        Err(e) => {
+            eprintln!("Error: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let evaluator = AdmittedEvaluator::new(evaluator, admission);
     let input = read_input()?;
     if local && let Err(e) = ResourceList::validate(&input) {
         // The server's check and wording (INVALID_ARGUMENT there).

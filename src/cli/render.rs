@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::serve::DEFAULT_MAX_MESSAGE_BYTES;
+use crate::adapters::admission::{Admission, AdmittedRuntime};
 use crate::adapters::oci::{InspectorConfig, OciImageInspector};
 use crate::adapters::package::{PackageIoError, render_dir_with_tags};
 use crate::adapters::runtime::{
-    BuiltinRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
+    BuiltinRuntime, DeadlineRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
 };
 use crate::app::{RuntimeSettings, build_runtime};
 use crate::domain::codec;
@@ -59,9 +60,12 @@ pub struct RenderArgs {
     /// Directory holding the binaries named in --exec-config.
     #[arg(long, default_value = "./functions")]
     pub functions: PathBuf,
-    /// Time limit per function call (kpt: 5m).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
-    pub fn_timeout: Duration,
+    /// Time limit of a pipeline step that has no `timeout:` of its own (kpt: 5m per function call).
+    #[arg(long, visible_alias = "fn-timeout", value_parser = humantime::parse_duration, default_value = "5m")]
+    pub step_timeout: Duration,
+    /// Function admission policy (allow/deny rules on image references); every `image:` step, builtins included, is checked before it runs.
+    #[arg(long, value_name = "FILE")]
+    pub admission_policy: Option<PathBuf>,
     /// Largest ResourceList a function may read or write, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_size: usize,
@@ -103,7 +107,7 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
     let options = RenderOptions {
         image_prefix: args.image_prefix.clone(),
         allow_exec: args.allow_exec,
-        step_timeout: args.fn_timeout,
+        step_timeout: args.step_timeout,
         package_root: dir.display().to_string(),
     };
     let root_name = dir
@@ -120,12 +124,19 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         Ok(t) => Arc::new(t),
         Err(e) => return fail(&e.to_string()),
     };
+    let admission =
+        match Admission::from_option(args.admission_policy.as_deref(), &args.image_prefix) {
+            Ok(a) => Arc::new(a),
+            Err(e) => return fail(&e),
+        };
     let runtime = NextStepOnNotFound {
         chain: runtime,
         builtins: BuiltinRuntime::new(&args.image_prefix),
         exec_config: args.exec_config.clone(),
         function_runner: args.function_runner.clone(),
     };
+    // The policy first (a denied step starts nothing), then the step's time limit.
+    let runtime = AdmittedRuntime::new(DeadlineRuntime::new(Arc::new(runtime)), admission);
     let rendered = match render_dir_with_tags(&dir, &runtime, options, &printer, tags).await {
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),

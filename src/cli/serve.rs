@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{ArgAction, Args};
 
+use crate::adapters::admission::{Admission, AdmittedEvaluator};
 use crate::adapters::grpc::ServeOptions;
 use crate::adapters::pod::AddressMode;
 use crate::app::{PodSettings, RuntimeSettings, start_runtimes};
@@ -49,6 +50,9 @@ pub struct ServeArgs {
     /// Pass an environment variable to functions: NAME (the runner's value) or NAME=VALUE. Repeatable.
     #[arg(long = "exec-env", value_name = "NAME[=VALUE]", value_parser = exec_env_entry)]
     pub exec_env: Vec<String>,
+    /// Function admission policy: ordered allow/deny rules on image references, checked before any runtime runs a call (denied: PERMISSION_DENIED naming the rule); re-read when the file changes. Default: every image allowed.
+    #[arg(long, value_name = "FILE")]
+    pub admission_policy: Option<PathBuf>,
     #[command(flatten)]
     pub limits: super::limits::LimitArgs,
     #[command(flatten)]
@@ -219,6 +223,11 @@ fn startup_error(e: crate::app::StartupError, settings: &RuntimeSettings) -> any
 /// Runs the server until SIGTERM/SIGINT.
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let telemetry = super::init_telemetry("krm-fn-runner", args.log_level).await?;
+    let admission = Admission::from_option(
+        args.admission_policy.as_deref(),
+        &args.default_image_prefix,
+    )
+    .map_err(anyhow::Error::msg)?;
     let settings = RuntimeSettings {
         config: args.config.clone(),
         functions: args.functions.clone(),
@@ -260,7 +269,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         limits: args.limits.server_limits(args.max_request_body_size),
     };
     server
-        .run_when_ready(Arc::new(chain), options, shutdown_signal(), ready)
+        .run_when_ready(
+            Arc::new(AdmittedEvaluator::new(Arc::new(chain), Arc::new(admission))),
+            options,
+            shutdown_signal(),
+            ready,
+        )
         .await
         .context("gRPC server failed")?;
     if let Some(pod) = pod_runtime {

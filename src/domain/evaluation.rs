@@ -203,6 +203,16 @@ pub enum EvalError {
     /// start before its deadline); not the function's own run time.
     #[error("{0}")]
     NotReadyInTime(String),
+    /// The function admission policy refuses the image; nothing ran.
+    #[error("{reason}")]
+    Denied {
+        /// The image asked for.
+        image: String,
+        /// The deciding rule's name.
+        rule: String,
+        /// The message, naming the image and the rule.
+        reason: String,
+    },
     /// The runner cannot serve now (no runtime enabled, pod platform down…); retrying may help.
     #[error("{0}")]
     Unavailable(String),

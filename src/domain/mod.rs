@@ -4,6 +4,7 @@
 //! Nothing here performs I/O, reads a clock or depends on an async runtime;
 //! it depends only on the port traits in [`crate::ports`].
 
+pub mod admission;
 pub mod chain;
 pub mod codec;
 pub mod evaluation;

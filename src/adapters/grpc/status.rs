@@ -50,6 +50,7 @@ pub fn to_status(err: &EvalError) -> Status {
         EvalError::TooLarge { .. } | EvalError::Exhausted(_) => Code::ResourceExhausted,
         EvalError::NotReadyInTime(_) => Code::DeadlineExceeded,
         EvalError::Unavailable(_) => Code::Unavailable,
+        EvalError::Denied { .. } => Code::PermissionDenied,
     };
     let message = match err {
         EvalError::FunctionFailed(f) => failure_message(f),
@@ -143,6 +144,11 @@ pub fn from_status(
         Code::ResourceExhausted if !message.contains("--max-request-body-size") => {
             EvalError::Exhausted(message)
         }
+        Code::PermissionDenied => EvalError::Denied {
+            image: image.to_string(),
+            rule: String::new(),
+            reason: format!("the function runner refused it: {message}"),
+        },
         code => EvalError::Internal(format!("the function runner answered {code:?}: {message}")),
     }
 }

@@ -14,10 +14,12 @@
 
 pub mod builtin;
 mod chain;
+mod deadline;
 mod evaluator;
 mod exec;
 
 pub use builtin::BuiltinRuntime;
 pub use chain::RuntimeChain;
+pub use deadline::DeadlineRuntime;
 pub use evaluator::EvaluatorRuntime;
 pub use exec::ExecCommandRuntime;

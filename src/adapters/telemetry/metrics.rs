@@ -11,6 +11,7 @@
 //! | `krm_fn_runner.pods` | `krm_fn_runner_pods` | gauge | `image`, `state` |
 //! | `krm_fn_runner.pod.waiting_requests` | `krm_fn_runner_pod_waiting_requests` | gauge | `image` |
 //! | `krm_fn_runner.exec.processes` | `krm_fn_runner_exec_processes` | gauge | |
+//! | `krm_fn_runner.admission.denials` | `krm_fn_runner_admission_denials_total` | counter | `rule` |
 //!
 //! Image labels are bounded: a call no runtime took (NOT_FOUND, a request
 //! refused before evaluation) is labelled [`OTHER_IMAGE`], and so is every
@@ -66,6 +67,8 @@ pub mod names {
     pub const POD_WAITING_REQUESTS: &str = "krm_fn_runner.pod.waiting_requests";
     /// Function processes running.
     pub const EXEC_PROCESSES: &str = "krm_fn_runner.exec.processes";
+    /// Calls the function admission policy refused, by deciding rule.
+    pub const ADMISSION_DENIALS: &str = "krm_fn_runner.admission.denials";
 }
 
 /// Bounded set of image label values.
@@ -125,6 +128,27 @@ pub(crate) struct MetricsState {
 }
 
 static STATE: OnceLock<MetricsState> = OnceLock::new();
+static DENIALS: OnceLock<Counter<u64>> = OnceLock::new();
+
+/// Counts one call refused by the function admission policy under `rule`
+/// (`krm_fn_runner_admission_denials_total{rule}`; the label values are the
+/// policy file's rule names and `default`, so they stay bounded). Does
+/// nothing when metrics are off.
+pub fn count_admission_denial(rule: &str) {
+    let Some(state) = STATE.get() else {
+        return;
+    };
+    DENIALS
+        .get_or_init(|| {
+            state
+                .meter
+                .u64_counter(names::ADMISSION_DENIALS)
+                .with_unit("{call}")
+                .with_description("Function calls refused by the admission policy, by deciding rule")
+                .build()
+        })
+        .add(1, &[KeyValue::new("rule", rule.to_string())]);
+}
 
 /// Builds the instruments on `meter` and returns the layer that feeds them.
 /// The first call in a process also makes the meter available to

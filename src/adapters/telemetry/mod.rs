@@ -42,7 +42,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 pub use config::{ConfigError, PrometheusEndpoint, Propagator, TelemetryConfig};
-pub use metrics::{PodSample, PodState, observe_pods};
+pub use metrics::{PodSample, PodState, count_admission_denial, observe_pods};
 
 /// The instrumentation scope (tracer and meter name) of this crate.
 pub const SCOPE: &str = "krm-fn-runner";

@@ -983,7 +983,12 @@ impl<'a> Renderer<'a> {
         let call = FunctionCall {
             target: target.clone(),
             resource_list: rl,
-            timeout: Some(self.options.step_timeout),
+            timeout: Some(
+                f.timeout()
+                    .ok()
+                    .flatten()
+                    .unwrap_or(self.options.step_timeout),
+            ),
             sources,
         };
         let output = match self.runtime.run(call).await {
@@ -996,6 +1001,14 @@ impl<'a> Renderer<'a> {
                 record.results = failure.results.iter().map(StructuredResult::from).collect();
                 self.push(ctx, record);
                 return Err(StepError::FunctionFailed { exit_code });
+            }
+            Err(e @ (EvalError::Denied { .. } | EvalError::Timeout { .. })) => {
+                // A denial (nothing ran) or a step stopped at its time
+                // limit: recorded in the results with an error result that
+                // says which, so results.yaml and the Kptfile status tell.
+                record.ran = true;
+                record.results = vec![refusal_result(&e)];
+                return fail(self, ctx, record, StepError::Runtime(e.to_string()));
             }
             Err(e) if e.is_not_found() => {
                 let text = format!(
@@ -1055,6 +1068,27 @@ impl<'a> Renderer<'a> {
         ctx.executed += 1;
         self.push(ctx, record);
         Ok(out)
+    }
+}
+
+/// The error result recorded for a step the admission policy denied (tag
+/// `admission-rule: <rule>`) or that ran out of time (tag `timeout: <s>`).
+fn refusal_result(e: &EvalError) -> StructuredResult {
+    let tag = match e {
+        EvalError::Denied { rule, .. } => Some(("admission-rule", rule.clone())),
+        EvalError::Timeout { after, .. } => {
+            Some(("timeout", format!("{:.3}s", after.as_secs_f64())))
+        }
+        _ => None,
+    };
+    StructuredResult {
+        message: e.to_string(),
+        severity: Some(crate::domain::resource_list::Severity::Error),
+        tags: tag
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        ..Default::default()
     }
 }
 

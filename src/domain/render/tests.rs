@@ -685,6 +685,78 @@ async fn timeout_and_image_prefix_are_passed_to_the_runtime() {
 }
 
 #[tokio::test]
+async fn a_steps_timeout_overrides_the_default_and_bad_ones_are_kptfile_errors() {
+    let fake = Fake::default()
+        .with("example.com/a:v1", identity)
+        .with("example.com/b:v1", identity);
+    let options = RenderOptions {
+        step_timeout: Duration::from_secs(42),
+        ..Default::default()
+    };
+    let out = render_with(
+        &fake,
+        vec![kptfile(
+            "",
+            "root",
+            json!({"mutators": [{"image": "example.com/a:v1", "timeout": "1m30s"}],
+                   "validators": [{"image": "example.com/b:v1"}]}),
+        )],
+        options,
+    )
+    .await;
+    assert!(out.is_ok(), "{:?}", out.error);
+    assert_eq!(fake.calls()[0].timeout, Some(Duration::from_secs(90)));
+    assert_eq!(fake.calls()[1].timeout, Some(Duration::from_secs(42)));
+    for bad in ["soon", "0s", "-5s"] {
+        let out = render(
+            &fake,
+            vec![kptfile(
+                "",
+                "root",
+                json!({"mutators": [{"image": "example.com/a:v1", "timeout": bad}]}),
+            )],
+        )
+        .await;
+        let e = out.error.unwrap().to_string();
+        assert!(
+            e.contains("Field: `pipeline.mutators[0].timeout`") && e.contains("Go duration"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_denied_step_fails_without_running_and_names_the_rule() {
+    let fake = Fake::default().with("example.com/a:v1", |_| {
+        Err(EvalError::Denied {
+            image: "example.com/a:v1".into(),
+            rule: "no-a".into(),
+            reason: "function \"example.com/a:v1\" is denied by admission rule \"no-a\"".into(),
+        })
+    });
+    let out = render(
+        &fake,
+        vec![kptfile(
+            "",
+            "root",
+            json!({"mutators": [{"image": "example.com/a:v1"}]}),
+        )],
+    )
+    .await;
+    assert!(out.resources.is_none());
+    let results = out.result_list();
+    assert_eq!(results.items[0].exit_code, 1);
+    assert_eq!(out.steps[0].results[0].tags["admission-rule"], "no-a");
+    assert_eq!(out.executed, 0);
+    assert!(
+        out.error
+            .unwrap()
+            .to_string()
+            .contains("is denied by admission rule \"no-a\"")
+    );
+}
+
+#[tokio::test]
 async fn results_and_render_status_shapes() {
     let fake = Fake::default().with("example.com/m:v1", |call| {
         let mut rl = ResourceList::new(call.resource_list.items.clone());
