@@ -5,10 +5,12 @@ It generates stubs from proto/evaluator.proto with grpc_tools.protoc, then:
 checks health (SERVING), evaluates one function, and asks for an unknown image
 (NOT_FOUND). Prints one JSON object with what it saw.
 
-Usage: evaluator_client.py --proto PROTO_DIR --address ADDR --image IMAGE --input FILE
-                           [--failing-image IMAGE]
+Usage: evaluator_client.py --proto PROTO_DIR --address ADDR [--image IMAGE] --input FILE
+                           [--failing-image IMAGE] [--probe IMAGE]...
 ADDR is host:port or unix:/path. With --failing-image, also evaluates that
-image and reports the status code and the length of its message.
+image and reports the status code and the length of its message. Each --probe
+image is evaluated too and reported under "probes" as {code, details}.
+Without --image the first evaluation is skipped ("output" and "log" are empty).
 """
 
 import argparse
@@ -42,9 +44,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--proto", required=True)
     ap.add_argument("--address", required=True)
-    ap.add_argument("--image", required=True)
+    ap.add_argument("--image")
     ap.add_argument("--input", required=True)
     ap.add_argument("--failing-image")
+    ap.add_argument("--probe", action="append", default=[])
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as out:
@@ -62,9 +65,20 @@ def main():
             stub = pb2_grpc.FunctionEvaluatorStub(channel)
             with open(args.input, "rb") as f:
                 rl = f.read()
-            resp = stub.EvaluateFunction(
-                pb2.EvaluateFunctionRequest(resource_list=rl, image=args.image), timeout=30
-            )
+            resp = None
+            if args.image:
+                resp = stub.EvaluateFunction(
+                    pb2.EvaluateFunctionRequest(resource_list=rl, image=args.image), timeout=30
+                )
+            probes = {}
+            for image in args.probe:
+                try:
+                    stub.EvaluateFunction(
+                        pb2.EvaluateFunctionRequest(resource_list=rl, image=image), timeout=30
+                    )
+                    probes[image] = {"code": "OK", "details": ""}
+                except grpc.RpcError as e:
+                    probes[image] = {"code": e.code().name, "details": e.details()}
             try:
                 stub.EvaluateFunction(
                     pb2.EvaluateFunctionRequest(resource_list=rl, image="example.com/none:v0"),
@@ -87,8 +101,9 @@ def main():
         json.dumps(
             {
                 "health": health_pb2.HealthCheckResponse.ServingStatus.Name(status),
-                "output": resp.resource_list.decode(),
-                "log": resp.log.decode(),
+                "output": resp.resource_list.decode() if resp else "",
+                "log": resp.log.decode() if resp else "",
+                "probes": probes,
                 "missing": missing,
                 "failing": failing,
             }
