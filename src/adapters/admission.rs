@@ -5,7 +5,7 @@
 //! (every `image:` step, builtins included, by image name).
 //!
 //! The rules and their matching are [`crate::domain::admission`]. A denied
-//! call is [`EvalError::Denied`] (gRPC `PERMISSION_DENIED`), logged at warn
+//! call is [`EvalError::Denied`] (gRPC `PERMISSION_DENIED`), logged at info
 //! and counted in `krm_fn_runner_admission_denials_total{rule}`.
 
 use std::path::{Path, PathBuf};
@@ -119,7 +119,7 @@ impl Admission {
         match self.current().decide(image, &self.image_prefix) {
             Decision::Allow { .. } => Ok(()),
             Decision::Deny { rule, reason } => {
-                tracing::warn!(image = %image, rule = %rule, "function denied by the admission policy");
+                tracing::info!(image = %image, rule = %rule, "function denied by the admission policy");
                 count_admission_denial(&rule);
                 Err(EvalError::Denied {
                     image: image.to_string(),

@@ -226,7 +226,9 @@ impl AdmissionPolicy {
             Err(e) => {
                 return Decision::Deny {
                     rule: DEFAULT_RULE.to_string(),
-                    reason: format!("function {image:?} is denied by the admission policy: {e}"),
+                    reason: format!(
+                        "function {image:?} is denied by admission rule {DEFAULT_RULE:?}: it is not a valid image reference ({e})"
+                    ),
                 };
             }
         };
@@ -279,7 +281,7 @@ impl AdmissionPolicy {
             Action::Deny => Decision::Deny {
                 rule: DEFAULT_RULE.to_string(),
                 reason: format!(
-                    "function {image:?} is denied by the admission policy: no rule allows it and the default is deny"
+                    "function {image:?} is denied by admission rule {DEFAULT_RULE:?}: no rule matches it and the policy's default is deny"
                 ),
             },
         }
