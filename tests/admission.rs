@@ -180,7 +180,10 @@ fn serve_refuses_each_rule_kind_with_permission_denied_and_reloads_the_file() {
                     "{image}: {details}"
                 );
                 assert!(details.contains(&image), "{details}");
-                assert!(!ran(dir.path(), label), "{image} was denied but a process started");
+                assert!(
+                    !ran(dir.path(), label),
+                    "{image} was denied but a process started"
+                );
             }
         }
     }
@@ -245,7 +248,11 @@ fn serve_refuses_to_start_on_a_bad_policy_file() {
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, "rules:\n- name: a\n  action: perhaps\n").unwrap();
     let out = Command::new(runner_binary())
-        .args(["serve", "--disable-runtimes=pod,exec", "--listen=127.0.0.1:0"])
+        .args([
+            "serve",
+            "--disable-runtimes=pod,exec",
+            "--listen=127.0.0.1:0",
+        ])
         .arg(format!("--admission-policy={}", policy.display()))
         .output()
         .unwrap();
@@ -388,7 +395,10 @@ fn render_checks_builtins_by_their_image_name() {
         results.contains("ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5"),
         "{results}"
     );
-    assert!(!ran(dir.path(), "pinned"), "the render stopped at the denial");
+    assert!(
+        !ran(dir.path(), "pinned"),
+        "the render stopped at the denial"
+    );
 }
 
 /// render → serve over gRPC: the runner's denial reaches render as a

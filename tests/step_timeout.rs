@@ -81,7 +81,14 @@ fn render(dir: &Path, pkg: &Path, args: &[String]) -> (Output, String, Duration)
 
 /// The render failed the validator for running out of `limit`, wrote
 /// nothing, and the function process is gone.
-fn check_timed_out(dir: &Path, pkg: &Path, out: &Output, results: &str, took: Duration, limit: &str) {
+fn check_timed_out(
+    dir: &Path,
+    pkg: &Path,
+    out: &Output,
+    results: &str,
+    took: Duration,
+    limit: &str,
+) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let secs: f64 = limit.trim_end_matches('s').parse().unwrap();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -98,7 +105,10 @@ fn check_timed_out(dir: &Path, pkg: &Path, out: &Output, results: &str, took: Du
     let said = format!("did not finish within {secs:.3}s; it was stopped");
     assert!(stderr.contains(&said), "{stderr}");
     assert!(results.contains(&said), "{results}");
-    assert!(results.contains(&format!("timeout: {secs:.3}s")), "{results}");
+    assert!(
+        results.contains(&format!("timeout: {secs:.3}s")),
+        "{results}"
+    );
     assert!(stderr.contains("[FAIL]"), "{stderr}");
     let cm = std::fs::read_to_string(pkg.join("cm.yaml")).unwrap();
     assert!(!cm.contains("namespace"), "nothing is written: {cm}");
@@ -197,7 +207,10 @@ fn save_on_render_failure_keeps_the_mutators_work_after_a_timeout() {
     assert_eq!(out.status.code(), Some(1));
     assert!(results.contains("timeout: 1.000s"), "{results}");
     let cm = std::fs::read_to_string(pkg.join("cm.yaml")).unwrap();
-    assert!(cm.contains("namespace: prod"), "the mutator's output is saved: {cm}");
+    assert!(
+        cm.contains("namespace: prod"),
+        "the mutator's output is saved: {cm}"
+    );
 }
 
 #[test]

@@ -197,7 +197,11 @@ mod tests {
     async fn denied_calls_never_reach_the_evaluator_and_edits_apply_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("policy.yaml");
-        std::fs::write(&path, "rules:\n- {name: no-x, action: deny, repository: x}\n").unwrap();
+        std::fs::write(
+            &path,
+            "rules:\n- {name: no-x, action: deny, repository: x}\n",
+        )
+        .unwrap();
         let admission = Arc::new(Admission::from_file(&path, "example.com").unwrap());
         let mut inner = MockFunctionEvaluator::new();
         inner.expect_evaluate().times(1).returning(|_| {

@@ -223,11 +223,9 @@ fn startup_error(e: crate::app::StartupError, settings: &RuntimeSettings) -> any
 /// Runs the server until SIGTERM/SIGINT.
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let telemetry = super::init_telemetry("krm-fn-runner", args.log_level).await?;
-    let admission = Admission::from_option(
-        args.admission_policy.as_deref(),
-        &args.default_image_prefix,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let admission =
+        Admission::from_option(args.admission_policy.as_deref(), &args.default_image_prefix)
+            .map_err(anyhow::Error::msg)?;
     let settings = RuntimeSettings {
         config: args.config.clone(),
         functions: args.functions.clone(),

@@ -173,7 +173,9 @@ impl AdmissionPolicy {
         let mut rules: Vec<Rule> = Vec::with_capacity(file.rules.len());
         for (i, r) in file.rules.into_iter().enumerate() {
             if r.name.trim().is_empty() {
-                return Err(format!("rules[{i}] has no name: give every rule a name (denials report it)"));
+                return Err(format!(
+                    "rules[{i}] has no name: give every rule a name (denials report it)"
+                ));
             }
             if r.name == DEFAULT_RULE || rules.iter().any(|x| x.name == r.name) {
                 return Err(format!(
@@ -345,17 +347,22 @@ mod tests {
 
     #[test]
     fn tag_pattern_and_digest_only_references() {
-        let p = AdmissionPolicy::parse(
-            "rules:\n- name: no-v0\n  action: deny\n  tag: 'v0.*'\n",
-        )
-        .unwrap();
-        assert_eq!(denied_by(&p, "example.com/fn:v0.4.5").as_deref(), Some("no-v0"));
+        let p = AdmissionPolicy::parse("rules:\n- name: no-v0\n  action: deny\n  tag: 'v0.*'\n")
+            .unwrap();
+        assert_eq!(
+            denied_by(&p, "example.com/fn:v0.4.5").as_deref(),
+            Some("no-v0")
+        );
         assert_eq!(denied_by(&p, "example.com/fn:v1.0.0"), None);
         assert_eq!(denied_by(&p, &format!("example.com/fn@{DIGEST}")), None);
         // No tag written means :latest.
-        let p = AdmissionPolicy::parse("rules:\n- name: no-latest\n  action: deny\n  tag: latest\n")
-            .unwrap();
-        assert_eq!(denied_by(&p, "example.com/fn").as_deref(), Some("no-latest"));
+        let p =
+            AdmissionPolicy::parse("rules:\n- name: no-latest\n  action: deny\n  tag: latest\n")
+                .unwrap();
+        assert_eq!(
+            denied_by(&p, "example.com/fn").as_deref(),
+            Some("no-latest")
+        );
     }
 
     #[test]
@@ -374,7 +381,10 @@ mod tests {
             "rules:\n- name: unpinned\n  action: deny\n  requireDigest: true\n",
         )
         .unwrap();
-        assert_eq!(denied_by(&p, "example.com/fn:v1").as_deref(), Some("unpinned"));
+        assert_eq!(
+            denied_by(&p, "example.com/fn:v1").as_deref(),
+            Some("unpinned")
+        );
         assert_eq!(denied_by(&p, &format!("example.com/fn@{DIGEST}")), None);
     }
 
@@ -391,17 +401,29 @@ mod tests {
             }
         );
         assert_eq!(denied_by(&p, "example.com/y/fn:v1").as_deref(), Some("b"));
-        assert_eq!(denied_by(&p, "Example.com/UPPER:v1").as_deref(), Some("default"));
+        assert_eq!(
+            denied_by(&p, "Example.com/UPPER:v1").as_deref(),
+            Some("default")
+        );
     }
 
     #[test]
     fn bad_files_say_what_to_fix() {
         for (text, says) in [
             ("rules:\n- name: a\n  action: maybe\n", "maybe"),
-            ("rules:\n- name: a\n  action: deny\n  registy: x\n", "registy"),
+            (
+                "rules:\n- name: a\n  action: deny\n  registy: x\n",
+                "registy",
+            ),
             ("rules:\n- name: ''\n  action: deny\n", "has no name"),
-            ("rules:\n- {name: a, action: deny}\n- {name: a, action: allow}\n", "already taken"),
-            ("rules:\n- {name: a, action: deny, tag: 'v[1'}\n", "not a valid glob"),
+            (
+                "rules:\n- {name: a, action: deny}\n- {name: a, action: allow}\n",
+                "already taken",
+            ),
+            (
+                "rules:\n- {name: a, action: deny, tag: 'v[1'}\n",
+                "not a valid glob",
+            ),
             ("kind: Kptfile\n", "kind \"Kptfile\""),
             ("apiVersion: v1\n", "apiVersion \"v1\""),
         ] {

@@ -144,7 +144,9 @@ pub fn count_admission_denial(rule: &str) {
                 .meter
                 .u64_counter(names::ADMISSION_DENIALS)
                 .with_unit("{call}")
-                .with_description("Function calls refused by the admission policy, by deciding rule")
+                .with_description(
+                    "Function calls refused by the admission policy, by deciding rule",
+                )
                 .build()
         })
         .add(1, &[KeyValue::new("rule", rule.to_string())]);

@@ -1084,10 +1084,7 @@ fn refusal_result(e: &EvalError) -> StructuredResult {
     StructuredResult {
         message: e.to_string(),
         severity: Some(crate::domain::resource_list::Severity::Error),
-        tags: tag
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
+        tags: tag.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         ..Default::default()
     }
 }
