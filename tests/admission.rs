@@ -69,22 +69,7 @@ fn expected_rule(label: &str) -> Option<&'static str> {
 /// Writes the marker scripts, an exec config.yaml (catalog functions plus
 /// the scripts) and the policy into `dir`; returns (config, policy).
 fn setup(dir: &Path) -> (PathBuf, PathBuf) {
-    let catalog = std::fs::read_to_string(catalog_dir().join("config.yaml")).unwrap();
-    let bin = catalog_dir().join("bin");
-    let mut config = String::from("functions:\n");
-    for line in catalog
-        .lines()
-        .skip_while(|l| !l.starts_with("functions:"))
-        .skip(1)
-    {
-        match line.trim_start().strip_prefix("- function: ") {
-            Some(name) => config.push_str(&format!(
-                "- function: {}\n",
-                bin.join(name.trim()).display()
-            )),
-            None => config.push_str(&format!("{line}\n")),
-        }
-    }
+    let mut config = common::catalog_functions_yaml();
     for (label, image) in functions() {
         let marker = dir.join(format!("{label}.ran"));
         let path = script(
@@ -312,21 +297,13 @@ fn eval_refuses_each_rule_kind_before_running_anything() {
 
 /// A package whose pipeline runs the builtin set-namespace, then `step`.
 fn package(dir: &Path, step: &str) -> PathBuf {
-    let pkg = dir.join("pkg");
-    std::fs::create_dir_all(&pkg).unwrap();
-    std::fs::write(
-        pkg.join("Kptfile"),
-        format!(
-            "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\npipeline:\n  mutators:\n  - image: set-namespace:v0.4.5\n    configMap:\n      namespace: prod\n  - image: {step}\n"
+    common::write_cm_package(
+        dir,
+        "",
+        &format!(
+            "  mutators:\n  - image: set-namespace:v0.4.5\n    configMap:\n      namespace: prod\n  - image: {step}\n"
         ),
     )
-    .unwrap();
-    std::fs::write(
-        pkg.join("cm.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  a: b\n",
-    )
-    .unwrap();
-    pkg
 }
 
 fn render(dir: &Path, pkg: &Path, config: &Path, policy: &Path) -> (Output, String) {

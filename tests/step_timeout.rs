@@ -45,22 +45,14 @@ fn config(dir: &Path) -> PathBuf {
 }
 
 /// A package: the builtin set-namespace as mutator, then `validator`.
-fn package(dir: &Path, validator: &str, annotations: &str) -> PathBuf {
-    let pkg = dir.join("pkg");
-    std::fs::create_dir_all(&pkg).unwrap();
-    std::fs::write(
-        pkg.join("Kptfile"),
-        format!(
-            "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\n{annotations}pipeline:\n  mutators:\n  - image: set-namespace:v0.4.5\n    configMap:\n      namespace: prod\n  validators:\n{validator}"
+fn package(dir: &Path, validator: &str, metadata_lines: &str) -> PathBuf {
+    common::write_cm_package(
+        dir,
+        metadata_lines,
+        &format!(
+            "  mutators:\n  - image: set-namespace:v0.4.5\n    configMap:\n      namespace: prod\n  validators:\n{validator}"
         ),
     )
-    .unwrap();
-    std::fs::write(
-        pkg.join("cm.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  a: b\n",
-    )
-    .unwrap();
-    pkg
 }
 
 /// Runs render with `args`; returns its output, results.yaml and how long it took.
@@ -141,34 +133,24 @@ fn a_steps_timeout_stops_a_hanging_image_validator() {
     check_timed_out(dir.path(), &pkg, &out, &results, took, "2s");
 }
 
+/// `exec:` steps: `--step-timeout` is the default, a step's own
+/// `timeout:` wins over it.
 #[test]
-fn step_timeout_flag_is_the_default_for_exec_steps() {
-    let dir = tempfile::tempdir().unwrap();
-    let hang = hang_script(dir.path());
-    let pkg = package(dir.path(), &format!("  - exec: {}\n", hang.display()), "");
-    let (out, results, took) = render(
-        dir.path(),
-        &pkg,
-        &["--allow-exec".into(), "--step-timeout=1s".into()],
-    );
-    check_timed_out(dir.path(), &pkg, &out, &results, took, "1s");
-}
-
-#[test]
-fn a_steps_timeout_wins_over_the_flag() {
-    let dir = tempfile::tempdir().unwrap();
-    let hang = hang_script(dir.path());
-    let pkg = package(
-        dir.path(),
-        &format!("  - exec: {}\n    timeout: 1s\n", hang.display()),
-        "",
-    );
-    let (out, results, took) = render(
-        dir.path(),
-        &pkg,
-        &["--allow-exec".into(), "--step-timeout=1h".into()],
-    );
-    check_timed_out(dir.path(), &pkg, &out, &results, took, "1s");
+fn exec_steps_get_their_own_timeout_or_the_flags() {
+    for (own, flag) in [
+        ("", "--step-timeout=1s"),
+        ("    timeout: 1s\n", "--step-timeout=1h"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let hang = hang_script(dir.path());
+        let pkg = package(
+            dir.path(),
+            &format!("  - exec: {}\n{own}", hang.display()),
+            "",
+        );
+        let (out, results, took) = render(dir.path(), &pkg, &["--allow-exec".into(), flag.into()]);
+        check_timed_out(dir.path(), &pkg, &out, &results, took, "1s");
+    }
 }
 
 #[test]

@@ -239,10 +239,9 @@ impl Drop for Runner {
     }
 }
 
-/// Writes a config.yaml into `dir` serving the catalog functions plus the
-/// scripts named `scripts` (in `dir`, as `example.com/test/<name>:v1`), all
-/// by absolute path; returns its path.
-pub fn catalog_config_with(dir: &Path, scripts: &[&str]) -> String {
+/// The catalog's config.yaml (`functions:` and its entries) with every
+/// binary named by absolute path, ready for more entries to be appended.
+pub fn catalog_functions_yaml() -> String {
     let catalog = std::fs::read_to_string(catalog_dir().join("config.yaml")).unwrap();
     let bin = catalog_dir().join("bin");
     let mut out = String::from("functions:\n");
@@ -262,6 +261,14 @@ pub fn catalog_config_with(dir: &Path, scripts: &[&str]) -> String {
             out.push('\n');
         }
     }
+    out
+}
+
+/// Writes a config.yaml into `dir` serving the catalog functions plus the
+/// scripts named `scripts` (in `dir`, as `example.com/test/<name>:v1`), all
+/// by absolute path; returns its path.
+pub fn catalog_config_with(dir: &Path, scripts: &[&str]) -> String {
+    let mut out = catalog_functions_yaml();
     for s in scripts {
         out.push_str(&format!(
             "- function: {}\n  images:\n  - example.com/test/{s}:v1\n",
@@ -271,6 +278,29 @@ pub fn catalog_config_with(dir: &Path, scripts: &[&str]) -> String {
     let path = dir.join("config.yaml");
     std::fs::write(&path, out).unwrap();
     path.display().to_string()
+}
+
+/// Writes the package `dir/pkg`: a Kptfile named `pkg` whose `metadata`
+/// gets the lines `metadata_lines` (indented by two, e.g. annotations)
+/// and whose `pipeline` is the lines `pipeline_lines` (indented by two),
+/// and `cm.yaml` holding ConfigMap `cm` without namespace. Returns the
+/// package directory.
+pub fn write_cm_package(dir: &Path, metadata_lines: &str, pipeline_lines: &str) -> PathBuf {
+    let pkg = dir.join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(
+        pkg.join("Kptfile"),
+        format!(
+            "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\n{metadata_lines}pipeline:\n{pipeline_lines}"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  a: b\n",
+    )
+    .unwrap();
+    pkg
 }
 
 /// Writes an executable script `name` into `dir`.
