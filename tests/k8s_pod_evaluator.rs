@@ -1166,3 +1166,75 @@ async fn join_vec<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
         .map(|r| r.expect("every future finished"))
         .collect()
 }
+
+/// The admission policy and the step timeout on the pod runtime: a denied
+/// image answers PERMISSION_DENIED naming the rule and creates no pod (none
+/// in the namespace, none started by the kubelet); a render whose
+/// validator (starlark, in a pod, through `--function-runner`) spins past
+/// its step `timeout:` ends within the limit plus 1 s with the timeout
+/// result, and the pod is reclaimed as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn admission_and_step_timeouts_on_the_pod_runtime() {
+    let bed = Bed::start().await;
+    let policy = bed.dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "rules:\n- name: no-set-namespace\n  action: deny\n  repository: set-namespace\n",
+    )
+    .unwrap();
+    let runner = bed.runner(&[&format!("--admission-policy={}", policy.display())]);
+    let err = call(&runner, &bed.image("set-namespace"), set_namespace_rl("a"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    assert!(
+        err.message()
+            .contains("denied by admission rule \"no-set-namespace\""),
+        "{err:?}"
+    );
+    assert!(
+        bed.pod_names().await.is_empty(),
+        "a denied call creates no pod"
+    );
+    assert_eq!(bed.kubelet.started(), 0);
+
+    let pkg = common::write_cm_package(
+        bed.dir.path(),
+        "",
+        &format!(
+            "  validators:\n  - image: {}\n    configPath: slow.yaml\n    timeout: 2s\n",
+            bed.image("starlark")
+        ),
+    );
+    std::fs::write(
+        pkg.join("slow.yaml"),
+        "apiVersion: fn.kpt.dev/v1alpha1\nkind: StarlarkRun\nmetadata:\n  name: slow\n  annotations:\n    config.kubernetes.io/local-config: \"true\"\nsource: |\n  def spin():\n    n = 0\n    for i in range(1000000000):\n      n += i\n    return n\n  spin()\n",
+    )
+    .unwrap();
+    // The pod's start is not the step's: warm it up with a quick call first.
+    call(&runner, &bed.image("starlark"), noop_starlark_rl())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+    let results = bed.dir.path().join("results");
+    let started = Instant::now();
+    let out = std::process::Command::new(common::runner_binary())
+        .arg("render")
+        .arg(&pkg)
+        .arg(format!("--function-runner={}", runner.address))
+        .arg(format!("--results-dir={}", results.display()))
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(took < Duration::from_secs(3), "render took {took:?}");
+    assert!(
+        stderr.contains("did not finish within 2.000s"),
+        "{stderr}\n{}",
+        runner.log()
+    );
+    let text = std::fs::read_to_string(results.join("results.yaml")).unwrap();
+    assert!(text.contains("timeout: 2.000s"), "{text}");
+    assert_eq!(bed.kubelet.started(), 1, "the validator ran in a pod");
+    bed.assert_clean(&runner).await;
+}
