@@ -64,7 +64,9 @@ pub struct RenderOptions {
     pub image_prefix: String,
     /// Allow `exec` functions (`--allow-exec`).
     pub allow_exec: bool,
-    /// Limit for each function call; default 5 minutes as in kpt.
+    /// Limit for each function call of a step without its own `timeout:`
+    /// (render's `--step-timeout`); default 5 minutes as in kpt. A step's
+    /// `timeout:` (our Kptfile extension) replaces it for that step.
     pub step_timeout: Duration,
     /// Value of the package-path annotation of the root package (kpt: the
     /// absolute directory); subpackages get `<root>/<path>`. Default `.`.
