@@ -92,11 +92,11 @@ impl Admission {
 
     /// The policy now in force (re-read first if the file changed).
     pub fn current(&self) -> Arc<AdmissionPolicy> {
+        let now = self.path.as_deref().map(|p| stamp(p).ok());
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(path) = &self.path else {
+        let (Some(path), Some(now)) = (&self.path, now) else {
             return loaded.policy.clone();
         };
-        let now = stamp(path).ok();
         if now != loaded.stamp {
             match read(path) {
                 Ok((s, policy)) => {

@@ -223,9 +223,12 @@ fn startup_error(e: crate::app::StartupError, settings: &RuntimeSettings) -> any
 /// Runs the server until SIGTERM/SIGINT.
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let telemetry = super::init_telemetry("krm-fn-runner", args.log_level).await?;
-    let admission =
-        Admission::from_option(args.admission_policy.as_deref(), &args.default_image_prefix)
-            .map_err(anyhow::Error::msg)?;
+    let admission = args
+        .admission_policy
+        .as_deref()
+        .map(|p| Admission::from_file(p, &args.default_image_prefix))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let settings = RuntimeSettings {
         config: args.config.clone(),
         functions: args.functions.clone(),
@@ -268,7 +271,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     server
         .run_when_ready(
-            Arc::new(AdmittedEvaluator::new(Arc::new(chain), Arc::new(admission))),
+            // Without a policy file the chain serves directly: nothing to check.
+            match admission {
+                Some(a) => Arc::new(AdmittedEvaluator::new(Arc::new(chain), Arc::new(a))),
+                None => Arc::new(chain),
+            },
             options,
             shutdown_signal(),
             ready,
