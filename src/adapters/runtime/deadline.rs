@@ -69,6 +69,35 @@ mod tests {
         }
     }
 
+    /// In-process work that never yields (a builtin computing).
+    struct Computes;
+
+    #[async_trait]
+    impl FunctionRuntime for Computes {
+        async fn run(&self, _: FunctionCall) -> Result<FunctionOutput, EvalError> {
+            std::thread::sleep(Duration::from_secs(2));
+            Err(EvalError::Internal("finished too late".into()))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_process_work_that_never_yields_is_given_up_at_the_limit() {
+        let rt = DeadlineRuntime::new(Arc::new(Computes));
+        let call = FunctionCall::new(
+            FunctionTarget::Image("builtin".into()),
+            ResourceList::new(vec![]),
+            Some(Duration::from_millis(200)),
+        );
+        let started = std::time::Instant::now();
+        let e = rt.run(call).await.unwrap_err();
+        assert!(matches!(e, EvalError::Timeout { .. }), "{e:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_runtime_that_never_answers_times_out() {
         let rt = DeadlineRuntime::new(Arc::new(Hangs));
