@@ -391,13 +391,17 @@ fn render_through_a_function_runner_reports_its_denial() {
         &format!("--admission-policy={}", policy.display()),
     ]);
     let pkg = package(dir.path(), "example.com/fns/unpinned:v1");
+    let results = dir.path().join("results");
     let out = Command::new(runner_binary())
         .arg("render")
         .arg(&pkg)
         .arg(format!("--function-runner={}", runner.address))
+        .arg(format!("--results-dir={}", results.display()))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let text = std::fs::read_to_string(results.join("results.yaml")).unwrap();
+    assert!(text.contains("admission-rule: ours-pinned"), "{text}");
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("denied by admission rule \\\"ours-pinned\\\"")

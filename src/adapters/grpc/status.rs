@@ -146,7 +146,12 @@ pub fn from_status(
         }
         Code::PermissionDenied => EvalError::Denied {
             image: image.to_string(),
-            rule: String::new(),
+            // Our runner names the rule as `admission rule "<name>"`.
+            rule: message
+                .split_once("admission rule \"")
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map(|(rule, _)| rule.to_string())
+                .unwrap_or_default(),
             reason: format!("the function runner refused it: {message}"),
         },
         code => EvalError::Internal(format!("the function runner answered {code:?}: {message}")),
@@ -209,5 +214,24 @@ mod tests {
         );
         let back = from_status("a", &to_status(&EvalError::not_found("a")), None);
         assert!(back.is_not_found());
+    }
+
+    #[test]
+    fn denials_are_permission_denied_and_keep_the_rule_across_the_wire() {
+        let denied = EvalError::Denied {
+            image: "a".into(),
+            rule: "no-a".into(),
+            reason: "function \"a\" is denied by admission rule \"no-a\"".into(),
+        };
+        let status = to_status(&denied);
+        assert_eq!(status.code(), Code::PermissionDenied);
+        let EvalError::Denied { rule, reason, .. } = from_status("a", &status, None) else {
+            panic!("a denial comes back as a denial")
+        };
+        assert_eq!(rule, "no-a");
+        assert!(
+            reason.contains("denied by admission rule \"no-a\""),
+            "{reason}"
+        );
     }
 }
