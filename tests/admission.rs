@@ -307,18 +307,15 @@ fn package(dir: &Path, step: &str) -> PathBuf {
 }
 
 fn render(dir: &Path, pkg: &Path, config: &Path, policy: &Path) -> (Output, String) {
-    let results = dir.join("results");
-    let _ = std::fs::remove_dir_all(&results);
-    let out = Command::new(runner_binary())
-        .arg("render")
-        .arg(pkg)
-        .arg(format!("--exec-config={}", config.display()))
-        .arg(format!("--admission-policy={}", policy.display()))
-        .arg(format!("--results-dir={}", results.display()))
-        .output()
-        .unwrap();
-    let text = std::fs::read_to_string(results.join("results.yaml")).unwrap_or_default();
-    (out, text)
+    let (out, results, _) = common::render_cli(
+        dir,
+        pkg,
+        &[
+            format!("--exec-config={}", config.display()),
+            format!("--admission-policy={}", policy.display()),
+        ],
+    );
+    (out, results)
 }
 
 #[test]
@@ -391,16 +388,12 @@ fn render_through_a_function_runner_reports_its_denial() {
         &format!("--admission-policy={}", policy.display()),
     ]);
     let pkg = package(dir.path(), "example.com/fns/unpinned:v1");
-    let results = dir.path().join("results");
-    let out = Command::new(runner_binary())
-        .arg("render")
-        .arg(&pkg)
-        .arg(format!("--function-runner={}", runner.address))
-        .arg(format!("--results-dir={}", results.display()))
-        .output()
-        .unwrap();
+    let (out, text, _) = common::render_cli(
+        dir.path(),
+        &pkg,
+        &[format!("--function-runner={}", runner.address)],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let text = std::fs::read_to_string(results.join("results.yaml")).unwrap();
     assert!(text.contains("admission-rule: ours-pinned"), "{text}");
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

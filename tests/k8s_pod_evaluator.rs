@@ -1215,16 +1215,11 @@ async fn admission_and_step_timeouts_on_the_pod_runtime() {
     call(&runner, &bed.image("starlark"), noop_starlark_rl())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
-    let results = bed.dir.path().join("results");
-    let started = Instant::now();
-    let out = std::process::Command::new(common::runner_binary())
-        .arg("render")
-        .arg(&pkg)
-        .arg(format!("--function-runner={}", runner.address))
-        .arg(format!("--results-dir={}", results.display()))
-        .output()
-        .unwrap();
-    let took = started.elapsed();
+    let (out, text, took) = common::render_cli(
+        bed.dir.path(),
+        &pkg,
+        &[format!("--function-runner={}", runner.address)],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(took < Duration::from_secs(3), "render took {took:?}");
@@ -1233,7 +1228,6 @@ async fn admission_and_step_timeouts_on_the_pod_runtime() {
         "{stderr}\n{}",
         runner.log()
     );
-    let text = std::fs::read_to_string(results.join("results.yaml")).unwrap();
     assert!(text.contains("timeout: 2.000s"), "{text}");
     assert_eq!(bed.kubelet.started(), 1, "the validator ran in a pod");
     bed.assert_clean(&runner).await;

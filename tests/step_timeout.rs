@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{Runner, alive, catalog_dir, runner_binary, script};
+use common::{Runner, alive, catalog_dir, script};
 
 const HANG: &str = "example.com/test/hang:v1";
 
@@ -57,18 +57,7 @@ fn package(dir: &Path, validator: &str, metadata_lines: &str) -> PathBuf {
 
 /// Runs render with `args`; returns its output, results.yaml and how long it took.
 fn render(dir: &Path, pkg: &Path, args: &[String]) -> (Output, String, Duration) {
-    let results = dir.join("results");
-    let started = Instant::now();
-    let out = Command::new(runner_binary())
-        .arg("render")
-        .arg(pkg)
-        .arg(format!("--results-dir={}", results.display()))
-        .args(args)
-        .output()
-        .unwrap();
-    let took = started.elapsed();
-    let text = std::fs::read_to_string(results.join("results.yaml")).unwrap_or_default();
-    (out, text, took)
+    common::render_cli(dir, pkg, args)
 }
 
 /// The render failed the validator for running out of `limit`, wrote

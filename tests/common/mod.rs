@@ -303,6 +303,29 @@ pub fn write_cm_package(dir: &Path, metadata_lines: &str, pipeline_lines: &str) 
     pkg
 }
 
+/// Runs `krm-fn-runner render PKG --results-dir DIR/results ARGS` (an
+/// earlier `DIR/results` removed first); returns its output, the
+/// results.yaml text ("" when none was written) and how long it took.
+pub fn render_cli(
+    dir: &Path,
+    pkg: &Path,
+    args: &[String],
+) -> (std::process::Output, String, Duration) {
+    let results = dir.join("results");
+    let _ = std::fs::remove_dir_all(&results);
+    let started = std::time::Instant::now();
+    let out = Command::new(runner_binary())
+        .arg("render")
+        .arg(pkg)
+        .arg(format!("--results-dir={}", results.display()))
+        .args(args)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let text = std::fs::read_to_string(results.join("results.yaml")).unwrap_or_default();
+    (out, text, took)
+}
+
 /// Writes an executable script `name` into `dir`.
 pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
