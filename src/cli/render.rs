@@ -25,9 +25,9 @@ use crate::adapters::runtime::{
     BuiltinRuntime, DeadlineRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
 };
 use crate::app::{RuntimeSettings, build_runtime};
-use crate::domain::codec;
 use crate::domain::evaluation::EvalError;
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
+use crate::domain::render::results::RESULTS_FILE;
 use crate::domain::render::{RenderErrorKind, RenderEvents, RenderOptions, StepRecord, StepStart};
 use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 
@@ -142,21 +142,46 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return fail(&e.to_string()),
     };
     let outcome = &rendered.outcome;
+    // Write first (all or nothing), then say what happened, as kpt does.
+    let written = match args.output.as_deref() {
+        None => rendered.write_in_place().map(|_| ()),
+        Some(_) if rendered.resources().is_none() => Ok(()),
+        Some("stdout") => match rendered.wrapped() {
+            Ok(text) => {
+                print!("{}", text.unwrap_or_default());
+                Ok(())
+            }
+            Err(e) => Err(PackageIoError::Parse {
+                path: "-".into(),
+                message: e.to_string(),
+            }),
+        },
+        Some("unwrap") => {
+            print!("{}", rendered.unwrapped().unwrap_or_default());
+            Ok(())
+        }
+        Some(_) => {
+            let out = out_dir.as_deref().unwrap_or(Path::new("."));
+            rendered.write_to_dir(out).map(|_| ())
+        }
+    };
     let mut stderr = std::io::stderr().lock();
     let _ = writeln!(stderr);
     let total = outcome.steps.iter().filter(|s| s.ran || s.failed()).count();
-    if outcome.is_ok() {
-        let _ = writeln!(
-            stderr,
-            "Successfully executed {} function(s) in {} package(s).",
-            outcome.executed, outcome.packages
-        );
-    } else if outcome.executed > 0 {
-        let _ = writeln!(
-            stderr,
-            "Partially executed {}/{} function(s) in {} package(s).",
-            outcome.executed, total, outcome.packages
-        );
+    if written.is_ok() {
+        if outcome.is_ok() {
+            let _ = writeln!(
+                stderr,
+                "Successfully executed {} function(s) in {} package(s).",
+                outcome.executed, outcome.packages
+            );
+        } else if outcome.executed > 0 {
+            let _ = writeln!(
+                stderr,
+                "Partially executed {}/{} function(s) in {} package(s).",
+                outcome.executed, total, outcome.packages
+            );
+        }
     }
     // kpt fails while loading a root package whose pipeline is invalid,
     // before any results file exists.
@@ -165,9 +190,11 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         Some(RenderErrorKind::InvalidRootKptfile(_))
     );
     if let Some(results) = args.results_dir.as_ref().filter(|_| !root_invalid) {
-        let path = results.join("results.yaml");
+        let path = results.join(RESULTS_FILE);
         let written = std::fs::create_dir_all(results).and_then(|_| {
-            let text = codec::to_yaml_string(&outcome.result_list())
+            let text = outcome
+                .result_list()
+                .to_yaml()
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
             std::fs::write(&path, text)
         });
@@ -182,26 +209,6 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         }
     }
     drop(stderr);
-    let written = match (args.output.as_deref(), rendered.resources()) {
-        (None, _) => rendered.write_in_place().map(|_| ()),
-        (Some(_), None) => Ok(()),
-        (Some("stdout"), Some(items)) => rendered
-            .package
-            .wrapped(items)
-            .map_err(|e| PackageIoError::Parse {
-                path: "-".into(),
-                message: e.to_string(),
-            })
-            .map(|text| print!("{text}")),
-        (Some("unwrap"), Some(items)) => {
-            print!("{}", rendered.package.unwrapped(items));
-            Ok(())
-        }
-        (Some(_), Some(items)) => {
-            let out = out_dir.as_deref().unwrap_or(Path::new("."));
-            rendered.package.write_to_dir(out, items).map(|_| ())
-        }
-    };
     if let Err(e) = written {
         return fail(&e.to_string());
     }

@@ -6,13 +6,15 @@
 //! `List`, and `results` either as a list or as the legacy `{items: [...]}`
 //! wrapper. Items are kept as ordered JSON values so key order survives.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use super::codec::tree::YamlDoc;
 use super::codec::{self, CodecError, preserve};
 
 /// The `apiVersion` kyaml and kpt write on every ResourceList.
@@ -80,6 +82,34 @@ impl ResourceList {
             codec::from_yaml_slice(bytes).map_err(ResourceListError::Syntax)?;
         check_kind(&list.kind)?;
         Ok(list)
+    }
+
+    /// Parses a function's output, with the text of each item, reusing
+    /// the values of items the function wrote back byte for byte as it got
+    /// them.
+    ///
+    /// `sent` holds the document text of each input item as the function
+    /// received it (see [`ResourceList::to_yaml_with`]) and `sent_values`
+    /// their values. When the output is a block-style ResourceList (what the
+    /// functions SDKs write), its `items` are cut into one document per item
+    /// at their dashes; an item whose text equals an input item's is that
+    /// item (no parse), any other is parsed on its own, keeping its text
+    /// ([`OutputItem::Text`]). Anything else (flow style, `---` in the
+    /// output, an item that does not parse alone) is parsed whole, without
+    /// item texts.
+    ///
+    /// Errors: as [`ResourceList::parse`].
+    pub fn parse_output(
+        bytes: &[u8],
+        sent: &[Arc<str>],
+        sent_values: &[serde_json::Value],
+    ) -> Result<(Self, Option<Vec<OutputItem>>), ResourceListError> {
+        if let Ok(text) = std::str::from_utf8(bytes)
+            && let Some(parsed) = parse_by_item(text, sent, sent_values)
+        {
+            return Ok((parsed.0, Some(parsed.1)));
+        }
+        Ok((Self::parse(bytes)?, None))
     }
 
     /// Checks that `bytes` are a single YAML object of kind `ResourceList`
@@ -161,6 +191,179 @@ impl ResourceList {
             .iter()
             .any(|r| r.severity == Some(Severity::Error))
     }
+}
+
+/// An output item's text, from [`ResourceList::parse_output`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputItem {
+    /// Byte for byte the text of input item `n`.
+    Same(usize),
+    /// Text the function wrote, parsed.
+    Text(Arc<YamlDoc>),
+}
+
+/// The block-style fast path of [`ResourceList::parse_output`]; `None` when
+/// the text is not laid out that way or a piece does not parse alone.
+fn parse_by_item(
+    text: &str,
+    sent: &[Arc<str>],
+    sent_values: &[serde_json::Value],
+) -> Option<(ResourceList, Vec<OutputItem>)> {
+    if text.contains('\r') || text.starts_with('%') {
+        return None;
+    }
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let is_top_key = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty() && !matches!(b[0], b' ' | b'\t' | b'#' | b'-' | b'\n' | b'.')
+    };
+    let start = lines.iter().position(|l| {
+        l.strip_prefix("items:").is_some_and(|rest| {
+            let rest = rest.trim();
+            rest.is_empty() || rest.starts_with('#')
+        })
+    })?;
+    let end = lines[start + 1..]
+        .iter()
+        .position(|l| is_top_key(l) || l.starts_with("---") || l.starts_with("..."))
+        .map_or(lines.len(), |p| start + 1 + p);
+    if lines[..start]
+        .iter()
+        .chain(&lines[end..])
+        .any(|l| l.starts_with("---") || l.starts_with("..."))
+    {
+        return None;
+    }
+    // Items start with `-` at one column; everything else is deeper.
+    let region = &lines[start + 1..end];
+    let content = |l: &str| {
+        let t = l.trim_start_matches(' ');
+        !(t.trim().is_empty() || t.starts_with('#'))
+    };
+    let first = region.iter().find(|l| content(l))?;
+    let col = first.len() - first.trim_start_matches(' ').len();
+    let is_dash = |l: &str| {
+        let t = &l[col.min(l.len())..];
+        l[..col.min(l.len())].bytes().all(|b| b == b' ')
+            && (t.starts_with("- ") || t.trim_end() == "-" || t.starts_with("-\t"))
+    };
+    if !is_dash(first) {
+        return None;
+    }
+    let mut chunks: Vec<Vec<&str>> = Vec::new();
+    let mut head: Vec<&str> = Vec::new();
+    for l in region {
+        if content(l) {
+            if is_dash(l) {
+                chunks.push(vec![l]);
+                continue;
+            }
+            let indent = l.len() - l.trim_start_matches(' ').len();
+            if indent <= col {
+                return None;
+            }
+        }
+        match chunks.last_mut() {
+            Some(c) => c.push(l),
+            None => head.push(l),
+        }
+    }
+    if let Some(c) = chunks.first_mut() {
+        head.append(c);
+        *c = head;
+    }
+    let by_text: HashMap<&str, usize> = sent
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_ref(), i))
+        .collect();
+    let mut items = Vec::with_capacity(chunks.len());
+    let mut values = Vec::with_capacity(chunks.len());
+    for (i, chunk) in chunks.iter().enumerate() {
+        let doc = dedent_item(chunk, col)?;
+        let same = sent
+            .get(i)
+            .filter(|s| s.as_ref() == doc)
+            .map(|_| i)
+            .or_else(|| by_text.get(doc.as_str()).copied());
+        match same {
+            Some(j) => {
+                values.push(sent_values.get(j)?.clone());
+                items.push(OutputItem::Same(j));
+            }
+            None => {
+                let parsed = YamlDoc::parse(doc).ok()?;
+                values.push(parsed.value().clone());
+                items.push(OutputItem::Text(Arc::new(parsed)));
+            }
+        }
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Rest {
+        #[serde(default)]
+        api_version: String,
+        #[serde(default)]
+        kind: String,
+        #[serde(default)]
+        items: Option<serde_json::Value>,
+        #[serde(default)]
+        function_config: Option<serde_json::Value>,
+        #[serde(default, deserialize_with = "results_list_or_wrapper")]
+        results: Vec<ResultItem>,
+    }
+    let rest: String = lines[..start].concat() + &lines[end..].concat();
+    let rest: Rest = codec::from_yaml_str(&rest).ok()?;
+    if rest.items.is_some() || check_kind(&rest.kind).is_err() {
+        return None;
+    }
+    Some((
+        ResourceList {
+            api_version: rest.api_version,
+            kind: rest.kind,
+            items: values,
+            function_config: rest.function_config,
+            results: rest.results,
+        },
+        items,
+    ))
+}
+
+/// The document text of one item of a block sequence whose dashes are at
+/// column `col`: the dash and the indentation of its content removed.
+fn dedent_item(lines: &[&str], col: usize) -> Option<String> {
+    let dash_at = lines.iter().position(|l| {
+        let t = l.trim_start_matches(' ');
+        t.starts_with('-') && l.len() - t.len() == col
+    })?;
+    let dash_line = lines[dash_at];
+    let after = &dash_line[col + 1..];
+    let spaces = after.len() - after.trim_start_matches(' ').len();
+    let inline = after.trim();
+    let content_col = if inline.is_empty() || inline.starts_with('#') {
+        lines[dash_at + 1..]
+            .iter()
+            .find(|l| {
+                let t = l.trim_start_matches(' ');
+                !t.trim().is_empty() && !t.starts_with('#')
+            })
+            .map_or(col + 2, |l| l.len() - l.trim_start_matches(' ').len())
+    } else {
+        col + 1 + spaces
+    };
+    let mut out = String::new();
+    for (i, l) in lines.iter().enumerate() {
+        if i == dash_at {
+            let first = after.trim_start_matches(' ');
+            if !first.trim().is_empty() {
+                out.push_str(first);
+            }
+            continue;
+        }
+        let lead = l.len() - l.trim_start_matches(' ').len();
+        out.push_str(&l[lead.min(content_col)..]);
+    }
+    Some(out)
 }
 
 fn check_not_empty(bytes: &[u8]) -> Result<(), ResourceListError> {

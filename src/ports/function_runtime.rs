@@ -16,6 +16,7 @@
 //! the service.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,7 +24,7 @@ use async_trait::async_trait;
 use crate::domain::codec::CodecError;
 use crate::domain::evaluation::EvalError;
 use crate::domain::render::source::CallSources;
-use crate::domain::resource_list::ResourceList;
+use crate::domain::resource_list::{OutputItem, ResourceList};
 
 /// The function a pipeline step runs (kpt `Function.image` / `Function.exec`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -70,10 +71,12 @@ pub struct FunctionCall {
     /// runtime stops the function when it runs out and answers
     /// [`EvalError::Timeout`]; `None` means no limit.
     pub timeout: Option<Duration>,
-    /// The text the items were read from, when the caller has it (a render
-    /// of a package directory): runtimes that serialise use
-    /// [`FunctionCall::input_yaml`] so functions see the package's comments
-    /// (`# kpt-set:` setters live there), as with kpt.
+    /// The texts of the items, when the caller has them (a render of a
+    /// package directory): runtimes that serialise use
+    /// [`FunctionCall::input_texts`] so functions see the package's comments
+    /// (`# kpt-set:` setters live there), as with kpt, and read the output
+    /// with [`ResourceList::parse_output`] so the render learns what text
+    /// the function wrote for each item.
     pub sources: Option<CallSources>,
 }
 
@@ -99,11 +102,41 @@ impl FunctionCall {
     ///
     /// Errors: a value YAML cannot represent (not produced by any reader).
     pub fn input_yaml(&self) -> Result<String, CodecError> {
+        self.input_texts().map(|(text, _)| text)
+    }
+
+    /// The input ResourceList as YAML and, when [`FunctionCall::sources`]
+    /// is set, the document text of each item in it (what
+    /// [`ResourceList::parse_output`] compares the output with).
+    ///
+    /// Errors: a value YAML cannot represent (not produced by any reader).
+    pub fn input_texts(&self) -> Result<(String, Option<Vec<Arc<str>>>), CodecError> {
         match &self.sources {
-            None => self.resource_list.to_yaml(),
-            Some(sources) => self
-                .resource_list
-                .to_yaml_with(|i, item| sources.format(i, item)),
+            None => Ok((self.resource_list.to_yaml()?, None)),
+            Some(sources) => {
+                let texts = sources.input_texts(&self.resource_list.items);
+                let text = self.resource_list.to_yaml_with(|i, _| texts[i].clone())?;
+                Ok((text, Some(texts)))
+            }
+        }
+    }
+
+    /// Reads a function's stdout as its output ResourceList; with item texts
+    /// when the call was serialised with them (`sent`, from
+    /// [`FunctionCall::input_texts`]).
+    ///
+    /// Errors: the output is not a ResourceList.
+    pub fn read_output(
+        &self,
+        stdout: &[u8],
+        sent: Option<&[Arc<str>]>,
+    ) -> Result<
+        (ResourceList, Option<Vec<OutputItem>>),
+        crate::domain::resource_list::ResourceListError,
+    > {
+        match sent {
+            Some(sent) => ResourceList::parse_output(stdout, sent, &self.resource_list.items),
+            None => Ok((ResourceList::parse(stdout)?, None)),
         }
     }
 }
@@ -115,6 +148,21 @@ pub struct FunctionOutput {
     pub resource_list: ResourceList,
     /// What the function wrote to stderr (UTF-8, lossily decoded); empty if nothing.
     pub stderr: String,
+    /// The text of each output item (same order as `resource_list.items`),
+    /// when the runtime read the output as text item by item (see
+    /// [`FunctionCall::read_output`]); `None` from in-process runtimes.
+    pub item_texts: Option<Vec<OutputItem>>,
+}
+
+impl FunctionOutput {
+    /// An output without item texts (in-process runtimes).
+    pub fn new(resource_list: ResourceList, stderr: impl Into<String>) -> Self {
+        Self {
+            resource_list,
+            stderr: stderr.into(),
+            item_texts: None,
+        }
+    }
 }
 
 /// Runs KRM functions for the render pipeline.

@@ -2,18 +2,26 @@
 //!
 //! Reading mirrors kpt's local package reader (`krm-functions.md` §1.6,
 //! §3.2): every `Kptfile`, `*.yaml`, `*.yml` and `*.json` file under the
-//! root, subpackages included, hidden entries and symlinks skipped, files
-//! matched by the owning package's `.krmignore` left out; each non-empty
-//! document becomes one object annotated with its root-relative path and
-//! index in both the internal and the legacy form. The text of every
-//! document is kept in a [`SourceMap`].
+//! root, subpackages included, walked as Go's `filepath.Walk` walks (each
+//! directory's entries in name order), hidden files and directories
+//! included (`.git` excepted), files matched by the owning package's
+//! `.krmignore` left out. A symbolic link to a file inside the package is
+//! read as kpt reads it (under the link's name); one that leads outside the
+//! package, or nowhere, is an error; links to directories are not followed
+//! (kpt does not either). Each non-empty document becomes one object
+//! annotated with its root-relative path and index in both the internal and
+//! the legacy form, and its sequence style; its text, tree and value are
+//! kept in a [`SourceMap`]. Documents end at `---` and at `...`; files with
+//! Windows line ends (CRLF) are read as LF and written back with CRLF.
 //!
 //! Writing mirrors kpt's package writer: objects grouped by path and ordered
 //! by index, reader annotations removed; a document a render changed is
-//! edited in its original text (comments, key order, quoting and sequence
-//! indentation of everything else survive); a file whose content is the
-//! same is not touched; a file that held objects and holds none any more is
-//! deleted (pruning); files that are not KRM are never touched.
+//! edited in its original text with what the functions wrote (comments, key
+//! order, quoting and sequence indentation of everything else survive); a
+//! file whose content is the same is not touched; a file that held objects
+//! and holds none any more is deleted (pruning); files that are not KRM are
+//! never touched. Every change of one render is committed all or nothing,
+//! never through a symbolic link ([`write::commit`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,16 +30,19 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use serde_json::Value;
 
+use crate::domain::codec::tree::YamlDoc;
 use crate::domain::codec::{self, preserve};
 use crate::domain::render::annotations as ann;
+use crate::domain::render::source::TextMap;
 use crate::domain::render::{
-    Kptfile, KptfileError, Package, PackageError, RenderOutcome, SourceDoc, SourceMap,
-    kptfile::KPTFILE_NAME,
+    Kptfile, KptfileError, Package, PackageError, RenderOutcome, SourceMap, kptfile::KPTFILE_NAME,
 };
 use crate::domain::resource_list::ResourceList;
 
 mod render;
-pub use render::{RenderedPackage, render_dir, render_dir_with_tags};
+pub mod write;
+pub use render::{RenderedPackage, WriteOutcome, render_dir, render_dir_with_tags};
+pub use write::{Change, CommitError};
 
 /// Annotations the reader adds and the writer removes.
 pub const READER_ANNOTATIONS: [&str; 7] = [
@@ -69,6 +80,16 @@ pub enum PackageIoError {
         /// The parser's message (line and column when known).
         message: String,
     },
+    /// A KRM file is a symbolic link render does not read through.
+    #[error(
+        "{path:?} is a symbolic link {problem}; render reads only files inside the package (remove the link, or list it in .krmignore)"
+    )]
+    Link {
+        /// The link, relative to the package root.
+        path: String,
+        /// What is wrong with its target.
+        problem: String,
+    },
     /// The objects do not form a package tree (e.g. a bad Kptfile).
     #[error(transparent)]
     Package(#[from] PackageError),
@@ -92,6 +113,9 @@ pub enum PackageIoError {
     /// The output directory of `-o DIR` exists already (kpt refuses too).
     #[error("output directory {0:?} already exists; choose a new directory")]
     OutputExists(PathBuf),
+    /// The files could not be written; none was changed.
+    #[error("failed to save resources: {0}; no file was changed")]
+    NotSaved(#[from] CommitError),
 }
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> PackageIoError {
@@ -103,25 +127,29 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Packa
     }
 }
 
-/// Layout of one KRM file as read: blank (comment-only) documents around the
-/// object documents, so that a rewritten file keeps its header comments.
+/// Layout of one KRM file as read: the text around its object documents,
+/// so that a rewritten file keeps its header comments and markers.
 #[derive(Debug, Clone, Default)]
 struct FileLayout {
-    /// The whole original text.
+    /// The whole original text (line ends normalised to LF).
     text: String,
-    /// For object document `i`: the blank documents (each followed by `---`)
-    /// that preceded it.
-    preambles: Vec<String>,
-    /// Blank documents after the last object (each preceded by `---`).
+    /// For object document `i`: the text before it (markers, comment-only
+    /// documents, text after a `...`).
+    seps: Vec<String>,
+    /// Text after the last object.
     trailer: String,
     /// A `.json` file (re-emitted as JSON when it changes).
     json: bool,
+    /// The file uses Windows line ends (written back with them).
+    crlf: bool,
+    /// The original bytes (what an unchanged file is compared with).
+    bytes: Vec<u8>,
 }
 
 impl FileLayout {
-    /// True when the file held at least one object (one preamble per object).
+    /// True when the file held at least one object.
     fn held_objects(&self) -> bool {
-        !self.preambles.is_empty()
+        !self.seps.is_empty()
     }
 }
 
@@ -153,12 +181,21 @@ pub fn is_krm_file(name: &str) -> bool {
         || name.ends_with(".json")
 }
 
+/// A file found by the walk.
+struct Found {
+    /// Root-relative, slash-separated path.
+    rel: String,
+    /// What to read: the file itself, or a link's target inside the package.
+    read: PathBuf,
+}
+
 impl PackageDir {
     /// Reads the package rooted at `dir` (which must hold a `Kptfile`).
     ///
     /// Errors: [`PackageIoError::NoKptfile`], unreadable files or
     /// directories ([`PackageIoError::Io`]), invalid YAML in a KRM file
-    /// ([`PackageIoError::Parse`], naming the file).
+    /// ([`PackageIoError::Parse`], naming the file), a KRM file that is a
+    /// link out of the package ([`PackageIoError::Link`]).
     pub fn read(dir: &Path) -> Result<Self, PackageIoError> {
         if !dir.join(KPTFILE_NAME).is_file() {
             return Err(PackageIoError::NoKptfile(dir.to_path_buf()));
@@ -172,23 +209,23 @@ impl PackageDir {
     ///
     /// Errors: as [`PackageDir::read`], except the missing Kptfile.
     pub fn read_objects(dir: &Path) -> Result<Self, PackageIoError> {
-        let files = walk(dir)?;
-        let packages: Vec<String> = files
+        let root = std::fs::canonicalize(dir).map_err(io("reading directory", dir))?;
+        let mut entries = Vec::new();
+        walk(&root, "", &mut entries)?;
+        let packages: Vec<String> = entries
             .iter()
-            .filter(|rel| rel.rsplit('/').next() == Some(KPTFILE_NAME))
-            .map(|rel| rel.rsplit_once('/').map_or("", |(d, _)| d).to_string())
+            .filter(|(rel, _)| rel.rsplit('/').next() == Some(KPTFILE_NAME))
+            .map(|(rel, _)| rel.rsplit_once('/').map_or("", |(d, _)| d).to_string())
             .collect();
         let mut ignores: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for pkg in &packages {
-            let path = dir.join(pkg).join(".krmignore");
+            let path = root.join(pkg).join(".krmignore");
             if let Ok(text) = std::fs::read_to_string(&path) {
                 ignores.insert(pkg.clone(), krmignore_patterns(&text));
             }
         }
-        let mut sources = SourceMap::new();
-        let mut items = Vec::new();
-        let mut layouts = BTreeMap::new();
-        for rel in files {
+        let mut found = Vec::new();
+        for (rel, link) in entries {
             let name = rel.rsplit('/').next().unwrap_or(&rel);
             if !is_krm_file(name) {
                 continue;
@@ -207,34 +244,63 @@ impl PackageDir {
             if ignores.get(&owner).is_some_and(|p| ignored(p, in_pkg)) {
                 continue;
             }
-            let path = dir.join(&rel);
-            let bytes = std::fs::read(&path).map_err(io("reading", &path))?;
-            let text = String::from_utf8(bytes).map_err(|_| PackageIoError::Parse {
-                path: rel.clone(),
-                message: "the file is not UTF-8 text".into(),
-            })?;
-            let layout = read_file(&rel, text, &mut items, &mut sources)?;
+            let read = match link {
+                None => root.join(&rel),
+                Some(()) => link_target(&root, &rel)?,
+            };
+            found.push(Found { rel, read });
+        }
+        // Files are independent: read and parse them in parallel.
+        let read: Vec<Result<(String, FileLayout, Vec<(usize, YamlDoc)>), PackageIoError>> = found
+            .into_par_iter()
+            .map(|f| {
+                let bytes = std::fs::read(&f.read).map_err(io("reading", &f.read))?;
+                let (layout, docs) = read_file(&f.rel, bytes)?;
+                Ok((f.rel, layout, docs))
+            })
+            .collect();
+        let mut sources = SourceMap::new();
+        let mut items = Vec::new();
+        let mut layouts = BTreeMap::new();
+        for r in read {
+            let (rel, layout, docs) = r?;
+            let seq = preserve::sequence_indent(&layout.text);
+            for (index, doc) in docs {
+                let mut item = doc.value().clone();
+                for (k, v) in [
+                    (ann::PATH, rel.clone()),
+                    (ann::LEGACY_PATH, rel.clone()),
+                    (ann::INDEX, index.to_string()),
+                    (ann::LEGACY_INDEX, index.to_string()),
+                    (ann::SEQ_INDENT, seq.to_string()),
+                ] {
+                    ann::set(&mut item, k, v);
+                }
+                items.push(item);
+                sources.insert(rel.clone(), index, doc);
+            }
             layouts.insert(rel, layout);
         }
         Ok(Self {
-            root: dir.to_path_buf(),
+            root,
             items,
             sources: Arc::new(sources),
             files: layouts,
         })
     }
 
-    /// The package root directory.
+    /// The package root directory (symbolic links resolved).
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    /// Every object read, with root-relative path/index annotations (both forms).
+    /// Every object read, with root-relative path/index annotations (both
+    /// forms) and the sequence style of its file.
     pub fn items(&self) -> &[Value] {
         &self.items
     }
 
-    /// The document texts, for [`crate::domain::render::Renderer::with_sources`].
+    /// The documents as read, for [`crate::domain::render::Renderer::with_sources`].
     pub fn sources(&self) -> Arc<SourceMap> {
         self.sources.clone()
     }
@@ -267,14 +333,23 @@ impl PackageDir {
     }
 
     /// The files `items` make (root-relative path → text): documents grouped
-    /// by path, ordered by index, reader annotations removed, each edited in
-    /// its original text when it was read from the package.
+    /// by path, ordered by index, reader annotations removed, each written
+    /// from its texts in `texts` (the render's; else the documents as read).
     ///
     /// Errors: an object without a path, or with one escaping the package.
     pub fn render_files(
         &self,
         items: &[Value],
+        texts: Option<&TextMap>,
     ) -> Result<BTreeMap<String, String>, PackageIoError> {
+        let own;
+        let texts = match texts {
+            Some(t) => t,
+            None => {
+                own = TextMap::from_sources(&self.sources);
+                &own
+            }
+        };
         let mut grouped: BTreeMap<String, Vec<(i64, &Value)>> = BTreeMap::new();
         for item in items {
             let object = format!("{}/{}", ann::kind(item), ann::name(item));
@@ -283,7 +358,7 @@ impl PackageDir {
                 path: String::new(),
             })?;
             let path = ann::clean_path(&raw);
-            if path.starts_with('/') || path == ".." || path.starts_with("../") {
+            if path.starts_with('/') || path == ".." || path.starts_with("../") || path == "." {
                 return Err(PackageIoError::Escapes { object, path: raw });
             }
             let index = ann::index(item).and_then(|i| i.parse().ok()).unwrap_or(-1);
@@ -293,14 +368,14 @@ impl PackageDir {
         Ok(grouped
             .into_par_iter()
             .map(|(path, docs)| {
-                let text = self.file_text(&path, docs);
+                let text = self.file_text(&path, docs, texts);
                 (path, text)
             })
             .collect())
     }
 
     /// The text of the file at `path` holding `docs` (index, object).
-    fn file_text(&self, path: &str, mut docs: Vec<(i64, &Value)>) -> String {
+    fn file_text(&self, path: &str, mut docs: Vec<(i64, &Value)>, texts: &TextMap) -> String {
         docs.sort_by_key(|(i, _)| *i);
         let layout = self.files.get(path);
         let mut text = String::new();
@@ -308,7 +383,7 @@ impl PackageDir {
             // kpt writes JSON files back as JSON.
             let values: Vec<Value> = docs.iter().map(|(_, v)| clean(v)).collect();
             let original: Option<Vec<Value>> = (0..values.len())
-                .map(|i| self.sources.get(path, i).map(|d| d.value.clone()))
+                .map(|i| self.sources.get(path, i).map(|d| d.value().clone()))
                 .collect();
             match (layout, original) {
                 (Some(l), Some(orig)) if orig == values => text.push_str(&l.text),
@@ -320,51 +395,79 @@ impl PackageDir {
                     }
                 }
             }
-            return text;
+            return restore_line_ends(text, layout);
         }
         for (n, (index, item)) in docs.iter().enumerate() {
-            if n > 0 {
+            let sep = usize::try_from(*index)
+                .ok()
+                .and_then(|i| layout.and_then(|l| l.seps.get(i)))
+                .map_or("", String::as_str);
+            text.push_str(sep);
+            if n > 0 && !starts_a_document(sep) {
                 text.push_str("---\n");
             }
-            let key = usize::try_from(*index).ok();
-            if let (Some(l), Some(i)) = (layout, key)
-                && let Some(pre) = l.preambles.get(i)
-            {
-                text.push_str(pre);
-            }
-            let value = clean(item);
-            text.push_str(&self.sources.format(key.map(|i| (path, i)), &value));
+            text.push_str(&texts.text_for(item, &clean(item)));
         }
         if let Some(l) = layout {
             text.push_str(&l.trailer);
         }
-        text
+        restore_line_ends(text, layout)
     }
 
-    /// Writes a render's output back into the package directory (kpt's
-    /// in-place mode): changed and new files written, unchanged files left
-    /// alone, files whose objects were all removed deleted.
-    ///
-    /// Errors: as [`PackageDir::render_files`], and file system failures.
-    pub fn write_in_place(&self, items: &[Value]) -> Result<WriteSummary, PackageIoError> {
-        let files = self.render_files(items)?;
+    /// The changes that make the package hold `files` (root-relative path →
+    /// text): changed and new files written, files that held objects and
+    /// hold none removed.
+    fn changes(&self, files: BTreeMap<String, String>) -> (Vec<Change>, WriteSummary) {
         let mut summary = WriteSummary::default();
+        let mut changes = Vec::new();
         for (rel, layout) in &self.files {
             if !files.contains_key(rel) && layout.held_objects() {
-                let path = self.root.join(rel);
-                std::fs::remove_file(&path).map_err(io("deleting", &path))?;
+                changes.push(Change::Remove { path: rel.clone() });
                 summary.pruned.push(rel.clone());
             }
         }
         for (rel, text) in files {
-            if self.files.get(&rel).is_some_and(|l| l.text == text) {
+            if self
+                .files
+                .get(&rel)
+                .is_some_and(|l| l.bytes == text.as_bytes())
+            {
                 summary.unchanged.push(rel);
                 continue;
             }
-            write_file(&self.root.join(&rel), &text)?;
-            summary.written.push(rel);
+            summary.written.push(rel.clone());
+            changes.push(Change::Write { path: rel, text });
+        }
+        (changes, summary)
+    }
+
+    /// Writes a render's output back into the package directory (kpt's
+    /// in-place mode): changed and new files written, unchanged files left
+    /// alone, files whose objects were all removed deleted — all or nothing,
+    /// never through a symbolic link. `texts` are the render's object texts
+    /// (see [`RenderOutcome::texts`]); without them objects are written
+    /// from the documents as read.
+    ///
+    /// Errors: as [`PackageDir::render_files`]; [`PackageIoError::NotSaved`]
+    /// when the commit failed (no file changed).
+    pub fn write_in_place_with(
+        &self,
+        items: &[Value],
+        texts: Option<&TextMap>,
+    ) -> Result<WriteSummary, PackageIoError> {
+        let files = self.render_files(items, texts)?;
+        let (changes, summary) = self.changes(files);
+        if !changes.is_empty() {
+            write::commit(&self.root, &changes)?;
         }
         Ok(summary)
+    }
+
+    /// [`PackageDir::write_in_place_with`] without a render's texts.
+    ///
+    /// Errors: as [`PackageDir::write_in_place_with`].
+    pub fn write_in_place(&self, items: &[Value]) -> Result<WriteSummary, PackageIoError> {
+        self.write_in_place_with(items, None)
     }
 
     /// Writes only the root Kptfile with `status` set (kpt records a failed
@@ -379,33 +482,50 @@ impl PackageDir {
             .ok_or_else(|| PackageIoError::NoKptfile(self.root.clone()))?;
         let mut updated = kptfile.clone();
         set_status(&mut updated, status);
-        let files = self.render_files(std::slice::from_ref(&updated))?;
+        let files = self.render_files(std::slice::from_ref(&updated), None)?;
         if let Some(text) = files.get(KPTFILE_NAME)
-            && self.files.get(KPTFILE_NAME).is_none_or(|l| &l.text != text)
+            && self
+                .files
+                .get(KPTFILE_NAME)
+                .is_none_or(|l| l.bytes != text.as_bytes())
         {
-            write_file(&self.root.join(KPTFILE_NAME), text)?;
+            write::commit(
+                &self.root,
+                &[Change::Write {
+                    path: KPTFILE_NAME.into(),
+                    text: text.clone(),
+                }],
+            )?;
         }
         Ok(())
     }
 
     /// Writes `items` as a new package under `out` (kpt's `-o DIR`), which
-    /// must not exist.
+    /// must not exist; on failure nothing is left behind.
     ///
     /// Errors: [`PackageIoError::OutputExists`], path and file system errors.
     pub fn write_to_dir(
         &self,
         out: &Path,
         items: &[Value],
+        texts: Option<&TextMap>,
     ) -> Result<WriteSummary, PackageIoError> {
-        if out.exists() {
+        if out.exists() || out.is_symlink() {
             return Err(PackageIoError::OutputExists(out.to_path_buf()));
         }
-        let files = self.render_files(items)?;
+        let files = self.render_files(items, texts)?;
         let mut summary = WriteSummary::default();
         std::fs::create_dir_all(out).map_err(io("creating", out))?;
-        for (rel, text) in files {
-            write_file(&out.join(&rel), &text)?;
-            summary.written.push(rel);
+        let changes: Vec<Change> = files
+            .into_iter()
+            .map(|(path, text)| {
+                summary.written.push(path.clone());
+                Change::Write { path, text }
+            })
+            .collect();
+        if let Err(e) = write::commit(out, &changes) {
+            let _ = std::fs::remove_dir(out);
+            return Err(e.into());
         }
         Ok(summary)
     }
@@ -414,38 +534,54 @@ impl PackageDir {
     /// annotations kept and comments preserved (kpt's `-o stdout`).
     ///
     /// Errors: none in practice (values read from YAML always emit).
-    pub fn wrapped(&self, items: &[Value]) -> Result<String, codec::CodecError> {
-        let mut items = items.to_vec();
-        for item in &mut items {
-            // kpt annotates the objects it read, not generated ones.
-            if let Some(doc) = key_of(item).and_then(|(p, i)| self.sources.get(&p, i)) {
-                ann::set(item, ann::SEQ_INDENT, preserve::sequence_indent(&doc.text));
+    pub fn wrapped(
+        &self,
+        items: &[Value],
+        texts: Option<&TextMap>,
+    ) -> Result<String, codec::CodecError> {
+        let own;
+        let texts = match texts {
+            Some(t) => t,
+            None => {
+                own = TextMap::from_sources(&self.sources);
+                &own
             }
-        }
-        let list = ResourceList::new(items);
-        list.to_yaml_with(|_, item| {
-            self.sources
-                .format(key_of(item).as_ref().map(|(p, i)| (p.as_str(), *i)), item)
-        })
+        };
+        let list = ResourceList::new(items.to_vec());
+        list.to_yaml_with(|_, item| texts.text_for(item, item))
     }
 
     /// `items` as a multi-document YAML stream (kpt's `-o unwrap`): every
     /// reader annotation (path, index, id, sequence indent) removed.
-    pub fn unwrapped(&self, items: &[Value]) -> String {
-        let mut out = String::new();
-        for (n, item) in items.iter().enumerate() {
-            if n > 0 {
-                out.push_str("---\n");
+    pub fn unwrapped(&self, items: &[Value], texts: Option<&TextMap>) -> String {
+        let own;
+        let texts = match texts {
+            Some(t) => t,
+            None => {
+                own = TextMap::from_sources(&self.sources);
+                &own
             }
-            let key = key_of(item);
-            let value = clean(item);
-            out.push_str(
-                &self
-                    .sources
-                    .format(key.as_ref().map(|(p, i)| (p.as_str(), *i)), &value),
-            );
-        }
-        out
+        };
+        let docs: Vec<String> = items
+            .par_iter()
+            .map(|item| texts.text_for(item, &clean(item)))
+            .collect();
+        docs.join("---\n")
+    }
+}
+
+/// True when a separator holds a `---` line (a following document starts).
+fn starts_a_document(sep: &str) -> bool {
+    sep.lines()
+        .any(|l| l == "---" || l.starts_with("--- ") || l.starts_with("---\t"))
+}
+
+/// `text` with the file's Windows line ends put back.
+fn restore_line_ends(text: String, layout: Option<&FileLayout>) -> String {
+    if layout.is_some_and(|l| l.crlf) {
+        text.replace('\n', "\r\n")
+    } else {
+        text
     }
 }
 
@@ -472,15 +608,30 @@ pub fn status_of(outcome: &RenderOutcome) -> Value {
     status
 }
 
+/// Sets `status` on a Kptfile object: the `Rendered` condition replaces a
+/// previous one (other conditions stay), `renderStatus` is replaced.
 fn set_status(kptfile: &mut Value, status: &Value) {
-    if let Some(map) = kptfile.as_object_mut() {
-        map.insert("status".into(), status.clone());
+    let Some(map) = kptfile.as_object_mut() else {
+        return;
+    };
+    let mut merged = map
+        .get("status")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let mut conditions: Vec<Value> = merged
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| c.get("type").and_then(Value::as_str) != Some("Rendered"));
+    conditions.extend(status["conditions"].as_array().cloned().unwrap_or_default());
+    merged.insert("conditions".into(), Value::Array(conditions));
+    merged.shift_remove("renderStatus");
+    if let Some(rs) = status.get("renderStatus") {
+        merged.insert("renderStatus".into(), rs.clone());
     }
-}
-
-/// Root-relative (path, index) of a root-relative object.
-fn key_of(item: &Value) -> Option<(String, usize)> {
-    crate::domain::render::source::root_key("", item)
+    map.insert("status".into(), Value::Object(merged));
 }
 
 /// A copy of `item` without reader annotations.
@@ -490,113 +641,138 @@ fn clean(item: &Value) -> Value {
     v
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), PackageIoError> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
-    }
-    std::fs::write(path, text).map_err(io("writing", path))
-}
-
-/// Reads one KRM file's documents into `items` and `sources`.
+/// Reads one KRM file: its layout and its object documents by index.
 fn read_file(
     rel: &str,
-    text: String,
-    items: &mut Vec<Value>,
-    sources: &mut SourceMap,
-) -> Result<FileLayout, PackageIoError> {
+    bytes: Vec<u8>,
+) -> Result<(FileLayout, Vec<(usize, YamlDoc)>), PackageIoError> {
     let parse_error = |message: String| PackageIoError::Parse {
         path: rel.to_string(),
         message,
     };
+    let raw = String::from_utf8(bytes.clone())
+        .map_err(|_| parse_error("the file is not UTF-8 text".into()))?;
+    // Windows line ends (every line break a CRLF): read as LF, written back as CRLF.
+    let crlf = raw.contains("\r\n") && !raw.replace("\r\n", "").contains('\n');
+    let text = if crlf { raw.replace("\r\n", "\n") } else { raw };
     let json = rel.ends_with(".json");
-    let docs = if json {
-        vec![text.clone()]
+    let stream = if json {
+        preserve::Stream {
+            docs: vec![(String::new(), text.clone())],
+            trailer: String::new(),
+        }
     } else {
-        preserve::split_documents(&text)
+        preserve::split_stream(&text)
     };
     let mut layout = FileLayout {
         json,
+        crlf,
+        bytes,
         ..FileLayout::default()
     };
-    let mut parsed = Vec::with_capacity(docs.len());
-    for (n, doc) in docs.into_iter().enumerate() {
-        let value: Value = if preserve::is_blank_document(&doc) {
-            Value::Null
+    let mut parsed = Vec::with_capacity(stream.docs.len());
+    for (n, (sep, doc)) in stream.docs.into_iter().enumerate() {
+        let blank = preserve::is_blank_document(&doc);
+        let value = if blank {
+            None
         } else {
-            codec::from_yaml_str(&doc).map_err(|e| parse_error(e.to_string()))?
-        };
-        if !value.is_null() && !value.is_object() {
-            return Err(parse_error(format!(
-                "document {} is not a mapping (a KRM object)",
-                n + 1
-            )));
-        }
-        parsed.push((doc, value));
-    }
-    let last_object = parsed.iter().rposition(|(_, v)| !v.is_null());
-    let mut pending = String::new();
-    let mut index = 0usize;
-    for (n, (doc, value)) in parsed.into_iter().enumerate() {
-        if value.is_null() {
-            // Blank documents stay with the next object, or at the end.
-            if last_object.is_some_and(|l| n < l) {
-                pending.push_str(&doc);
-                pending.push_str("---\n");
-            } else {
-                layout.trailer.push_str("---\n");
-                layout.trailer.push_str(&doc);
+            let d = YamlDoc::parse(doc.as_str()).map_err(|e| parse_error(e.to_string()))?;
+            if !d.value().is_null() && !d.value().is_object() {
+                return Err(parse_error(format!(
+                    "document {} is not a mapping (a KRM object)",
+                    n + 1
+                )));
             }
-            continue;
-        }
-        layout.preambles.push(std::mem::take(&mut pending));
-        let mut item = value.clone();
-        for (k, v) in [
-            (ann::PATH, rel.to_string()),
-            (ann::LEGACY_PATH, rel.to_string()),
-            (ann::INDEX, index.to_string()),
-            (ann::LEGACY_INDEX, index.to_string()),
-        ] {
-            ann::set(&mut item, k, v);
-        }
-        items.push(item);
-        sources.insert(rel, index, SourceDoc { text: doc, value });
-        index += 1;
+            (!d.value().is_null()).then_some(d)
+        };
+        parsed.push((sep, doc, value));
     }
+    let mut pending = String::new();
+    let mut docs = Vec::new();
+    for (sep, doc, value) in parsed {
+        pending.push_str(&sep);
+        match value {
+            None => pending.push_str(&doc),
+            Some(d) => {
+                layout.seps.push(std::mem::take(&mut pending));
+                docs.push((docs.len(), d));
+            }
+        }
+    }
+    pending.push_str(&stream.trailer);
+    layout.trailer = pending;
     layout.text = text;
-    Ok(layout)
+    Ok((layout, docs))
 }
 
-/// Root-relative paths of the files under `dir`, sorted; hidden entries and
-/// symlinks are skipped (kpt ignores symlinks).
-fn walk(dir: &Path) -> Result<Vec<String>, PackageIoError> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).map_err(io("reading directory", &d))? {
-            let entry = entry.map_err(io("reading directory", &d))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
+/// The files under `root`/`dir` as Go's `filepath.Walk` visits them (each
+/// directory's entries in name order, directories entered where they sort):
+/// root-relative paths, `Some(())` for symbolic links. `.git` is skipped;
+/// links are not entered.
+fn walk(root: &Path, dir: &str, out: &mut Vec<(String, Option<()>)>) -> Result<(), PackageIoError> {
+    let path = if dir.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(dir)
+    };
+    let mut entries: Vec<(String, std::fs::FileType)> = Vec::new();
+    for entry in std::fs::read_dir(&path).map_err(io("reading directory", &path))? {
+        let entry = entry.map_err(io("reading directory", &path))?;
+        let kind = entry.file_type().map_err(io("reading", &entry.path()))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        entries.push((name, kind));
+    }
+    entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    for (name, kind) in entries {
+        let rel = if dir.is_empty() {
+            name.clone()
+        } else {
+            format!("{dir}/{name}")
+        };
+        if kind.is_dir() {
+            if name != ".git" {
+                walk(root, &rel, out)?;
             }
-            let kind = entry.file_type().map_err(io("reading", &entry.path()))?;
-            if kind.is_symlink() {
-                continue;
-            }
-            if kind.is_dir() {
-                stack.push(entry.path());
-            } else if kind.is_file()
-                && let Ok(rel) = entry.path().strip_prefix(dir)
-            {
-                let rel: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect();
-                out.push(rel.join("/"));
-            }
+        } else if kind.is_symlink() {
+            out.push((rel, Some(())));
+        } else if kind.is_file() {
+            out.push((rel, None));
         }
     }
-    out.sort();
-    Ok(out)
+    Ok(())
+}
+
+/// Where the link `rel` leads, when that is a file inside `root`.
+///
+/// Errors: [`PackageIoError::Link`] for a link out of the package, to
+/// nothing, or to something that is not a file.
+fn link_target(root: &Path, rel: &str) -> Result<PathBuf, PackageIoError> {
+    let link = root.join(rel);
+    let problem = |p: String| PackageIoError::Link {
+        path: rel.to_string(),
+        problem: p,
+    };
+    let target = std::fs::canonicalize(&link).map_err(|e| {
+        let to = std::fs::read_link(&link)
+            .map(|t| t.display().to_string())
+            .unwrap_or_default();
+        problem(format!("to {to:?}, which cannot be read ({e})"))
+    })?;
+    if !target.starts_with(root) {
+        return Err(problem(format!(
+            "to {:?}, outside the package",
+            target.display().to_string()
+        )));
+    }
+    if !target.is_file() {
+        return Err(problem(format!(
+            "to {:?}, which is not a file",
+            target.display().to_string()
+        )));
+    }
+    Ok(target)
 }
 
 /// The patterns of a `.krmignore` file (blank lines and comments dropped).

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{PackageDir, PackageIoError, WriteSummary, record_status, status_of};
+use crate::domain::render::results::rendered_condition;
 use crate::domain::render::{RenderEvents, RenderOptions, RenderOutcome, RenderStatus, Renderer};
 use crate::ports::{FunctionRuntime, TagLister};
 
@@ -45,21 +46,43 @@ impl RenderedPackage {
     /// Errors: a rendered object whose path escapes the package.
     pub fn files(&self) -> Result<Option<BTreeMap<String, String>>, PackageIoError> {
         self.resources()
-            .map(|items| self.package.render_files(items))
+            .map(|items| {
+                self.package
+                    .render_files(items, self.outcome.texts.as_deref())
+            })
             .transpose()
     }
 
     /// Writes the result in place, as `kpt fn render` does: on success (or
-    /// save-on-failure) the rendered files, pruning emptied ones; otherwise
-    /// only the root Kptfile's render status. Returns what was written.
+    /// save-on-failure) the rendered files and the root Kptfile's render
+    /// status, pruning emptied files — all or nothing; otherwise only the
+    /// root Kptfile's render status.
     ///
-    /// Errors: file system failures, paths escaping the package.
+    /// When the files cannot be written, none is changed, the Kptfile's
+    /// status says so (`Rendered: False`, `failed to save resources: …`)
+    /// when the Kptfile itself can still be written, and the error is
+    /// returned.
+    ///
+    /// Errors: [`PackageIoError::NotSaved`] (nothing changed), paths
+    /// escaping the package.
     pub fn write_in_place(&self) -> Result<WriteSummary, PackageIoError> {
         match self.resources() {
             Some(items) => {
                 let mut items = items.to_vec();
                 record_status(&mut items, &self.outcome);
-                self.package.write_in_place(&items)
+                match self
+                    .package
+                    .write_in_place_with(&items, self.outcome.texts.as_deref())
+                {
+                    Ok(summary) => Ok(summary),
+                    Err(e) => {
+                        let mut status = status_of(&self.outcome);
+                        status["conditions"] =
+                            serde_json::json!([rendered_condition(Some(&e.to_string()))]);
+                        let _ = self.package.write_kptfile_status(&status);
+                        Err(e)
+                    }
+                }
             }
             None => {
                 self.package
@@ -68,6 +91,45 @@ impl RenderedPackage {
             }
         }
     }
+
+    /// The rendered objects as a ResourceList (`-o stdout`), `None` when
+    /// nothing is to be written.
+    ///
+    /// Errors: none in practice.
+    pub fn wrapped(&self) -> Result<Option<String>, crate::domain::codec::CodecError> {
+        self.resources()
+            .map(|items| self.package.wrapped(items, self.outcome.texts.as_deref()))
+            .transpose()
+    }
+
+    /// The rendered objects as documents (`-o unwrap`), `None` when nothing
+    /// is to be written.
+    pub fn unwrapped(&self) -> Option<String> {
+        self.resources()
+            .map(|items| self.package.unwrapped(items, self.outcome.texts.as_deref()))
+    }
+
+    /// Writes the rendered package into the new directory `out` (`-o DIR`),
+    /// all or nothing.
+    ///
+    /// Errors: as [`PackageDir::write_to_dir`].
+    pub fn write_to_dir(&self, out: &Path) -> Result<WriteSummary, PackageIoError> {
+        match self.resources() {
+            Some(items) => self
+                .package
+                .write_to_dir(out, items, self.outcome.texts.as_deref()),
+            None => Ok(WriteSummary::default()),
+        }
+    }
+}
+
+/// What writing a render did (for the CLI's summary).
+#[derive(Debug)]
+pub enum WriteOutcome {
+    /// The files were written (or there was nothing to write).
+    Written(WriteSummary),
+    /// Nothing was written; why.
+    NotWritten(PackageIoError),
 }
 
 /// Reads the package at `dir`, renders it with `runtime` (functions get the

@@ -42,7 +42,11 @@ fn package() -> tempfile::TempDir {
     .unwrap();
     std::fs::write(p.join("sub/skip.yaml"), "not: [valid\n").unwrap();
     std::fs::write(p.join("sub/.krmignore"), "skip.yaml\n").unwrap();
-    std::fs::write(p.join("sub/.hidden/x.yaml"), "also: [not valid\n").unwrap();
+    std::fs::write(
+        p.join("sub/.hidden/x.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hidden\n",
+    )
+    .unwrap();
     dir
 }
 
@@ -61,13 +65,15 @@ fn reads_objects_with_both_annotation_forms_and_skips_ignored_files() {
         paths(pkg.items()),
         [
             ("Kptfile".into(), "0".into()),
+            ("sub/.hidden/x.yaml".into(), "0".into()),
             ("sub/Kptfile".into(), "0".into()),
             ("sub/cm.yaml".into(), "0".into()),
             ("web.yaml".into(), "0".into()),
             ("web.yaml".into(), "1".into()),
         ]
     );
-    let web = &pkg.items()[3];
+    let web = &pkg.items()[4];
+    assert_eq!(ann::get(web, ann::SEQ_INDENT).as_deref(), Some("wide"));
     assert_eq!(ann::get(web, ann::LEGACY_PATH).as_deref(), Some("web.yaml"));
     assert_eq!(ann::get(web, ann::LEGACY_INDEX).as_deref(), Some("0"));
     let tree = pkg.package().unwrap();
@@ -92,8 +98,8 @@ fn a_changed_object_is_edited_in_place_and_its_neighbours_are_untouched() {
     let dir = package();
     let pkg = PackageDir::read(dir.path()).unwrap();
     let mut items = pkg.items().to_vec();
-    items[3]["metadata"]["namespace"] = json!("prod");
-    items[3]["data"]["replicas"] = json!("5");
+    items[4]["metadata"]["namespace"] = json!("prod");
+    items[4]["data"]["replicas"] = json!("5");
     let summary = pkg.write_in_place(&items).unwrap();
     assert_eq!(summary.written, ["web.yaml"]);
     let text = std::fs::read_to_string(dir.path().join("web.yaml")).unwrap();
@@ -143,8 +149,8 @@ fn paths_escaping_the_package_are_refused_before_anything_is_written() {
     let dir = package();
     let pkg = PackageDir::read(dir.path()).unwrap();
     let mut items = pkg.items().to_vec();
-    items[3]["metadata"]["namespace"] = json!("prod");
-    ann::set_path(&mut items[4], "../evil.yaml");
+    items[4]["metadata"]["namespace"] = json!("prod");
+    ann::set_path(&mut items[5], "../evil.yaml");
     let err = pkg.write_in_place(&items).unwrap_err();
     assert!(matches!(err, PackageIoError::Escapes { .. }), "{err}");
     assert_eq!(
@@ -157,31 +163,31 @@ fn paths_escaping_the_package_are_refused_before_anything_is_written() {
 fn output_modes_keep_comments() {
     let dir = package();
     let pkg = PackageDir::read(dir.path()).unwrap();
-    let wrapped = pkg.wrapped(pkg.items()).unwrap();
+    let wrapped = pkg.wrapped(pkg.items(), None).unwrap();
     let list = ResourceList::parse(wrapped.as_bytes()).unwrap();
     assert_eq!(list.items.len(), pkg.items().len());
     assert_eq!(
-        ann::get(&list.items[4], ann::SEQ_INDENT).as_deref(),
+        ann::get(&list.items[5], ann::SEQ_INDENT).as_deref(),
         Some("wide")
     );
-    assert_eq!(ann::path(&list.items[4]).as_deref(), Some("web.yaml"));
+    assert_eq!(ann::path(&list.items[5]).as_deref(), Some("web.yaml"));
     assert!(wrapped.contains("# kpt-set: ${replicas}"));
-    let unwrapped = pkg.unwrapped(pkg.items());
+    let unwrapped = pkg.unwrapped(pkg.items(), None);
     let docs: Vec<Value> = codec::from_yaml_documents(unwrapped.as_bytes()).unwrap();
-    assert_eq!(docs.len(), 5);
-    assert!(ann::get(&docs[3], ann::INDEX).is_none());
-    assert!(ann::path(&docs[3]).is_none());
+    assert_eq!(docs.len(), 6);
+    assert!(ann::get(&docs[4], ann::INDEX).is_none());
+    assert!(ann::path(&docs[4]).is_none());
     assert!(unwrapped.contains("# keep me"));
 
     let out = dir.path().join("out");
-    pkg.write_to_dir(&out, pkg.items()).unwrap();
+    pkg.write_to_dir(&out, pkg.items(), None).unwrap();
     assert_eq!(
         std::fs::read_to_string(out.join("web.yaml")).unwrap(),
         MULTI
     );
     assert!(!out.join("README.md").exists());
     assert!(matches!(
-        pkg.write_to_dir(&out, pkg.items()).unwrap_err(),
+        pkg.write_to_dir(&out, pkg.items(), None).unwrap_err(),
         PackageIoError::OutputExists(_)
     ));
 }
@@ -232,4 +238,107 @@ fn json_files_stay_json() {
     let back: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("j.json")).unwrap()).unwrap();
     assert_eq!(back["metadata"]["namespace"], "prod");
+}
+
+#[test]
+fn links_inside_the_package_are_read_and_links_out_of_it_refused() {
+    let dir = package();
+    std::os::unix::fs::symlink("web.yaml", dir.path().join("link.yaml")).unwrap();
+    std::os::unix::fs::symlink("sub", dir.path().join("linkdir")).unwrap();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let linked: Vec<_> = paths(pkg.items())
+        .into_iter()
+        .filter(|(p, _)| p.starts_with("link"))
+        .collect();
+    assert_eq!(
+        linked,
+        [
+            ("link.yaml".into(), "0".into()),
+            ("link.yaml".into(), "1".into())
+        ],
+        "a linked file is read under its own name; a linked directory is not entered"
+    );
+
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(
+        outside.path().join("secret.yaml"),
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.yaml"),
+        dir.path().join("out.yaml"),
+    )
+    .unwrap();
+    let err = PackageDir::read(dir.path()).unwrap_err();
+    assert!(matches!(err, PackageIoError::Link { .. }), "{err}");
+    assert!(err.to_string().contains("outside the package"), "{err}");
+    std::fs::write(dir.path().join(".krmignore"), "out.yaml\n").unwrap();
+    assert!(
+        PackageDir::read(dir.path()).is_ok(),
+        "an ignored link is not read"
+    );
+
+    std::os::unix::fs::symlink("nowhere.yaml", dir.path().join("dangling.yaml")).unwrap();
+    let err = PackageDir::read(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("dangling.yaml") && err.contains("cannot be read"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_changed_linked_file_is_not_written_through_its_link() {
+    let dir = package();
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    std::fs::write(
+        dir.path().join("real/target.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: linked\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join(".krmignore"), "real\n").unwrap();
+    std::os::unix::fs::symlink("real/target.yaml", dir.path().join("link.yaml")).unwrap();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let mut items = pkg.items().to_vec();
+    for i in &mut items {
+        i["metadata"]["namespace"] = json!("prod");
+    }
+    let before = std::fs::read_to_string(dir.path().join("web.yaml")).unwrap();
+    let err = pkg.write_in_place(&items).unwrap_err();
+    assert!(matches!(err, PackageIoError::NotSaved(_)), "{err}");
+    assert!(
+        err.to_string().contains("link.yaml") && err.to_string().contains("symbolic link"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("web.yaml")).unwrap(),
+        before
+    );
+    assert!(
+        !std::fs::read_to_string(dir.path().join("real/target.yaml"))
+            .unwrap()
+            .contains("prod")
+    );
+}
+
+#[test]
+fn crlf_files_keep_their_line_ends_and_document_end_markers_stay() {
+    let dir = package();
+    let crlf = "# head\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata:\r\n  name: w\r\n...\r\n---\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata:\r\n  name: x\r\n";
+    std::fs::write(dir.path().join("win.yaml"), crlf).unwrap();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let mut items = pkg.items().to_vec();
+    assert!(pkg.write_in_place(&items).unwrap().written.is_empty());
+    for i in items
+        .iter_mut()
+        .filter(|i| ann::path(i).as_deref() == Some("win.yaml"))
+    {
+        i["metadata"]["labels"] = json!({"a": "b"});
+    }
+    pkg.write_in_place(&items).unwrap();
+    let text = std::fs::read_to_string(dir.path().join("win.yaml")).unwrap();
+    assert_eq!(
+        text,
+        "# head\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata:\r\n  name: w\r\n  labels:\r\n    a: b\r\n...\r\n---\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata:\r\n  name: x\r\n  labels:\r\n    a: b\r\n"
+    );
 }

@@ -68,10 +68,7 @@ mod tests {
     }
 
     fn ok() -> Result<FunctionOutput, EvalError> {
-        Ok(FunctionOutput {
-            resource_list: ResourceList::new(vec![]),
-            stderr: "second".into(),
-        })
+        Ok(FunctionOutput::new(ResourceList::new(vec![]), "second"))
     }
 
     #[tokio::test]

@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use crate::adapters::exec::ExecEvaluator;
 use crate::adapters::grpc::client::RemoteEvaluator;
 use crate::domain::evaluation::{EvalError, EvaluationRequest};
-use crate::domain::resource_list::ResourceList;
 use crate::ports::{
     FunctionCall, FunctionEvaluator, FunctionOutput, FunctionRuntime, FunctionTarget,
 };
@@ -55,7 +54,7 @@ impl FunctionRuntime for EvaluatorRuntime {
         let FunctionTarget::Image(image) = &call.target else {
             return Err(EvalError::not_found(call.target.name()));
         };
-        let bytes = call.input_yaml().map_err(|e| {
+        let (bytes, sent) = call.input_texts().map_err(|e| {
             EvalError::Internal(format!(
                 "cannot serialise the ResourceList for function {image:?}: {e}"
             ))
@@ -63,11 +62,13 @@ impl FunctionRuntime for EvaluatorRuntime {
         let mut request = EvaluationRequest::new(image.clone(), bytes.into_bytes());
         request.timeout = call.timeout;
         let response = self.evaluator.evaluate(request).await?;
+        let image = image.clone();
         let output = response.resource_list.clone();
-        let parsed =
-            crate::adapters::parse_pool::parse_off_workers(move || ResourceList::parse(&output))
-                .await?;
-        let resource_list = parsed.map_err(|e| {
+        let (resource_list, item_texts) = crate::adapters::parse_pool::parse_off_workers(move || {
+            call.read_output(&output, sent.as_deref())
+        })
+        .await?
+        .map_err(|e| {
             EvalError::Internal(format!(
                 "function {image:?} did not return a ResourceList: {e}"
             ))
@@ -75,6 +76,7 @@ impl FunctionRuntime for EvaluatorRuntime {
         Ok(FunctionOutput {
             resource_list,
             stderr: String::from_utf8_lossy(&response.log).into_owned(),
+            item_texts,
         })
     }
 }
@@ -83,6 +85,7 @@ impl FunctionRuntime for EvaluatorRuntime {
 mod tests {
     use super::*;
     use crate::domain::evaluation::EvaluationResponse;
+    use crate::domain::resource_list::ResourceList;
     use crate::ports::MockFunctionEvaluator;
     use bytes::Bytes;
 

@@ -9,7 +9,6 @@ use async_trait::async_trait;
 use crate::adapters::exec::ExecSettings;
 use crate::adapters::parse_pool::parse_off_workers;
 use crate::domain::evaluation::{EvalError, EvaluationRequest, ExitReason, FunctionFailure};
-use crate::domain::resource_list::ResourceList;
 use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 
 /// Runs `exec:` functions: the command line is split shell-style (no shell
@@ -68,7 +67,7 @@ impl FunctionRuntime for ExecCommandRuntime {
             })?;
         let program = self.program(&words[0]);
         let args: Vec<OsString> = words[1..].iter().map(OsString::from).collect();
-        let bytes = call.input_yaml().map_err(|e| {
+        let (bytes, sent) = call.input_texts().map_err(|e| {
             EvalError::Internal(format!(
                 "cannot serialise the ResourceList for {command:?}: {e}"
             ))
@@ -84,16 +83,20 @@ impl FunctionRuntime for ExecCommandRuntime {
             .await?;
             return Err(EvalError::FunctionFailed(Box::new(failure)));
         }
-        let stdout = out.stdout.clone();
-        let parsed = parse_off_workers(move || ResourceList::parse(&stdout)).await?;
-        let resource_list = parsed.map_err(|e| {
-            EvalError::Internal(format!(
-                "function {command:?} did not write a ResourceList to stdout: {e}"
-            ))
-        })?;
+        let command = command.clone();
+        let stdout = out.stdout;
+        let (resource_list, item_texts) =
+            parse_off_workers(move || call.read_output(&stdout, sent.as_deref()))
+                .await?
+                .map_err(|e| {
+                    EvalError::Internal(format!(
+                        "function {command:?} did not write a ResourceList to stdout: {e}"
+                    ))
+                })?;
         Ok(FunctionOutput {
             resource_list,
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            item_texts,
         })
     }
 }
@@ -101,6 +104,7 @@ impl FunctionRuntime for ExecCommandRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::resource_list::ResourceList;
 
     fn call(cmd: &str) -> FunctionCall {
         FunctionCall {

@@ -19,14 +19,21 @@
 //! messages name the line and column and what to change, in the runner's
 //! words rather than the library's.
 //!
-//! Package files are edited, not re-emitted: [`preserve`] applies the
-//! difference between two parsed values to the original text with a lossless
-//! YAML syntax tree (`yaml-edit`), so comments, key order, quoting and
-//! sequence indentation of everything a function did not change survive a
-//! render, as they do with kpt's kyaml.
+//! Non-finite floats (`.inf`, `-.inf`, `.nan`) read as those strings:
+//! JSON values cannot hold them, and the text a function wrote is what is
+//! written back anyway.
+//!
+//! Package files are edited, not re-emitted: [`tree`] reads a document with
+//! the byte range of every node and comment, [`preserve`] turns it into the
+//! text of a changed value by splicing only what differs (taking changed
+//! parts from the text a function wrote), and [`emit`] writes what has no
+//! text in kpt's style — so comments, key order, quoting and sequence
+//! indentation survive a render, as they do with kpt's kyaml.
 
 pub mod keys;
+pub mod emit;
 pub mod preserve;
+pub mod tree;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -70,6 +77,7 @@ fn options(input_bytes: usize) -> serde_saphyr::Options {
         alias_limits: alias_limits,
         strict_booleans: true,
         with_snippet: false,
+        non_finite_float_policy: serde_saphyr::options::NonFiniteFloatPolicy::AsString,
     }
 }
 

@@ -1,60 +1,121 @@
-//! Format-preserving YAML edits: apply the difference between two parsed
-//! documents to the original text.
+//! Format-preserving YAML edits: turn a document's text into the text of
+//! another value, changing only what differs — and, when a function wrote
+//! the new value as text, taking the changed parts from that text.
 //!
 //! kpt keeps a package's look through a render because kyaml carries
-//! comments, key order and sequence style on its nodes (`krm-functions.md`
-//! §3.7, "Formatting"). Here the render works on plain JSON values, so the
-//! look is restored at the edges instead: [`patch_document`] takes the text a
-//! value was read from and edits only the mapping entries and sequence items
-//! whose value changed, on a lossless syntax tree (`yaml-edit`). Everything
-//! else — comments (including `# kpt-set:` setter comments), blank lines,
-//! key order, quoting, `|` blocks, sequence indentation — stays byte for
-//! byte. Every edit is checked by parsing the result again; when the check
-//! fails the caller falls back to emitting the value (comments of that one
-//! document are lost, its content never is).
-
-use std::str::FromStr;
+//! comments, key order and scalar styles on its nodes (`krm-functions.md`
+//! §1.7, §3.7). Here the render works on plain values, so the look is
+//! restored at the edges: [`merge`] walks the document's node tree
+//! ([`super::tree`]) against the target value and records byte splices:
+//!
+//! - everything whose value did not change stays byte for byte (comments,
+//!   blank lines, key order, quoting, block scalars, sequence indentation);
+//! - a changed or new node is taken from the *source* — the text a function
+//!   wrote — when the source has that node with the target's value: its
+//!   scalars keep the function's spelling and style (`0123`, `0x1F`, `.inf`,
+//!   `'007'`), its new fields and objects keep the comments it wrote on them;
+//! - a comment the source has on a node (line comment or the comment lines
+//!   above it) replaces the document's comment there, and a comment the
+//!   source dropped stays — kyaml's rule for comments around a function call;
+//! - what neither has as text is written by [`super::emit`] in kyaml's style.
+//!
+//! New keys go after a mapping's existing keys (kyaml's field order), new
+//! sequence items where the value has them. Every edit is checked by
+//! parsing the result; when the check fails, the whole document is taken
+//! from the source (or emitted), so its content is never wrong.
 
 use serde_json::{Map, Value};
-use yaml_edit::{Document, Mapping, Sequence, YamlFile, YamlNode};
 
-use super::{CodecError, from_yaml_str, to_yaml_string};
+use super::CodecError;
+use super::emit::{self, SeqIndent};
+use super::tree::{Entry, Item, Kind, Node, Style, YamlDoc};
 
-/// Splits a multi-document YAML stream into the texts of its documents.
+/// Splits a multi-document YAML stream into its documents and the text
+/// between them.
 ///
-/// A line that is `---` (optionally followed by a space/tab and a comment or
-/// nothing else) separates documents; the separator lines are not part of
-/// any document. Input: the whole file. Output: one string per document,
-/// each ending with a newline when it had one; a stream without separators
-/// is one document. Empty or comment-only documents are returned too — the
-/// caller decides what they mean (kpt skips them when indexing).
-pub fn split_documents(text: &str) -> Vec<String> {
-    let mut docs = Vec::new();
+/// A line that is `---` (optionally followed by a blank and a comment, or by
+/// content: `--- a: 1` starts a document on the marker line) starts a
+/// document; a line `...` ends one. Returned: the documents' texts (each
+/// ending with a line break when the input had one; markers excluded) and,
+/// for each, the separator text before it (marker lines, and for `...`
+/// everything up to the next document), plus the text after the last
+/// document. Empty and comment-only documents are returned too — the caller
+/// decides what they mean (kpt skips them when indexing).
+pub fn split_stream(text: &str) -> Stream {
+    let mut stream = Stream::default();
     let mut current = String::new();
+    let mut sep = String::new();
+    let mut ended = false;
     for line in text.split_inclusive('\n') {
-        if is_separator(line) {
-            docs.push(std::mem::take(&mut current));
-        } else {
-            current.push_str(line);
+        let bare = line.trim_end_matches(['\n', '\r']);
+        if let Some(rest) = bare.strip_prefix("---")
+            && (rest.is_empty() || rest.starts_with([' ', '\t']))
+        {
+            if !ended {
+                stream
+                    .docs
+                    .push((std::mem::take(&mut sep), std::mem::take(&mut current)));
+            }
+            ended = false;
+            let content = rest.trim_start();
+            if content.is_empty() || content.starts_with('#') {
+                sep.push_str(line);
+            } else {
+                // `--- key: v`: the marker goes to the separator, the rest
+                // of the line starts the document.
+                let cut = line.len() - rest.len() + (rest.len() - rest.trim_start().len());
+                sep.push_str(&line[..cut]);
+                current.push_str(&line[cut..]);
+            }
+            continue;
         }
+        if bare == "..." || bare.starts_with("... ") || bare.starts_with("...\t") {
+            if !ended {
+                stream
+                    .docs
+                    .push((std::mem::take(&mut sep), std::mem::take(&mut current)));
+            }
+            ended = true;
+            sep.push_str(line);
+            continue;
+        }
+        if ended {
+            // Between `...` and the next `---`: only comments and blank
+            // lines belong to the separator; content starts a bare document.
+            let t = bare.trim();
+            if t.is_empty() || t.starts_with('#') {
+                sep.push_str(line);
+                continue;
+            }
+            ended = false;
+        }
+        current.push_str(line);
     }
-    docs.push(current);
-    docs
+    if ended {
+        stream.trailer = sep;
+    } else {
+        stream.docs.push((sep, current));
+    }
+    stream
 }
 
-/// True for a document separator line (`---`, `--- # comment`).
-fn is_separator(line: &str) -> bool {
-    let line = line.trim_end_matches(['\n', '\r']);
-    match line.strip_prefix("---") {
-        Some(rest) => rest.is_empty() || rest.starts_with([' ', '\t']) && !has_content(rest),
-        None => false,
-    }
+/// A YAML stream split by [`split_stream`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stream {
+    /// (separator text before the document, document text).
+    pub docs: Vec<(String, String)>,
+    /// Text after the last document (after a final `...`).
+    pub trailer: String,
 }
 
-/// True when `rest` (after `---`) holds more than blanks and a comment.
-fn has_content(rest: &str) -> bool {
-    let t = rest.trim_start();
-    !t.is_empty() && !t.starts_with('#')
+/// Splits a multi-document YAML stream into the texts of its documents
+/// (separators, `---` and `...` lines, left out); see [`split_stream`].
+pub fn split_documents(text: &str) -> Vec<String> {
+    split_stream(text)
+        .docs
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect()
 }
 
 /// True when a document text holds no YAML node: only blanks and comments.
@@ -68,329 +129,871 @@ pub fn is_blank_document(text: &str) -> bool {
 /// Rewrites `text` — one YAML document whose parsed value is `from` — so
 /// that it parses to `to`, changing only what differs.
 ///
-/// Mapping entries are removed, replaced or appended (new keys go after the
-/// existing ones, as kyaml's `SetField` does); sequences keep the items of
-/// their common prefix and suffix and edit the rest position by position.
+/// Mapping entries are removed, replaced or appended (new keys go after
+/// the existing ones, as kyaml's `SetField` does); sequences keep the items
+/// of their common prefix and suffix and edit the rest position by position.
 /// Nested mappings and sequences are edited in place, so a comment next to
-/// an unchanged field survives a change next to it.
+/// an unchanged field survives a change next to it. New nodes are written
+/// in kyaml's style ([`super::emit`]).
 ///
-/// Errors: the text is not a single document with a mapping root, or the
-/// edited text does not parse to `to` (a construct the editor cannot change
-/// faithfully). The caller then emits `to` instead.
+/// Errors: the text is not a single YAML document, or the edited text does
+/// not parse to `to` (never returned for documents this module can edit;
+/// the caller then emits `to`).
 pub fn patch_document(text: &str, from: &Value, to: &Value) -> Result<String, CodecError> {
     if from == to {
         return Ok(text.to_string());
     }
-    let (Value::Object(from_map), Value::Object(to_map)) = (from, to) else {
-        return Err(CodecError::new(
-            "only mapping documents are edited in place",
-        ));
-    };
-    // Fast path: the common render edits (changed scalars, appended keys)
-    // spliced into the text at positions read off the syntax tree, checked
-    // like every edit. Editing the tree itself costs tens of microseconds
-    // per change; a thousand objects times a few steps add up.
-    let spliced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        splice_text(text, from_map, to_map)
-    }))
-    .ok()
-    .flatten();
-    if let Some(edited) = spliced
-        && from_yaml_str::<Value>(&edited).is_ok_and(|check| &check == to)
-    {
-        return Ok(edited);
-    }
-    let edited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        edit_text(text, from_map, to_map)
-    }))
-    .map_err(|_| CodecError::new("the YAML editor failed on this document"))??;
-    let check: Value = from_yaml_str(&edited)?;
-    if &check != to {
-        return Err(CodecError::new(
-            "an in-place edit did not give the expected document",
-        ));
-    }
-    Ok(edited)
+    let base = YamlDoc::parse(text)?;
+    merge(&base, None, to)
 }
 
-/// The lossless syntax tree of `text` and its root mapping.
+/// The text of `target` made from `base`'s text: unchanged nodes stay as
+/// written in `base`; changed and new nodes come from `source` (a function's
+/// text of the same object) where it has them with the target's value, else
+/// from [`super::emit`]; comments `source` has on a node win over `base`'s.
 ///
-/// Errors: `text` does not parse, holds no or several documents, or its
-/// root is not a mapping.
-fn single_mapping(text: &str) -> Result<(YamlFile, Mapping), CodecError> {
-    let file = YamlFile::from_str(text).map_err(CodecError::new)?;
-    let mut docs = file.documents();
-    let doc = docs
-        .next()
-        .ok_or_else(|| CodecError::new("no document to edit"))?;
-    if docs.next().is_some() {
-        return Err(CodecError::new("more than one document"));
-    }
-    let root = doc
-        .as_mapping()
-        .ok_or_else(|| CodecError::new("the document root is not a mapping"))?;
-    Ok((file, root))
-}
-
-/// Parses, edits and prints one document.
-fn edit_text(
-    text: &str,
-    from: &Map<String, Value>,
-    to: &Map<String, Value>,
+/// Output ends with a line break when `base` does (or when emitted).
+///
+/// Errors: the result does not parse back to `target` and no fallback
+/// (the source's text, or the emitted document) does either — which means
+/// `target` cannot be written as YAML (not produced by any reader).
+pub fn merge(
+    base: &YamlDoc,
+    source: Option<&YamlDoc>,
+    target: &Value,
 ) -> Result<String, CodecError> {
-    let (file, root) = single_mapping(text)?;
-    patch_mapping(&root, from, to)?;
-    Ok(file.to_string())
+    let source = source.filter(|s| !s.is_opaque() && s.root().is_some());
+    let comments = source.is_some_and(|s| has_new_comments(base, s));
+    if base.value() == target && !comments {
+        return Ok(base.text().to_string());
+    }
+    let seq = SeqIndent::of(base.text());
+    if let Some(root) = base.root().filter(|_| !base.is_opaque()) {
+        let mut ed = Editor {
+            b: base,
+            seq,
+            comments,
+            out: Vec::new(),
+        };
+        let src_root = source.and_then(|s| s.root().map(|r| (s, r, s.value(), 0)));
+        let ok = ed
+            .value_at(Slot::Root, root, base.value(), target, src_root)
+            .is_ok();
+        if ok && let Some(text) = apply(base.text(), &mut ed.out) {
+            if reads_as(&text, target) {
+                return Ok(text);
+            }
+        }
+    }
+    // Fallbacks: the source's own text, else the emitted document.
+    if let Some(s) = source
+        && s.value() == target
+    {
+        return Ok(with_newline(s.text().to_string()));
+    }
+    let text = emit::document(target, seq);
+    if reads_as(&text, target) {
+        Ok(text)
+    } else {
+        Err(CodecError::new(
+            "the value cannot be written as YAML that reads back the same",
+        ))
+    }
 }
 
-/// A text replacement: byte range of the original text and its new text.
+fn with_newline(mut s: String) -> String {
+    if !s.is_empty() && !s.ends_with('\n') {
+        s.push('\n');
+    }
+    s
+}
+
+/// True when `text` parses to `target`.
+fn reads_as(text: &str, target: &Value) -> bool {
+    super::tree::parse_value(text).is_ok_and(|v| &v == target)
+}
+
+/// True when the source has a comment text the base does not have (as many
+/// times): only then can a function have written a comment to carry over.
+fn has_new_comments(base: &YamlDoc, source: &YamlDoc) -> bool {
+    let mut have: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for c in base.comment_texts() {
+        *have.entry(c).or_default() += 1;
+    }
+    for c in source.comment_texts() {
+        match have.get_mut(c) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => return true,
+        }
+    }
+    false
+}
+
+/// A byte-range replacement of the base text.
 struct Splice {
     start: usize,
     end: usize,
     text: String,
 }
 
-/// The fast path of [`patch_document`]: `text` with `from` → `to` applied as
-/// text splices, or `None` when the change needs more than replacing
-/// single-line scalars and appending keys to block mappings (removed keys,
-/// sequences of another length, block scalars, flow collections, type
-/// changes, new sequences in a file that indents them wide) — the tree
-/// editor handles those.
-fn splice_text(text: &str, from: &Map<String, Value>, to: &Map<String, Value>) -> Option<String> {
-    let (_file, root) = single_mapping(text).ok()?;
-    let mut splicer = Splicer {
-        text,
-        wide: sequence_indent(text) == "wide",
-        splices: Vec::new(),
-    };
-    splicer.mapping(&root, from, to)?;
-    let splices = splicer.splices;
-    // Apply back to front; of two insertions at one offset the one recorded
-    // later (an enclosing mapping's new keys) goes after the earlier one
-    // (its last entry's new keys), so it is applied first.
+/// Applies `splices` (non-overlapping; insertions at one position in
+/// recording order); `None` when two overlap.
+fn apply(text: &str, splices: &mut [Splice]) -> Option<String> {
     let mut order: Vec<usize> = (0..splices.len()).collect();
-    order.sort_by(|&a, &b| splices[b].start.cmp(&splices[a].start).then(b.cmp(&a)));
-    let mut out = text.to_string();
+    order.sort_by_key(|&i| (splices[i].start, splices[i].end, i));
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut at = 0;
     for i in order {
         let s = &splices[i];
-        out.replace_range(s.start..s.end, &s.text);
+        if s.start < at || s.end > text.len() || s.start > s.end {
+            return None;
+        }
+        out.push_str(&text[at..s.start]);
+        out.push_str(&s.text);
+        at = s.end;
     }
+    out.push_str(&text[at..]);
     Some(out)
 }
 
-/// Collects the splices of one document.
-struct Splicer<'a> {
-    /// The document's text (byte ranges of the tree point into it).
-    text: &'a str,
-    /// The document indents block sequences deeper than their key; the
-    /// codec emits them compact, so new sequences are left to the editor.
-    wide: bool,
-    splices: Vec<Splice>,
+/// Where a value sits.
+#[derive(Clone, Copy)]
+enum Slot<'n> {
+    /// The document root.
+    Root,
+    /// The value of a mapping entry.
+    Entry(&'n Entry),
+    /// A sequence item.
+    Item(&'n Item),
 }
 
-impl Splicer<'_> {
-    /// Records the splices that turn mapping `node` from `from` into `to`.
-    fn mapping(
-        &mut self,
-        node: &Mapping,
-        from: &Map<String, Value>,
-        to: &Map<String, Value>,
-    ) -> Option<()> {
-        if node.is_flow_style() || from.keys().any(|k| !to.contains_key(k)) {
-            return None;
+/// A source node: its document, node, value, and the column of the key
+/// (entry value) or dash (item) that holds it (0 for the root).
+type Src<'a> = (&'a YamlDoc, &'a Node, &'a Value, usize);
+
+/// A source mapping entry with its value.
+type SrcEntry<'a> = (&'a YamlDoc, &'a Entry, &'a Value);
+
+struct Editor<'a> {
+    b: &'a YamlDoc,
+    seq: SeqIndent,
+    /// The source has comments the base lacks: carry them over.
+    comments: bool,
+    out: Vec<Splice>,
+}
+
+/// An edit the editor does not make in place: the caller replaces the
+/// enclosing node instead.
+struct Unsupported;
+
+type Edit = Result<(), Unsupported>;
+
+/// The entries of a block mapping node with its value, if it is one.
+fn map_parts<'a>(n: &'a Node, v: &'a Value) -> Option<(&'a [Entry], &'a Map<String, Value>)> {
+    match (&n.kind, v) {
+        (
+            Kind::Map {
+                entries,
+                flow: false,
+            },
+            Value::Object(m),
+        ) => Some((entries, m)),
+        _ => None,
+    }
+}
+
+/// The items of a block sequence node with its values, if it is one.
+fn seq_parts<'a>(n: &'a Node, v: &'a Value) -> Option<(&'a [Item], &'a [Value])> {
+    match (&n.kind, v) {
+        (Kind::Seq { items, flow: false }, Value::Array(a)) if items.len() == a.len() => {
+            Some((items, a))
         }
-        let mut appended = Map::new();
-        for (key, new) in to {
-            match from.get(key) {
-                Some(old) if old == new => {}
-                Some(old) => {
-                    let value = node.find_entry_by_key(key.as_str())?.value_node()?;
-                    self.value(&value, old, new)?;
-                }
-                None => {
-                    appended.insert(key.clone(), new.clone());
-                }
-            }
-        }
-        if appended.is_empty() {
-            return Some(());
-        }
-        let body = to_yaml_string(&Value::Object(appended)).ok()?;
-        if self.wide && body.lines().any(|l| l.trim_start().starts_with('-')) {
-            return None;
-        }
-        // New keys go after the last entry, at the entries' indentation. The
-        // entry's range may or may not take its line's end (and a trailing
-        // comment) with it; insert at the start of the next line either way.
-        let text = self.text;
-        let last = node.entries().last()?;
-        let end = usize::try_from(last.byte_range().end).ok()?;
-        let at = if text.get(..end)?.ends_with('\n') {
-            end
-        } else {
-            match text.get(end..)?.find('\n') {
-                Some(nl) => end + nl + 1,
-                None => text.len(),
-            }
-        };
-        let indent = " ".repeat(node.detect_indentation_level());
-        let mut new_text = if at == text.len() && !text.ends_with('\n') {
-            "\n".to_string()
-        } else {
-            String::new()
-        };
-        new_text.push_str(&nest(&body, &indent, &indent));
-        self.splices.push(Splice {
-            start: at,
-            end: at,
-            text: new_text,
-        });
-        Some(())
+        _ => None,
+    }
+}
+
+impl<'a> Editor<'a> {
+    fn text(&self) -> &'a str {
+        self.b.text()
     }
 
-    /// Records the splices that turn the value node `node` from `old` into
-    /// `new`: nested collections are walked, single-line scalars replaced.
-    fn value(&mut self, node: &YamlNode, old: &Value, new: &Value) -> Option<()> {
-        match (old, new, node) {
-            (Value::Object(o), Value::Object(n), YamlNode::Mapping(m)) => self.mapping(m, o, n),
-            (Value::Array(o), Value::Array(n), YamlNode::Sequence(s))
-                if o.len() == n.len() && !s.is_flow_style() =>
+    fn splice(&mut self, start: usize, end: usize, text: impl Into<String>) {
+        self.out.push(Splice {
+            start,
+            end,
+            text: text.into(),
+        });
+    }
+
+    /// Edits the value `node` (currently `old`) into `new`.
+    fn value_at(
+        &mut self,
+        slot: Slot<'a>,
+        node: &'a Node,
+        old: &'a Value,
+        new: &Value,
+        src: Option<Src<'a>>,
+    ) -> Edit {
+        let src = src.filter(|(_, n, _, _)| !n.props);
+        if old == new {
+            if self.comments
+                && let Some(src) = src
             {
-                for (i, (a, b)) in o.iter().zip(n).enumerate() {
-                    if a != b {
-                        self.value(&s.get(i)?, a, b)?;
+                self.comments_within(node, old, src);
+            }
+            return Ok(());
+        }
+        if node.props {
+            return self.replace(slot, node, new, src);
+        }
+        let mark = self.out.len();
+        let done = match (&node.kind, old, new) {
+            (
+                Kind::Map {
+                    flow: false,
+                    entries,
+                },
+                Value::Object(o),
+                Value::Object(n),
+            ) if !n.is_empty() => {
+                let s = src.and_then(|(d, sn, sv, _)| map_parts(sn, sv).map(|(e, m)| (d, e, m)));
+                self.map(entries, o, n, s)
+            }
+            (Kind::Seq { flow: false, items }, Value::Array(o), Value::Array(n))
+                if !n.is_empty() =>
+            {
+                let s = src.and_then(|(d, sn, sv, _)| seq_parts(sn, sv).map(|(i, a)| (d, i, a)));
+                self.seq(items, o, n, s)
+            }
+            _ => Err(Unsupported),
+        };
+        if done.is_ok() {
+            return Ok(());
+        }
+        self.out.truncate(mark);
+        self.replace(slot, node, new, src)
+    }
+
+    /// Edits a block mapping's entries.
+    fn map(
+        &mut self,
+        entries: &'a [Entry],
+        old: &'a Map<String, Value>,
+        new: &Map<String, Value>,
+        src: Option<(&'a YamlDoc, &'a [Entry], &'a Map<String, Value>)>,
+    ) -> Edit {
+        let t = self.text();
+        let first = entries.first().ok_or(Unsupported)?;
+        let col = column(t, first.key.start);
+        let src_entry = |name: &str| -> Option<SrcEntry<'a>> {
+            let (d, es, m) = src?;
+            let e = es.iter().find(|e| e.name == name)?;
+            Some((d, e, m.get(name)?))
+        };
+        for (i, e) in entries.iter().enumerate() {
+            if e.key.props || !matches!(e.key.kind, Kind::Scalar { .. }) {
+                return Err(Unsupported);
+            }
+            let Some(n) = new.get(&e.name) else {
+                self.remove_entry(entries, i)?;
+                continue;
+            };
+            let o = old.get(&e.name).ok_or(Unsupported)?;
+            let se = src_entry(&e.name);
+            let before = self.out.len();
+            let s = se.map(|(d, x, v)| (d, &x.value, v, column(d.text(), x.key.start)));
+            self.value_at(Slot::Entry(e), &e.value, o, n, s)?;
+            let key_line_end = line_end(t, e.key.start);
+            let reshaped = self.out[before..]
+                .iter()
+                .any(|s| s.start <= key_line_end && s.text.contains('\n'));
+            if self.comments
+                && !reshaped
+                && let Some((sd, x, _)) = se
+            {
+                self.carry_comments(e, sd, x);
+            }
+        }
+        let added: Vec<(&String, &Value)> =
+            new.iter().filter(|(k, _)| !old.contains_key(*k)).collect();
+        if added.is_empty() {
+            return Ok(());
+        }
+        let last = entries.last().ok_or(Unsupported)?;
+        let at = after_line(t, last.end());
+        let mut text = String::new();
+        if at == t.len() && !t.ends_with('\n') {
+            text.push('\n');
+        }
+        for (k, v) in added {
+            text.push_str(&self.entry_text(k, v, src_entry(k), col));
+        }
+        self.splice(at, at, text);
+        Ok(())
+    }
+
+    /// Removes entry `i` of a block mapping (with the comment lines above it).
+    fn remove_entry(&mut self, entries: &'a [Entry], i: usize) -> Edit {
+        let t = self.text();
+        let e = &entries[i];
+        if first_on_line(t, e.key.start) {
+            let line = line_start(t, e.key.start);
+            let start = head_comments(self.b, e.key.start).map_or(line, |(s, _)| s);
+            // The document's leading comments stay with the document.
+            let start = if start < line && is_document_head(t, start) {
+                line
+            } else {
+                start
+            };
+            self.splice(start, after_line(t, e.end()), "");
+            return Ok(());
+        }
+        // `- key: v` (the first entry of an item): the next key moves up.
+        let next = entries.get(i + 1).ok_or(Unsupported)?;
+        self.splice(e.key.start, next.key.start, "");
+        Ok(())
+    }
+
+    /// Edits a block sequence's items.
+    fn seq(
+        &mut self,
+        items: &'a [Item],
+        old: &'a [Value],
+        new: &[Value],
+        src: Option<(&'a YamlDoc, &'a [Item], &'a [Value])>,
+    ) -> Edit {
+        let t = self.text();
+        let first = items.first().ok_or(Unsupported)?;
+        if items.len() != old.len() {
+            return Err(Unsupported);
+        }
+        let dash_col = column(t, first.dash);
+        // Source items line up with the new items when they have as many.
+        let src_item = |j: usize| -> Option<(&'a YamlDoc, &'a Item, &'a Value)> {
+            let (d, is, vs) = src?;
+            (is.len() == new.len()).then(|| (d, &is[j], &vs[j]))
+        };
+        let prefix = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+        let max_suffix = old.len().min(new.len()) - prefix;
+        let suffix = old
+            .iter()
+            .rev()
+            .zip(new.iter().rev())
+            .take(max_suffix)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if self.comments {
+            for i in (0..prefix).chain(old.len() - suffix..old.len()) {
+                let j = if i < prefix {
+                    i
+                } else {
+                    i + new.len() - old.len()
+                };
+                if let Some((sd, si, sv)) = src_item(j) {
+                    let s = (sd, &si.node, sv, column(sd.text(), si.dash));
+                    self.comments_within(&items[i].node, &old[i], s);
+                    self.carry_item_comments(&items[i], sd, si);
+                }
+            }
+        }
+        let old_mid = old.len() - prefix - suffix;
+        let new_mid = new.len() - prefix - suffix;
+        let paired = old_mid.min(new_mid);
+        for k in 0..paired {
+            let i = prefix + k;
+            let item = &items[i];
+            let s = src_item(i).map(|(d, si, v)| (d, &si.node, v, column(d.text(), si.dash)));
+            self.value_at(Slot::Item(item), &item.node, &old[i], &new[i], s)?;
+        }
+        for k in paired..old_mid {
+            let item = &items[prefix + k];
+            if !first_on_line(t, item.dash) {
+                return Err(Unsupported);
+            }
+            let start =
+                head_comments(self.b, item.dash).map_or(line_start(t, item.dash), |(s, _)| s);
+            self.splice(start, after_line(t, item.end()), "");
+        }
+        if new_mid > paired {
+            // Before the first item after the edited middle, or after the last.
+            let (at, lead) = match items.get(prefix + old_mid) {
+                Some(next) if first_on_line(t, next.dash) => (
+                    head_comments(self.b, next.dash).map_or(line_start(t, next.dash), |(s, _)| s),
+                    "",
+                ),
+                Some(_) => return Err(Unsupported),
+                None => {
+                    let at = after_line(t, items.last().ok_or(Unsupported)?.end());
+                    let nl = if at == t.len() && !t.ends_with('\n') {
+                        "\n"
+                    } else {
+                        ""
+                    };
+                    (at, nl)
+                }
+            };
+            let mut text = lead.to_string();
+            for k in paired..new_mid {
+                let j = prefix + k;
+                text.push_str(&self.item_text(&new[j], src_item(j), dash_col));
+            }
+            self.splice(at, at, text);
+        }
+        Ok(())
+    }
+
+    /// Replaces the whole value `node` with the text of `new`.
+    fn replace(
+        &mut self,
+        slot: Slot<'a>,
+        node: &'a Node,
+        new: &Value,
+        src: Option<Src<'a>>,
+    ) -> Edit {
+        let t = self.text();
+        let src = src.filter(|(_, _, v, _)| *v == new);
+        let empty = matches!(node.kind, Kind::Scalar { empty: true, .. });
+        let old_block = is_block_collection(node);
+        match slot {
+            Slot::Root => {
+                let text = match src {
+                    Some((d, n, _, _)) => {
+                        let dt = d.text();
+                        shift_text(
+                            dt,
+                            line_start(dt, n.start),
+                            n.end,
+                            -(column(dt, n.start) as isize),
+                            true,
+                        )
+                    }
+                    None => emit::document(new, self.seq)
+                        .trim_end_matches('\n')
+                        .to_string(),
+                };
+                self.splice(line_start(t, node.start), node.end, text);
+                Ok(())
+            }
+            Slot::Entry(e) => {
+                let key_col = column(t, e.key.start);
+                let colon = e.colon.ok_or(Unsupported)?;
+                let key_line_end = line_end(t, e.key.start);
+                let next_line = !empty && node.start > key_line_end;
+                let new_text = self.value_text(new, src, key_col, true, is_flow(node));
+                let comment = trailing_comment(self.b, colon, key_line_end);
+                match new_text {
+                    NewText::Inline(s) if !(old_block || empty || next_line) => {
+                        self.splice(node.start, node.end, s);
+                    }
+                    NewText::Inline(s) => {
+                        let end = if empty { key_line_end } else { node.end };
+                        let mut text = format!(" {s}");
+                        if let Some(c) = comment {
+                            text.push(' ');
+                            text.push_str(c);
+                        }
+                        self.splice(colon + 1, end.max(colon + 1), text);
+                    }
+                    NewText::Block(s) if old_block => {
+                        self.splice(line_start(t, node.start), node.end, s);
+                    }
+                    NewText::Block(s) => {
+                        let mut text = String::new();
+                        if let Some(c) = comment {
+                            text.push(' ');
+                            text.push_str(c);
+                        }
+                        text.push('\n');
+                        text.push_str(&s);
+                        let end = if next_line {
+                            node.end
+                        } else {
+                            node.end.max(key_line_end)
+                        };
+                        self.splice(colon + 1, end, text);
                     }
                 }
-                Some(())
+                Ok(())
             }
-            (old, new, YamlNode::Scalar(_)) if is_scalar(old) && is_scalar(new) => {
-                let range = node.byte_range();
-                let (start, end) = (
-                    usize::try_from(range.start).ok()?,
-                    usize::try_from(range.end).ok()?,
-                );
-                let current = self.text.get(start..end)?;
-                if current.contains('\n') || current.starts_with(['|', '>', '&', '!', '*']) {
-                    return None;
+            Slot::Item(item) => {
+                let dash_col = column(t, item.dash);
+                let text = match self.value_text(new, src, dash_col, false, is_flow(node)) {
+                    NewText::Inline(s) => s,
+                    NewText::Block(s) => s.trim_start().to_string(),
+                };
+                if empty {
+                    self.splice(item.dash + 1, item.dash + 1, format!(" {text}"));
+                } else if line_start(t, node.start) == line_start(t, item.dash) {
+                    self.splice(node.start, node.end, text);
+                } else {
+                    let pad = " ".repeat(dash_col + 2);
+                    self.splice(line_start(t, node.start), node.end, format!("{pad}{text}"));
                 }
-                let emitted = to_yaml_string(new).ok()?;
-                let replacement = emitted.strip_suffix('\n').unwrap_or(&emitted);
-                if replacement.contains('\n') {
-                    return None;
-                }
-                self.splices.push(Splice {
-                    start,
-                    end,
-                    text: replacement.to_string(),
-                });
-                Some(())
+                Ok(())
             }
-            _ => None,
         }
     }
-}
 
-/// True for null, booleans, numbers and strings.
-fn is_scalar(value: &Value) -> bool {
-    !matches!(value, Value::Object(_) | Value::Array(_))
-}
-
-/// Applies `from` → `to` to the mapping node `node`.
-fn patch_mapping(
-    node: &Mapping,
-    from: &Map<String, Value>,
-    to: &Map<String, Value>,
-) -> Result<(), CodecError> {
-    for key in from.keys() {
-        if !to.contains_key(key) {
-            node.remove(key.as_str());
+    /// The text of a new value whose key (`entry`) or dash (item) is at
+    /// column `col`: inline (after `key: ` / `- `) or block lines.
+    fn value_text(
+        &self,
+        new: &Value,
+        src: Option<Src<'a>>,
+        col: usize,
+        entry: bool,
+        flow: bool,
+    ) -> NewText {
+        if let Some((d, n, _, src_col)) = src {
+            let dt = d.text();
+            let delta = col as isize - src_col as isize;
+            if is_block_collection(n) && entry {
+                return NewText::Block(shift_text(dt, line_start(dt, n.start), n.end, delta, true));
+            }
+            return NewText::Inline(shift_text(dt, n.start, n.end, delta, false));
+        }
+        if emit::is_inline(new) {
+            return NewText::Inline(emit::scalar_text(new, col));
+        }
+        if flow {
+            return NewText::Inline(emit::flow(new));
+        }
+        let child = match (new, entry, self.seq) {
+            (Value::Array(_), true, SeqIndent::Compact) => col,
+            _ => col + 2,
+        };
+        let block = emit::block(new, child, self.seq);
+        let block = block.strip_suffix('\n').unwrap_or(&block).to_string();
+        if entry {
+            NewText::Block(block)
+        } else {
+            NewText::Inline(block.trim_start().to_string())
         }
     }
-    for (key, new) in to {
-        match from.get(key) {
-            Some(old) if old == new => {}
-            Some(old) => match (old, new, node.get(key.as_str())) {
-                (Value::Object(o), Value::Object(n), Some(YamlNode::Mapping(m))) => {
-                    patch_mapping(&m, o, n)?
+
+    /// `key: value` lines (ending with a line break) for a new entry at
+    /// column `col`, from the source's entry where it has the same value.
+    fn entry_text(&self, k: &str, v: &Value, src: Option<SrcEntry<'a>>, col: usize) -> String {
+        let pad = " ".repeat(col);
+        if let Some((d, e, sv)) = src
+            && !e.value.props
+            && !e.key.props
+        {
+            let dt = d.text();
+            if sv == v {
+                let delta = col as isize - column(dt, e.key.start) as isize;
+                let end = line_end(dt, e.end());
+                let body = if first_on_line(dt, e.key.start) {
+                    let start = head_comments(d, e.key.start)
+                        .map_or(line_start(dt, e.key.start), |(s, _)| s);
+                    shift_text(dt, start, end, delta, true)
+                } else {
+                    format!("{pad}{}", shift_text(dt, e.key.start, end, delta, false))
+                };
+                return format!("{body}\n");
+            }
+            if let (Value::Object(m), Some((entries, sm))) = (v, map_parts(&e.value, sv))
+                && !m.is_empty()
+            {
+                let mut out = format!("{pad}{}:", emit::key(k));
+                let colon = e.colon.unwrap_or(e.key.end);
+                if let Some(c) = trailing_comment(d, colon, line_end(dt, e.key.start)) {
+                    out.push(' ');
+                    out.push_str(c);
                 }
-                (Value::Array(o), Value::Array(n), Some(YamlNode::Sequence(s))) => {
-                    patch_sequence(&s, o, n)?
+                out.push('\n');
+                for (k2, v2) in m {
+                    let se = entries
+                        .iter()
+                        .find(|x| &x.name == k2)
+                        .and_then(|x| Some((d, x, sm.get(k2)?)));
+                    out.push_str(&self.entry_text(k2, v2, se, col + 2));
                 }
-                _ => set_entry(node, key, new)?,
-            },
-            None => set_entry(node, key, new)?,
+                return out;
+            }
+        }
+        let mut m = Map::new();
+        m.insert(k.to_string(), v.clone());
+        emit::block(&Value::Object(m), col, self.seq)
+    }
+
+    /// `- value` lines (ending with a line break) for a new item whose dash
+    /// is at column `col`.
+    fn item_text(
+        &self,
+        v: &Value,
+        src: Option<(&'a YamlDoc, &'a Item, &'a Value)>,
+        col: usize,
+    ) -> String {
+        if let Some((d, it, sv)) = src
+            && sv == v
+            && !it.node.props
+        {
+            let dt = d.text();
+            let delta = col as isize - column(dt, it.dash) as isize;
+            let end = line_end(dt, it.end());
+            let body = if first_on_line(dt, it.dash) {
+                let start = head_comments(d, it.dash).map_or(line_start(dt, it.dash), |(s, _)| s);
+                shift_text(dt, start, end, delta, true)
+            } else {
+                format!(
+                    "{}{}",
+                    " ".repeat(col),
+                    shift_text(dt, it.dash, end, delta, false)
+                )
+            };
+            return format!("{body}\n");
+        }
+        emit::block(&Value::Array(vec![v.clone()]), col, self.seq)
+    }
+
+    /// Carries the source's comments into an unchanged subtree.
+    fn comments_within(&mut self, node: &'a Node, value: &'a Value, src: Src<'a>) {
+        let (sd, sn, sv, _) = src;
+        if let (Some((entries, m)), Some((se, sm))) = (map_parts(node, value), map_parts(sn, sv)) {
+            for e in entries {
+                let (Some(s), Some(v), Some(svv)) = (
+                    se.iter().find(|s| s.name == e.name),
+                    m.get(&e.name),
+                    sm.get(&e.name),
+                ) else {
+                    continue;
+                };
+                self.comments_within(&e.value, v, (sd, &s.value, svv, 0));
+                self.carry_comments(e, sd, s);
+            }
+        } else if let (Some((items, a)), Some((si, sa))) =
+            (seq_parts(node, value), seq_parts(sn, sv))
+            && items.len() == si.len()
+        {
+            for k in 0..items.len() {
+                self.comments_within(&items[k].node, &a[k], (sd, &si[k].node, &sa[k], 0));
+                self.carry_item_comments(&items[k], sd, &si[k]);
+            }
         }
     }
-    Ok(())
+
+    /// The source's line comment and comment lines above an entry win over
+    /// the base's when the source has them.
+    fn carry_comments(&mut self, e: &'a Entry, sd: &'a YamlDoc, se: &'a Entry) {
+        if one_line_entry(self.b, e) && one_line_entry(sd, se) {
+            let from = e.colon.unwrap_or(e.key.end);
+            let s_from = se.colon.unwrap_or(se.key.end);
+            self.carry_line_comment(e.key.start, from, sd, se.key.start, s_from);
+        }
+        self.carry_head_comments(e.key.start, sd, se.key.start);
+    }
+
+    fn carry_item_comments(&mut self, item: &'a Item, sd: &'a YamlDoc, si: &'a Item) {
+        let inline = |d: &YamlDoc, i: &Item| {
+            !matches!(
+                i.node.kind,
+                Kind::Map { flow: false, .. } | Kind::Seq { flow: false, .. }
+            ) && line_start(d.text(), i.end()) == line_start(d.text(), i.dash)
+        };
+        if inline(self.b, item) && inline(sd, si) {
+            self.carry_line_comment(item.dash, item.dash, sd, si.dash, si.dash);
+        }
+        self.carry_head_comments(item.dash, sd, si.dash);
+    }
+
+    /// Sets the trailing comment of the line of `at` (looking after
+    /// `from`) to the source's, when the source has one that differs.
+    fn carry_line_comment(
+        &mut self,
+        at: usize,
+        from: usize,
+        sd: &'a YamlDoc,
+        s_at: usize,
+        s_from: usize,
+    ) {
+        let t = self.text();
+        let end = line_end(t, at);
+        let s_end = line_end(sd.text(), s_at);
+        let Some((sa, sb)) = trailing_comment_span(sd, s_from, s_end) else {
+            return;
+        };
+        let s_text = sd.text()[sa..sb].trim_end();
+        match trailing_comment_span(self.b, from, end) {
+            Some((a, b)) if t[a..b].trim_end() == s_text => {}
+            Some((a, b)) => self.splice(a, b, s_text),
+            None => {
+                let code_end = t[..end].trim_end().len();
+                self.splice(code_end, code_end, format!(" {s_text}"));
+            }
+        }
+    }
+
+    /// Replaces the comment lines above `at` with the source's (above
+    /// `s_at`) when the source has comment lines there that differ.
+    fn carry_head_comments(&mut self, at: usize, sd: &'a YamlDoc, s_at: usize) {
+        let t = self.text();
+        if !first_on_line(t, at) || !first_on_line(sd.text(), s_at) {
+            return;
+        }
+        let Some((_, s_lines)) = head_comments(sd, s_at) else {
+            return;
+        };
+        let mine = head_comments(self.b, at);
+        if mine.as_ref().is_some_and(|(_, l)| l == &s_lines) {
+            return;
+        }
+        let pad = " ".repeat(column(t, at));
+        let text: String = s_lines.iter().map(|l| format!("{pad}{l}\n")).collect();
+        match mine {
+            Some((start, _)) => self.splice(start, line_start(t, at), text),
+            None => {
+                let at = line_start(t, at);
+                self.splice(at, at, text);
+            }
+        }
+    }
 }
 
-/// Applies `from` → `to` to the sequence node `node`.
-fn patch_sequence(node: &Sequence, from: &[Value], to: &[Value]) -> Result<(), CodecError> {
-    let prefix = from.iter().zip(to).take_while(|(a, b)| a == b).count();
-    let max_suffix = from.len().min(to.len()) - prefix;
-    let suffix = from
+/// New text for a value.
+enum NewText {
+    /// Written after `key: ` / `- `; continuation lines already indented.
+    Inline(String),
+    /// Whole lines (no final line break).
+    Block(String),
+}
+
+/// A non-empty flow collection: kept in flow style when it changes.
+fn is_flow(node: &Node) -> bool {
+    match &node.kind {
+        Kind::Map {
+            flow: true,
+            entries,
+        } => !entries.is_empty(),
+        Kind::Seq { flow: true, items } => !items.is_empty(),
+        _ => false,
+    }
+}
+
+fn is_block_collection(node: &Node) -> bool {
+    matches!(
+        node.kind,
+        Kind::Map { flow: false, .. } | Kind::Seq { flow: false, .. }
+    )
+}
+
+/// The entry's key line holds its whole value (or the value is a block,
+/// whose line comment sits on the key line).
+fn one_line_entry(d: &YamlDoc, e: &Entry) -> bool {
+    let t = d.text();
+    is_block_collection(&e.value)
+        || matches!(
+            e.value.kind,
+            Kind::Scalar {
+                style: Style::Literal | Style::Folded,
+                ..
+            }
+        )
+        || line_start(t, e.value.end) == line_start(t, e.key.start)
+}
+
+/// Start of the line holding `pos`.
+fn line_start(t: &str, pos: usize) -> usize {
+    t[..pos].rfind('\n').map_or(0, |i| i + 1)
+}
+
+/// End of the line holding `pos` (its line break, or the end of the text).
+fn line_end(t: &str, pos: usize) -> usize {
+    t[pos..].find('\n').map_or(t.len(), |i| pos + i)
+}
+
+/// Start of the line after the one holding `pos` (or the end of the text).
+fn after_line(t: &str, pos: usize) -> usize {
+    match t[pos..].find('\n') {
+        Some(i) => pos + i + 1,
+        None => t.len(),
+    }
+}
+
+/// Byte column of `pos` in its line.
+fn column(t: &str, pos: usize) -> usize {
+    pos - line_start(t, pos)
+}
+
+/// Only blanks before `pos` on its line.
+fn first_on_line(t: &str, pos: usize) -> bool {
+    t[line_start(t, pos)..pos]
+        .bytes()
+        .all(|b| b == b' ' || b == b'\t')
+}
+
+/// `pos` starts the document's leading comment block.
+fn is_document_head(t: &str, pos: usize) -> bool {
+    t[..pos].trim().is_empty()
+}
+
+/// The trailing comment text on the line between `from` and `end`.
+fn trailing_comment(doc: &YamlDoc, from: usize, end: usize) -> Option<&str> {
+    trailing_comment_span(doc, from, end).map(|(a, b)| doc.text()[a..b].trim_end())
+}
+
+fn trailing_comment_span(doc: &YamlDoc, from: usize, end: usize) -> Option<(usize, usize)> {
+    doc.comments()
         .iter()
-        .rev()
-        .zip(to.iter().rev())
-        .take(max_suffix)
-        .take_while(|(a, b)| a == b)
-        .count();
-    let old_mid = &from[prefix..from.len() - suffix];
-    let new_mid = &to[prefix..to.len() - suffix];
-    let paired = old_mid.len().min(new_mid.len());
-    for i in 0..paired {
-        let at = prefix + i;
-        let (old, new) = (&old_mid[i], &new_mid[i]);
-        if old == new {
+        .find(|c| c.trailing && c.start >= from && c.start < end)
+        .map(|c| (c.start, c.end))
+}
+
+/// The own-line comments directly above the line of `pos` (no blank line
+/// in between): start of the first one's line and their texts.
+fn head_comments(doc: &YamlDoc, pos: usize) -> Option<(usize, Vec<String>)> {
+    let t = doc.text();
+    let mut start = line_start(t, pos);
+    let mut lines = Vec::new();
+    while start > 0 {
+        let prev = line_start(t, start - 1);
+        let line = t[prev..start - 1].trim();
+        if !line.starts_with('#') {
+            break;
+        }
+        // Only real comments (not `#` inside a block scalar).
+        if !doc
+            .comments()
+            .iter()
+            .any(|c| c.start >= prev && c.start < start && !c.trailing)
+        {
+            break;
+        }
+        lines.push(line.to_string());
+        start = prev;
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    lines.reverse();
+    Some((start, lines))
+}
+
+/// `t[start..end]` with every line after the first (or every line, with
+/// `all`) shifted right by `delta` columns (left when negative; only
+/// leading blanks are removed).
+fn shift_text(t: &str, start: usize, end: usize, delta: isize, all: bool) -> String {
+    let mut out = String::with_capacity(end - start + 16);
+    for (i, line) in t[start..end].split_inclusive('\n').enumerate() {
+        if i == 0 && !all {
+            out.push_str(line);
             continue;
         }
-        match (old, new, node.get(at)) {
-            (Value::Object(o), Value::Object(n), Some(YamlNode::Mapping(m))) => {
-                patch_mapping(&m, o, n)?
-            }
-            (Value::Array(o), Value::Array(n), Some(YamlNode::Sequence(s))) => {
-                patch_sequence(&s, o, n)?
-            }
-            _ => {
-                let value = new_node(new)?;
-                if !node.set(at, value) {
-                    return Err(CodecError::new("cannot replace a sequence item"));
-                }
-            }
+        let body = line.trim_end_matches('\n');
+        if body.trim().is_empty() {
+            out.push_str(&line[body.len()..]);
+            continue;
+        }
+        if delta >= 0 {
+            out.push_str(&" ".repeat(delta as usize));
+            out.push_str(line);
+        } else {
+            let lead = body.len() - body.trim_start_matches(' ').len();
+            let cut = lead.min(delta.unsigned_abs());
+            out.push_str(&line[cut..]);
         }
     }
-    // Surplus old items go; surplus new ones are inserted where they belong.
-    for _ in paired..old_mid.len() {
-        node.remove(prefix + paired)
-            .ok_or_else(|| CodecError::new("cannot remove a sequence item"))?;
-    }
-    for (i, new) in new_mid.iter().enumerate().skip(paired) {
-        node.insert(prefix + i, new_node(new)?);
-    }
-    Ok(())
-}
-
-/// Sets `key` of `node` to `value` (replacing or appending the entry).
-fn set_entry(node: &Mapping, key: &str, value: &Value) -> Result<(), CodecError> {
-    node.set(key, new_node(value)?);
-    Ok(())
-}
-
-/// A syntax node for `value`, printed by the codec (so strings that would
-/// read as another type are quoted, and key order is kept).
-fn new_node(value: &Value) -> Result<YamlNode, CodecError> {
-    let text = to_yaml_string(value)?;
-    let doc = Document::from_str(&text).map_err(CodecError::new)?;
-    if let Some(m) = doc.as_mapping() {
-        return Ok(YamlNode::Mapping(m));
-    }
-    if let Some(s) = doc.as_sequence() {
-        return Ok(YamlNode::Sequence(s));
-    }
-    if let Some(s) = doc.as_scalar() {
-        return Ok(YamlNode::Scalar(s));
-    }
-    Err(CodecError::new(format!("cannot build a node for {value}")))
+    out
 }
 
 /// The block-sequence style of a document, as kyaml derives it for the
@@ -444,202 +1047,4 @@ pub fn nest(text: &str, first: &str, indent: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    /// The splice fast path alone (no tree-editor fallback).
-    fn splice(text: &str, edit: impl FnOnce(&mut Value)) -> Option<String> {
-        let from: Value = from_yaml_str(text).unwrap();
-        let mut to = from.clone();
-        edit(&mut to);
-        let out = splice_text(text, from.as_object()?, to.as_object()?)?;
-        assert_eq!(from_yaml_str::<Value>(&out).unwrap(), to, "{out}");
-        Some(out)
-    }
-
-    #[test]
-    fn splices_put_new_keys_at_the_end_of_their_own_mapping() {
-        let text = "metadata:\n  name: a\n  labels: # the labels\n    app: a\nspec:\n  x: 1 # kpt-set: ${x}\n";
-        let out = splice(text, |v| {
-            v["metadata"]["labels"]["tier"] = "web".into();
-            v["metadata"]["namespace"] = "prod".into();
-            v["spec"]["x"] = 2.into();
-        })
-        .unwrap();
-        assert_eq!(
-            out,
-            "metadata:\n  name: a\n  labels: # the labels\n    app: a\n    tier: web\n  namespace: prod\nspec:\n  x: 2 # kpt-set: ${x}\n"
-        );
-    }
-
-    #[test]
-    fn splices_handle_a_missing_final_newline_and_sequence_items() {
-        let text = "spec:\n  containers:\n  - name: a\n    image: x:1 # kpt-set: x:${tag}\n  - name: b\n    image: y";
-        let out = splice(text, |v| {
-            v["spec"]["containers"][0]["image"] = "x:2".into();
-            v["spec"]["containers"][1]["env"] = serde_json::json!([{"name": "A", "value": "1"}]);
-        })
-        .unwrap();
-        assert!(out.contains("image: x:2 # kpt-set: x:${tag}\n"), "{out}");
-        assert!(
-            out.ends_with("    image: y\n    env:\n    - name: A\n      value: \"1\"\n"),
-            "{out}"
-        );
-    }
-
-    #[test]
-    fn splices_leave_new_sequences_in_wide_files_to_the_tree_editor() {
-        let text = "spec:\n  ports:\n    - port: 80\n";
-        assert!(splice(text, |v| v["spec"]["hosts"] = serde_json::json!(["a"])).is_none());
-        assert!(splice(text, |v| v["spec"]["ports"][0]["port"] = 81.into()).is_some());
-    }
-
-    #[test]
-    fn splices_leave_removals_and_block_scalars_to_the_tree_editor() {
-        assert!(
-            splice(DEPLOY, |v| {
-                v["metadata"].as_object_mut().unwrap().remove("labels");
-            })
-            .is_none()
-        );
-        assert!(
-            splice(DEPLOY, |v| v["spec"]["template"]["spec"]["notes"] =
-                "other".into())
-            .is_none()
-        );
-        assert!(
-            splice(DEPLOY, |v| {
-                v["spec"]["template"]["spec"]["containers"]
-                    .as_array_mut()
-                    .unwrap()
-                    .pop();
-            })
-            .is_none()
-        );
-    }
-
-    fn patch(text: &str, edit: impl FnOnce(&mut Value)) -> String {
-        let from: Value = from_yaml_str(text).unwrap();
-        let mut to = from.clone();
-        edit(&mut to);
-        patch_document(text, &from, &to).unwrap()
-    }
-
-    const DEPLOY: &str = "\
-# A web server.
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web # the name
-
-  labels:
-    app: web
-spec:
-  replicas: 3 # kpt-set: ${replicas}
-  template:
-    spec:
-      containers:
-        - name: nginx
-          image: nginx:1.25 # kpt-set: ${image}
-          args: [\"-g\", \"daemon off;\"]
-        - name: sidecar
-          image: envoy
-      notes: |
-        line one
-        line two
-";
-
-    #[test]
-    fn unchanged_documents_are_returned_as_they_are() {
-        assert_eq!(patch(DEPLOY, |_| {}), DEPLOY);
-    }
-
-    #[test]
-    fn a_changed_scalar_keeps_its_comment_and_everything_else() {
-        let out = patch(DEPLOY, |v| {
-            v["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:1.27".into();
-            v["spec"]["replicas"] = 5.into();
-        });
-        assert_eq!(
-            out,
-            DEPLOY
-                .replace("nginx:1.25 #", "nginx:1.27 #")
-                .replace("replicas: 3", "replicas: 5")
-        );
-    }
-
-    #[test]
-    fn new_keys_are_appended_with_the_mapping_indentation() {
-        let out = patch(DEPLOY, |v| {
-            v["metadata"]["namespace"] = "prod".into();
-            v["metadata"]["labels"]["tier"] = "007".into();
-            v["metadata"]["annotations"] = serde_json::json!({"b": "x", "a": "true"});
-        });
-        let back: Value = from_yaml_str(&out).unwrap();
-        assert_eq!(back["metadata"]["labels"]["tier"], "007");
-        assert_eq!(back["metadata"]["annotations"]["a"], "true");
-        assert!(out.contains("name: web # the name\n"));
-        assert!(out.contains("# kpt-set: ${image}"));
-        assert!(out.contains("  namespace: prod\n"));
-        let keys: Vec<_> = back["metadata"]["annotations"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .collect();
-        assert_eq!(keys, ["b", "a"]);
-    }
-
-    #[test]
-    fn removed_keys_and_items_go_and_inserted_items_land_in_place() {
-        let out = patch(DEPLOY, |v| {
-            v["metadata"]
-                .as_object_mut()
-                .unwrap()
-                .shift_remove("labels");
-            let c = v["spec"]["template"]["spec"]["containers"]
-                .as_array_mut()
-                .unwrap();
-            c.insert(1, serde_json::json!({"name": "init", "image": "busybox"}));
-        });
-        let back: Value = from_yaml_str(&out).unwrap();
-        assert!(back["metadata"].get("labels").is_none());
-        let names: Vec<_> = back["spec"]["template"]["spec"]["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["nginx", "init", "sidecar"]);
-        assert!(out.contains("image: nginx:1.25 # kpt-set: ${image}"));
-    }
-
-    #[test]
-    fn documents_split_on_separator_lines_only() {
-        let docs = split_documents("a: 1\n---\nb: |\n  ---x\n--- # two\nc: 3\n");
-        assert_eq!(docs, ["a: 1\n", "b: |\n  ---x\n", "c: 3\n"]);
-        assert_eq!(split_documents("---\na: 1\n"), ["", "a: 1\n"]);
-        assert!(is_blank_document("# only a comment\n\n"));
-    }
-
-    #[test]
-    fn sequence_style_is_detected_like_kyaml() {
-        assert_eq!(sequence_indent("a:\n  - x\n"), "wide");
-        assert_eq!(sequence_indent("a:\n- x\n"), "compact");
-        assert_eq!(sequence_indent("m:\n  k: # c\n  - x\n"), "compact");
-        assert_eq!(sequence_indent("m:\n  k:\n    - x\n"), "wide");
-        assert_eq!(sequence_indent("a: 1\n"), "compact");
-    }
-
-    #[test]
-    fn nesting_makes_a_sequence_item() {
-        assert_eq!(
-            nest("a: 1\nb: |\n  x\n\n  y\n", "- ", "  "),
-            "- a: 1\n  b: |\n    x\n\n    y\n"
-        );
-    }
-
-    #[test]
-    fn non_mapping_roots_are_refused_not_mangled() {
-        let from = Value::from("x");
-        assert!(patch_document("x\n", &from, &Value::from("y")).is_err());
-    }
-}
+mod tests;

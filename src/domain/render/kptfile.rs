@@ -741,6 +741,29 @@ fn validate_function<'a>(
     Ok(())
 }
 
+/// Removes what a render itself recorded in a Kptfile's `status` — the
+/// `Rendered` condition and `renderStatus` (kpt ≥ 2026, `krm-functions.md`
+/// §2.4) — and `status` itself when nothing else is left in it. Other
+/// conditions (Porch's readiness gates) stay.
+pub fn strip_render_status(kptfile: &mut Value) {
+    let Some(obj) = kptfile.as_object_mut() else {
+        return;
+    };
+    let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) else {
+        return;
+    };
+    status.shift_remove("renderStatus");
+    if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+        conditions.retain(|c| c.get("type").and_then(Value::as_str) != Some("Rendered"));
+        if conditions.is_empty() {
+            status.shift_remove("conditions");
+        }
+    }
+    if status.is_empty() {
+        obj.shift_remove("status");
+    }
+}
+
 /// kpt's `IsKRM`: an object has `apiVersion`, `kind` and `metadata.name`.
 /// Kustomization files (`kustomization.yaml|yml`, `Kustomization`, an
 /// apiVersion in `kustomize.config.k8s.io`, or kind `Kustomization` without

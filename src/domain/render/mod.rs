@@ -15,7 +15,7 @@
 //! # #[async_trait::async_trait]
 //! # impl FunctionRuntime for Echo {
 //! #     async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
-//! #         Ok(FunctionOutput { resource_list: call.resource_list, stderr: String::new() })
+//! #         Ok(FunctionOutput::new(call.resource_list, ""))
 //! #     }
 //! # }
 //! # futures_executor(async {
@@ -57,7 +57,7 @@ pub use results::{
     FunctionResult, FunctionResultList, KptRenderStatus, RenderStatus, StepKind, StepRecord,
     StructuredResult,
 };
-pub use source::{CallSources, SourceDoc, SourceMap};
+pub use source::{CallSources, ObjectText, SourceMap, TextMap};
 
 #[cfg(test)]
 mod tests;

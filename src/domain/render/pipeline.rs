@@ -46,10 +46,12 @@ use super::results::{
     self, Condition, FunctionResultList, KptRenderStatus, RenderStatus, StepKind, StepRecord,
     StructuredResult,
 };
-use super::source::{CallSources, SourceMap, root_key};
+use super::source::{CallSources, DocKey, ObjectText, SourceMap, TextMap, root_key};
+use crate::domain::codec::preserve;
+use crate::domain::codec::tree::YamlDoc;
 use crate::domain::evaluation::EvalError;
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
-use crate::domain::resource_list::ResourceList;
+use crate::domain::resource_list::{OutputItem, ResourceList};
 use crate::ports::{FunctionCall, FunctionRuntime, FunctionTarget, TagLister};
 
 /// kpt's per-function timeout (5 minutes).
@@ -130,6 +132,12 @@ pub struct RenderOutcome {
     pub executed: usize,
     /// Packages visited (kpt's "in M package(s)").
     pub packages: usize,
+    /// The text of every object as the render left it (origin as read,
+    /// text the functions wrote), by root-relative path and index, when the
+    /// renderer was given the package's documents
+    /// ([`Renderer::with_sources`]): what the writer formats
+    /// [`RenderOutcome::resources`] with.
+    pub texts: Option<Arc<TextMap>>,
 }
 
 impl RenderOutcome {
@@ -338,6 +346,8 @@ struct Ctx {
     executed: usize,
     /// Package-path annotation value → package directory relative to the root.
     dirs: HashMap<String, String>,
+    /// Objects' texts, when the renderer has the package's documents.
+    texts: Option<TextMap>,
 }
 
 /// Annotations kyaml records before a call, per input object.
@@ -398,6 +408,16 @@ impl<'a> Renderer<'a> {
     /// its `path` is ignored and treated as "").
     pub async fn render(&self, mut root: Package) -> RenderOutcome {
         root.path = String::new();
+        // The root Kptfile's render status describes the previous render:
+        // functions get the Kptfile without it (old functions decode the
+        // Kptfile strictly and know no `status`); the writer records the new one.
+        for r in &mut root.resources {
+            if ann::path(r).is_some_and(|p| clean_path(&p) == super::kptfile::KPTFILE_NAME)
+                && ann::kind(r) == super::kptfile::KPTFILE_KIND
+            {
+                super::kptfile::strip_render_status(r);
+            }
+        }
         let bfs = root.kptfile.bfs_rendering();
         let save = root.kptfile.save_on_render_failure();
         let mut nodes = Vec::new();
@@ -410,6 +430,7 @@ impl<'a> Renderer<'a> {
                 .iter()
                 .map(|n| (n.package_path.clone(), n.path.clone()))
                 .collect(),
+            texts: self.sources.as_deref().map(TextMap::from_sources),
         };
         if let Some(e) = nodes[0].invalid.clone() {
             return RenderOutcome {
@@ -422,6 +443,7 @@ impl<'a> Renderer<'a> {
                 }),
                 executed: 0,
                 packages: 0,
+                texts: ctx.texts.map(Arc::new),
             };
         }
         let (result, packages) = if bfs {
@@ -471,6 +493,7 @@ impl<'a> Renderer<'a> {
             error,
             executed: ctx.executed,
             packages,
+            texts: ctx.texts.map(Arc::new),
         }
     }
 
@@ -970,16 +993,20 @@ impl<'a> Renderer<'a> {
             .as_ref()
             .and_then(ann::path)
             .map(|p| function_dir(&p));
-        let sources = self.sources.as_ref().map(|map| CallSources {
-            map: map.clone(),
-            keys: input
+        let input_keys: Vec<Option<DocKey>> = input
+            .iter()
+            .map(|item| {
+                let pp = ann::get(item, ann::PACKAGE_PATH).unwrap_or_default();
+                root_key(ctx.dirs.get(&pp).map_or("", String::as_str), item)
+            })
+            .collect();
+        let sources = ctx.texts.as_ref().map(|texts| CallSources {
+            texts: input_keys
                 .iter()
-                .map(|item| {
-                    let pp = ann::get(item, ann::PACKAGE_PATH).unwrap_or_default();
-                    root_key(ctx.dirs.get(&pp).map_or("", String::as_str), item)
-                })
+                .map(|k| k.as_ref().and_then(|k| texts.get(k)).cloned())
                 .collect(),
         });
+        let input_texts = sources.as_ref().map(|s| s.texts.clone());
         let mut rl = ResourceList::new(input.to_vec());
         rl.function_config = config;
         let call = FunctionCall {
@@ -1031,12 +1058,15 @@ impl<'a> Renderer<'a> {
             .iter()
             .map(StructuredResult::from)
             .collect();
+        let item_texts = output.item_texts;
         let mut out = output.resource_list.items;
-        for item in &mut out {
+        let mut matched: Vec<Option<usize>> = vec![None; out.len()];
+        for (k, item) in out.iter_mut().enumerate() {
             let id = ann::get(item, ann::ID).or_else(|| ann::get(item, ann::LEGACY_ID));
             if let Some(&j) = id.as_ref().and_then(|id| ids.get(id)) {
                 sync_order(&input[j], item);
                 ann::remove_all(item, &[ann::ID, ann::LEGACY_ID]);
+                matched[k] = Some(j);
             }
         }
         let dir = function_dir.unwrap_or_default();
@@ -1069,6 +1099,26 @@ impl<'a> Renderer<'a> {
         record.ran = true;
         ctx.executed += 1;
         self.push(ctx, record);
+        if kind == StepKind::Mutator
+            && let (Some(texts), Some(sent)) = (ctx.texts.as_mut(), input_texts)
+        {
+            let added = out
+                .iter()
+                .enumerate()
+                .filter_map(|(k, item)| {
+                    let pp = ann::get(item, ann::PACKAGE_PATH).unwrap_or_default();
+                    let key = root_key(ctx.dirs.get(&pp).map_or("", String::as_str), item)?;
+                    let text = item_text(
+                        &sent,
+                        matched[k],
+                        item_texts.as_ref().and_then(|t| t.get(k)),
+                    );
+                    Some((key, text))
+                })
+                .collect();
+            let removed: Vec<DocKey> = input_keys.into_iter().flatten().collect();
+            texts.update(&removed, added);
+        }
         Ok(out)
     }
 }
@@ -1089,6 +1139,55 @@ fn refusal_result(e: &EvalError) -> StructuredResult {
         tags: tag.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         ..Default::default()
     }
+}
+
+/// The texts of output item `k` of a call: its origin is that of the input
+/// item it came from (`matched`, by id); its wire text is what the function
+/// wrote (`written`) — with the comments it dropped put back, as kyaml
+/// copies an input's comments onto the output (`krm-functions.md` §1.7) —
+/// or, for in-process runtimes, the input's.
+fn item_text(
+    sent: &[Option<ObjectText>],
+    matched: Option<usize>,
+    written: Option<&OutputItem>,
+) -> ObjectText {
+    let from = |j: usize| sent.get(j).and_then(Option::as_ref);
+    let matched = matched.or(match written {
+        Some(OutputItem::Same(j)) => Some(*j),
+        _ => None,
+    });
+    let input = matched.and_then(from);
+    let origin = input.and_then(|t| t.origin.clone());
+    let wire = match written {
+        Some(OutputItem::Same(j)) => from(*j).and_then(|t| t.wire.clone()),
+        Some(OutputItem::Text(doc)) => Some(match input.and_then(ObjectText::base) {
+            Some(base) if dropped_comments(base, doc) => {
+                preserve::merge(base, Some(doc), doc.value())
+                    .ok()
+                    .and_then(|t| YamlDoc::parse(t).ok())
+                    .map(Arc::new)
+                    .unwrap_or_else(|| doc.clone())
+            }
+            _ => doc.clone(),
+        }),
+        None => input.and_then(|t| t.wire.clone()),
+    };
+    ObjectText { origin, wire }
+}
+
+/// True when `base` has a comment `written` does not.
+fn dropped_comments(base: &YamlDoc, written: &YamlDoc) -> bool {
+    let mut have: HashMap<&str, usize> = HashMap::new();
+    for c in written.comment_texts() {
+        *have.entry(c).or_default() += 1;
+    }
+    base.comment_texts().any(|c| match have.get_mut(c) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            false
+        }
+        _ => true,
+    })
 }
 
 /// The stderr kpt records: verbatim for `exec` functions; for `image`

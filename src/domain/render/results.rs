@@ -198,11 +198,13 @@ impl Default for FunctionResultList {
 }
 
 impl FunctionResultList {
-    /// The YAML text of `results.yaml`.
+    /// The YAML text of `results.yaml`, as kpt writes it (kyaml's style,
+    /// sequences indented under their key: `items:` then `  - image: …`).
     ///
     /// Errors: only if a value cannot be represented in YAML.
     pub fn to_yaml(&self) -> Result<String, CodecError> {
-        codec::to_yaml_string(self)
+        let value = serde_json::to_value(self).map_err(CodecError::new)?;
+        Ok(codec::emit::document(&value, codec::emit::SeqIndent::Wide))
     }
 }
 

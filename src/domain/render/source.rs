@@ -1,65 +1,44 @@
-//! The text each object of a package was read from, so that what a render
-//! writes — and what it hands to functions — keeps the package's comments,
-//! key order and sequence style.
+//! The text of each object through a render, so that what a render writes —
+//! and what it hands to functions — keeps the package's look and what the
+//! functions wrote.
 //!
-//! kpt gets this for free from kyaml nodes; here objects are JSON values, so
-//! the package reader records every document's text under its root-relative
-//! path and index, and [`SourceMap::format`] turns a (possibly changed)
-//! object back into YAML by editing that text
-//! ([`crate::domain::codec::preserve::patch_document`]). Functions that read
-//! comments (`apply-setters` and `list-setters` read `# kpt-set:`) therefore
-//! see them, and files a render did not change are written back byte for
-//! byte.
+//! kpt gets this from kyaml nodes; here objects are JSON values, so the
+//! render keeps, for each object, two parsed documents
+//! ([`crate::domain::codec::tree::YamlDoc`]):
+//!
+//! - its **origin**: the document as read from the package (recorded by the
+//!   package reader in a [`SourceMap`] under its root-relative path and
+//!   index);
+//! - its **wire** text: the text the last function that changed it wrote
+//!   for it (comments it added, scalars as it spelled them).
+//!
+//! A function's input is the wire text (else the origin) edited to the
+//! object's current value, so functions that read comments
+//! (`apply-setters` and `list-setters` read `# kpt-set:`) see them, and a
+//! function that writes what it read gets back byte for byte what it sent —
+//! the runtime then skips parsing it. What is written to the package is
+//! the origin edited to the final value, changed parts taken from the wire
+//! text ([`crate::domain::codec::preserve::merge`]); files a render did not
+//! change are written back byte for byte.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use rayon::prelude::*;
 use serde_json::Value;
 
 use super::annotations as ann;
-use crate::domain::codec::{self, preserve};
-
-/// One document as read: its text (without `---` separators) and its parsed
-/// value (no reader annotations added).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SourceDoc {
-    /// The document's YAML text, comments included.
-    pub text: String,
-    /// The parsed document.
-    pub value: Value,
-}
-
-/// Document texts of a package by root-relative path and index (kpt's
-/// `internal.config.kubernetes.io/path` / `index` values).
-#[derive(Debug, Default)]
-pub struct SourceMap {
-    docs: HashMap<(String, usize), SourceDoc>,
-    /// Documents by `kind` and `metadata.name`, to find an object a
-    /// function moved to another file.
-    identities: HashMap<(String, String), Vec<DocKey>>,
-    /// Last value formatted per document and its text: objects a step did not
-    /// change are formatted once per render, not once per step.
-    cache: Mutex<HashMap<DocKey, (Value, Arc<str>)>>,
-}
+use crate::domain::codec::tree::YamlDoc;
+use crate::domain::codec::{self, emit, preserve};
 
 /// Root-relative path and index of a document.
-type DocKey = (String, usize);
+pub type DocKey = (String, usize);
 
-impl Clone for SourceMap {
-    fn clone(&self) -> Self {
-        Self {
-            docs: self.docs.clone(),
-            identities: self.identities.clone(),
-            cache: Mutex::default(),
-        }
-    }
-}
-
-impl PartialEq for SourceMap {
-    /// Same documents (the format cache is not compared).
-    fn eq(&self, other: &Self) -> bool {
-        self.docs == other.docs
-    }
+/// Documents of a package as read, by root-relative path and index (kpt's
+/// `internal.config.kubernetes.io/path` / `index` values).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct SourceMap {
+    docs: HashMap<DocKey, Arc<YamlDoc>>,
 }
 
 impl SourceMap {
@@ -70,18 +49,12 @@ impl SourceMap {
 
     /// Records the document at `path` (root-relative, slash-separated) and
     /// `index` (0-based among the file's non-empty documents).
-    pub fn insert(&mut self, path: impl Into<String>, index: usize, doc: SourceDoc) {
-        let key = (path.into(), index);
-        let identity = identity(&doc.value);
-        self.identities
-            .entry(identity)
-            .or_default()
-            .push(key.clone());
-        self.docs.insert(key, doc);
+    pub fn insert(&mut self, path: impl Into<String>, index: usize, doc: YamlDoc) {
+        self.docs.insert((path.into(), index), Arc::new(doc));
     }
 
     /// The document at `path`/`index`, if one was read there.
-    pub fn get(&self, path: &str, index: usize) -> Option<&SourceDoc> {
+    pub fn get(&self, path: &str, index: usize) -> Option<&Arc<YamlDoc>> {
         self.docs.get(&(path.to_string(), index))
     }
 
@@ -94,89 +67,146 @@ impl SourceMap {
     pub fn is_empty(&self) -> bool {
         self.docs.is_empty()
     }
+}
 
-    /// YAML text for `item`, which claims to come from the document at `key`
-    /// (root-relative path, index).
-    ///
-    /// When a document was read there and has the same `kind` — or else
-    /// when exactly one document has the same `kind` and name (an object a
-    /// function moved to another file, which keeps its comments as in kpt) —
-    /// its text is edited into `item` (comments and layout kept); otherwise
-    /// — a new object, or an edit the editor cannot make faithfully — `item`
-    /// is emitted by the codec. Never fails for a JSON value: an
-    /// emit failure (impossible for values read from YAML) yields the JSON
-    /// text, which is valid YAML too. Output ends with a newline.
-    pub fn format(&self, key: Option<(&str, usize)>, item: &Value) -> Arc<str> {
-        let at_path = key
-            .map(|(path, index)| (path.to_string(), index))
-            .filter(|k| {
-                self.docs
-                    .get(k)
-                    .is_some_and(|d| ann::kind(&d.value) == ann::kind(item))
-            });
-        let key = match at_path {
-            Some(k) => k,
-            None => match self.identities.get(&identity(item)).map(Vec::as_slice) {
-                Some([only]) => only.clone(),
-                _ => return emit(item),
-            },
+/// What a render knows about one object's text.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ObjectText {
+    /// The document as read from the package, when the object was read.
+    pub origin: Option<Arc<YamlDoc>>,
+    /// The text a function last wrote for the object (its value includes
+    /// the annotations the function saw), when one did.
+    pub wire: Option<Arc<YamlDoc>>,
+}
+
+impl ObjectText {
+    /// The text a function gets: the wire text, else the origin.
+    pub fn base(&self) -> Option<&Arc<YamlDoc>> {
+        self.wire.as_ref().or(self.origin.as_ref())
+    }
+
+    /// YAML text for `target` (one document, ending with a line break):
+    /// the origin edited to `target`, changed parts and the comments a
+    /// function wrote taken from the wire text; the wire text alone for an
+    /// object a function generated; emitted in kpt's style when there is
+    /// no text at all. Never fails for values read from YAML.
+    pub fn text_for(&self, target: &Value) -> String {
+        let out = match (&self.origin, &self.wire) {
+            (Some(o), w) => preserve::merge(o, w.as_deref(), target),
+            (None, Some(w)) => preserve::merge(w, None, target),
+            (None, None) => return emit_document(target),
         };
-        let Some(doc) = self.docs.get(&key) else {
-            return emit(item);
-        };
-        if let Ok(cache) = self.cache.lock()
-            && let Some((value, text)) = cache.get(&key)
-            && value == item
-        {
-            return text.clone();
+        out.map(with_newline)
+            .unwrap_or_else(|_| emit_document(target))
+    }
+
+    /// The text a function gets for an object whose current value is
+    /// `item`: the base text when it already reads as `item`, else the base
+    /// edited to `item`.
+    pub fn input_text(&self, item: &Value) -> Arc<str> {
+        match self.base() {
+            Some(b) if b.value() == item => b.shared_text(),
+            Some(b) => preserve::merge(b, None, item)
+                .map(|t| Arc::from(with_newline(t)))
+                .unwrap_or_else(|_| emit_document(item).into()),
+            None => emit_document(item).into(),
         }
-        let text: Arc<str> = match preserve::patch_document(&doc.text, &doc.value, item) {
-            Ok(t) => with_newline(t).into(),
-            Err(_) => return emit(item),
-        };
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(key, (item.clone(), text.clone()));
-        }
-        text
     }
 }
 
-/// A map shared by a render and the runtimes it calls, with how to find an
-/// object's root-relative path.
-#[derive(Debug, Clone, PartialEq)]
+/// The texts of every object of a render, by the object's current
+/// root-relative key; updated after each function call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TextMap {
+    objects: HashMap<DocKey, ObjectText>,
+}
+
+impl TextMap {
+    /// The map at the start of a render: every document read is its own origin.
+    pub fn from_sources(sources: &SourceMap) -> Self {
+        Self {
+            objects: sources
+                .docs
+                .iter()
+                .map(|(k, d)| {
+                    (
+                        k.clone(),
+                        ObjectText {
+                            origin: Some(d.clone()),
+                            wire: None,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// The texts of the object at `key`.
+    pub fn get(&self, key: &DocKey) -> Option<&ObjectText> {
+        self.objects.get(key)
+    }
+
+    /// Replaces the entries at `removed` with `added` (a function call moved,
+    /// changed, created or deleted objects).
+    pub fn update(&mut self, removed: &[DocKey], added: Vec<(DocKey, ObjectText)>) {
+        for k in removed {
+            self.objects.remove(k);
+        }
+        self.objects.extend(added);
+    }
+
+    /// The text for an object with root-relative path/index annotations
+    /// (the text of an unknown object is emitted); see [`ObjectText::text_for`].
+    pub fn text_for(&self, item: &Value, target: &Value) -> String {
+        match root_key("", item).and_then(|k| self.objects.get(&k)) {
+            Some(t) => t.text_for(target),
+            None => emit_document(target),
+        }
+    }
+}
+
+/// The texts a runtime serialises a call's items with, one per item
+/// (`None`: no text known, the item is emitted).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CallSources {
-    /// The package's documents.
-    pub map: Arc<SourceMap>,
-    /// Root-relative key (path, index) of each input item of the call, in
-    /// item order; `None` for objects not read from the package.
-    pub keys: Vec<Option<(String, usize)>>,
+    /// Per input item, its texts.
+    pub texts: Vec<Option<ObjectText>>,
 }
 
 impl CallSources {
-    /// YAML text of input item `i` (see [`SourceMap::format`]).
-    pub fn format(&self, i: usize, item: &Value) -> Arc<str> {
-        let key = self.keys.get(i).and_then(|k| k.as_ref());
-        self.map.format(key.map(|(p, i)| (p.as_str(), *i)), item)
+    /// The document text of every item of `items` as a function gets it
+    /// (formatted in parallel on rayon's pool).
+    pub fn input_texts(&self, items: &[Value]) -> Vec<Arc<str>> {
+        items
+            .par_iter()
+            .enumerate()
+            .map(
+                |(i, item)| match self.texts.get(i).and_then(Option::as_ref) {
+                    Some(t) => t.input_text(item),
+                    None => Arc::from(emit_document(item)),
+                },
+            )
+            .collect()
     }
 }
 
 /// The root-relative key of an object whose path annotation is relative to
 /// the package directory `dir` ("" for the root).
-pub fn root_key(dir: &str, item: &Value) -> Option<(String, usize)> {
+pub fn root_key(dir: &str, item: &Value) -> Option<DocKey> {
     let path = ann::path(item)?;
     let index = ann::index(item)?.parse().ok()?;
     let path = ann::clean_path(&path);
     Some((ann::join_path(&[dir, path.trim_start_matches('/')]), index))
 }
 
-/// `kind` and `metadata.name` of an object.
-fn identity(item: &Value) -> (String, String) {
-    (ann::kind(item).to_string(), ann::name(item).to_string())
-}
-
-fn emit(item: &Value) -> Arc<str> {
-    let text = codec::to_yaml_string(item).unwrap_or_else(|_| item.to_string());
-    with_newline(text).into()
+/// A value as a new document in kpt's style (compact sequences).
+pub fn emit_document(item: &Value) -> String {
+    let text = emit::document(item, emit::SeqIndent::Compact);
+    if codec::tree::parse_value(&text).is_ok_and(|v| &v == item) {
+        text
+    } else {
+        with_newline(codec::to_yaml_string(item).unwrap_or_else(|_| item.to_string()))
+    }
 }
 
 fn with_newline(mut text: String) -> String {
@@ -193,36 +223,41 @@ mod tests {
 
     const CM: &str = "# settings\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm # keep\ndata:\n  a: '1'\n";
 
-    fn map() -> SourceMap {
-        let mut m = SourceMap::new();
-        m.insert(
-            "app/cm.yaml",
-            0,
-            SourceDoc {
-                text: CM.into(),
-                value: codec::from_yaml_str(CM).unwrap(),
-            },
-        );
-        m
+    fn origin() -> ObjectText {
+        ObjectText {
+            origin: Some(Arc::new(YamlDoc::parse(CM).unwrap())),
+            wire: None,
+        }
     }
 
     #[test]
     fn changed_objects_keep_their_comments_and_unknown_ones_are_emitted() {
-        let m = map();
-        let mut v: Value = codec::from_yaml_str(CM).unwrap();
-        assert_eq!(&*m.format(Some(("app/cm.yaml", 0)), &v), CM);
+        let t = origin();
+        let mut v = t.origin.as_ref().unwrap().value().clone();
+        assert_eq!(t.text_for(&v), CM);
         v["metadata"]["namespace"] = "prod".into();
-        let text = m.format(Some(("app/cm.yaml", 0)), &v);
+        let text = t.text_for(&v);
         assert!(text.starts_with("# settings\n"));
         assert!(text.contains("name: cm # keep\n  namespace: prod\n"));
-        // Same value again: served from the cache, same text.
-        assert_eq!(m.format(Some(("app/cm.yaml", 0)), &v), text);
-        // Moved to another file: found by kind and name, comments kept.
-        assert!(m.format(Some(("elsewhere.yaml", 3)), &v).contains("# keep"));
-        let other = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
-        assert!(!m.format(Some(("app/cm.yaml", 0)), &other).contains('#'));
         let unknown = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "new"}});
-        assert!(!m.format(None, &unknown).contains('#'));
+        assert_eq!(
+            ObjectText::default().text_for(&unknown),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: new\n"
+        );
+    }
+
+    #[test]
+    fn the_wire_text_brings_what_a_function_wrote() {
+        let mut t = origin();
+        let wire =
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  a: '2' # set by fn\n";
+        t.wire = Some(Arc::new(YamlDoc::parse(wire).unwrap()));
+        let target = t.wire.as_ref().unwrap().value().clone();
+        assert_eq!(
+            t.text_for(&target),
+            CM.replace("a: '1'", "a: '2' # set by fn")
+        );
+        assert_eq!(&*t.input_text(&target), wire);
     }
 
     #[test]

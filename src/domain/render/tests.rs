@@ -52,10 +52,7 @@ impl FunctionRuntime for Fake {
     async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
         self.calls.lock().unwrap().push(call.clone());
         match self.handlers.get(call.target.name()) {
-            Some(h) => h(&call).map(|resource_list| FunctionOutput {
-                resource_list,
-                stderr: String::new(),
-            }),
+            Some(h) => h(&call).map(|resource_list| FunctionOutput::new(resource_list, "")),
             None => Err(EvalError::not_found(call.target.name())),
         }
     }

@@ -208,10 +208,7 @@ impl FunctionRuntime for BuiltinRuntime {
             return Err(EvalError::not_found(image));
         };
         let resource_list = self.run_builtin(builtin, image, call.resource_list)?;
-        Ok(FunctionOutput {
-            resource_list,
-            stderr: String::new(),
-        })
+        Ok(FunctionOutput::new(resource_list, ""))
     }
 }
 

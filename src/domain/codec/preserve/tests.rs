@@ -1,0 +1,224 @@
+use super::*;
+use crate::domain::codec::from_yaml_str;
+use serde_json::json;
+
+fn patch(text: &str, edit: impl FnOnce(&mut Value)) -> String {
+    let from: Value = from_yaml_str(text).unwrap();
+    let mut to = from.clone();
+    edit(&mut to);
+    let out = patch_document(text, &from, &to).unwrap();
+    assert_eq!(from_yaml_str::<Value>(&out).unwrap(), to, "{out}");
+    out
+}
+
+/// `base` edited into `target`, with the function's text `source`.
+fn merged(base: &str, source: &str, target: Option<Value>) -> String {
+    let b = YamlDoc::parse(base).unwrap();
+    let s = YamlDoc::parse(source).unwrap();
+    let target = target.unwrap_or_else(|| s.value().clone());
+    let out = merge(&b, Some(&s), &target).unwrap();
+    assert_eq!(from_yaml_str::<Value>(&out).unwrap(), target, "{out}");
+    out
+}
+
+const DEPLOY: &str = "\
+# A web server.
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web # the name
+
+  labels:
+    app: web
+spec:
+  replicas: 3 # kpt-set: ${replicas}
+  template:
+    spec:
+      containers:
+        - name: nginx
+          image: nginx:1.25 # kpt-set: ${image}
+          args: [\"-g\", \"daemon off;\"]
+        - name: sidecar
+          image: envoy
+      notes: |
+        line one
+        line two
+";
+
+#[test]
+fn unchanged_documents_are_returned_as_they_are() {
+    assert_eq!(patch(DEPLOY, |_| {}), DEPLOY);
+}
+
+#[test]
+fn a_changed_scalar_keeps_its_comment_and_everything_else() {
+    let out = patch(DEPLOY, |v| {
+        v["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:1.27".into();
+        v["spec"]["replicas"] = 5.into();
+    });
+    assert_eq!(
+        out,
+        DEPLOY
+            .replace("nginx:1.25 #", "nginx:1.27 #")
+            .replace("replicas: 3", "replicas: 5")
+    );
+}
+
+#[test]
+fn new_keys_are_appended_with_the_mapping_indentation() {
+    let out = patch(DEPLOY, |v| {
+        v["metadata"]["namespace"] = "prod".into();
+        v["metadata"]["labels"]["tier"] = "007".into();
+        v["metadata"]["annotations"] = json!({"b": "x", "a": "true"});
+    });
+    assert!(
+        out.contains("  labels:\n    app: web\n    tier: \"007\"\n  namespace: prod\n  annotations:\n    b: x\n    a: \"true\"\nspec:"),
+        "{out}"
+    );
+    assert!(out.contains("name: web # the name\n"));
+}
+
+#[test]
+fn removed_keys_and_items_go_and_inserted_items_land_in_place() {
+    let out = patch(DEPLOY, |v| {
+        v["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .shift_remove("labels");
+        let c = v["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .unwrap();
+        c.insert(1, json!({"name": "init", "image": "busybox"}));
+    });
+    assert!(!out.contains("labels"));
+    assert!(
+        out.contains("          args: [\"-g\", \"daemon off;\"]\n        - name: init\n          image: busybox\n        - name: sidecar\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn wide_and_compact_sequences_stay_as_they_are() {
+    let text = "spec:\n  ports:\n    - port: 80\n";
+    let out = patch(text, |v| v["spec"]["hosts"] = json!(["a", "b"]));
+    assert_eq!(
+        out,
+        "spec:\n  ports:\n    - port: 80\n  hosts:\n    - a\n    - b\n"
+    );
+    let text = "spec:\n  ports:\n  - port: 80\n";
+    let out = patch(text, |v| v["spec"]["hosts"] = json!(["a"]));
+    assert_eq!(out, "spec:\n  ports:\n  - port: 80\n  hosts:\n  - a\n");
+}
+
+#[test]
+fn type_changes_and_block_scalars_are_rewritten_in_place() {
+    let out = patch(DEPLOY, |v| {
+        v["spec"]["template"]["spec"]["notes"] = "other".into();
+        v["spec"]["replicas"] = json!({"min": 1});
+        v["metadata"]["labels"] = json!("none");
+    });
+    assert!(out.contains("      notes: other\n"), "{out}");
+    assert!(
+        out.contains("  replicas: # kpt-set: ${replicas}\n    min: 1\n"),
+        "{out}"
+    );
+    assert!(out.contains("  labels: none\nspec:"), "{out}");
+}
+
+#[test]
+fn flow_collections_and_missing_final_newlines() {
+    let out = patch("a: [1, 2]\nb: {x: 1}\nc: 1", |v| {
+        v["a"] = json!([1, 2, 3]);
+        v["b"]["z"] = 2.into();
+        v["d"] = json!([]);
+    });
+    assert_eq!(out, "a: [1, 2, 3]\nb: {x: 1, z: 2}\nc: 1\nd: []\n");
+}
+
+#[test]
+fn a_function_s_scalar_spelling_is_kept() {
+    let base = "data:\n  a: 1 # kpt-set: ${a}\n  b: x\n  c: y\n";
+    let source = "data:\n  a: 0123 # kpt-set: ${a}\n  b: '007'\n  c: .inf\n  d: 0x1F\n  e: 1_000\n";
+    let out = merged(base, source, None);
+    assert_eq!(
+        out,
+        "data:\n  a: 0123 # kpt-set: ${a}\n  b: '007'\n  c: .inf\n  d: 0x1F\n  e: 1_000\n"
+    );
+}
+
+#[test]
+fn comments_a_function_writes_land_where_it_wrote_them() {
+    let base = "# doc\nspec:\n  replicas: 3\n  image: nginx # keep me\n  old: x\n";
+    let source = "# doc\nspec:\n  # how many\n  replicas: 3 # kpt-set: ${replicas}\n  image: nginx\n  old: x\n  # a new field\n  added: 1 # new\n  obj:\n    a: b # inner\n";
+    let out = merged(base, source, None);
+    assert_eq!(
+        out,
+        "# doc\nspec:\n  # how many\n  replicas: 3 # kpt-set: ${replicas}\n  image: nginx # keep me\n  old: x\n  # a new field\n  added: 1 # new\n  obj:\n    a: b # inner\n"
+    );
+}
+
+#[test]
+fn a_new_mapping_takes_only_the_target_s_keys_from_the_source() {
+    let base = "metadata:\n  name: a\n";
+    let source = "metadata:\n  name: a\n  annotations:\n    internal.config.kubernetes.io/path: a.yaml\n    team: x # owner\n";
+    let target = json!({"metadata": {"name": "a", "annotations": {"team": "x"}}});
+    let out = merged(base, source, Some(target));
+    assert_eq!(
+        out,
+        "metadata:\n  name: a\n  annotations:\n    team: x # owner\n"
+    );
+}
+
+#[test]
+fn source_indentation_is_moved_to_the_base_s() {
+    let base = "spec:\n    containers:\n    -   name: a\n";
+    let source =
+        "spec:\n  containers:\n  - name: a\n    env:\n    - name: X # the x\n      value: \"1\"\n";
+    let out = merged(base, source, None);
+    assert!(out.contains("    -   name: a\n"), "{out}");
+    assert!(out.contains("# the x"), "{out}");
+}
+
+#[test]
+fn documents_split_on_markers_only() {
+    let docs = split_documents("a: 1\n---\nb: |\n  ---x\n--- # two\nc: 3\n");
+    assert_eq!(docs, ["a: 1\n", "b: |\n  ---x\n", "c: 3\n"]);
+    assert_eq!(split_documents("---\na: 1\n"), ["", "a: 1\n"]);
+    assert!(is_blank_document("# only a comment\n\n"));
+    let s = split_stream("a: 1\n...\n# between\n---\nb: 2\n...\n");
+    assert_eq!(
+        s.docs,
+        [
+            (String::new(), "a: 1\n".to_string()),
+            ("...\n# between\n---\n".to_string(), "b: 2\n".to_string())
+        ]
+    );
+    assert_eq!(s.trailer, "...\n");
+    assert_eq!(split_documents("a: 1\n...\nb: 2\n"), ["a: 1\n", "b: 2\n"]);
+}
+
+#[test]
+fn sequence_style_is_detected_like_kyaml() {
+    assert_eq!(sequence_indent("a:\n  - x\n"), "wide");
+    assert_eq!(sequence_indent("a:\n- x\n"), "compact");
+    assert_eq!(sequence_indent("m:\n  k: # c\n  - x\n"), "compact");
+    assert_eq!(sequence_indent("m:\n  k:\n    - x\n"), "wide");
+    assert_eq!(sequence_indent("a: 1\n"), "compact");
+}
+
+#[test]
+fn nesting_makes_a_sequence_item() {
+    assert_eq!(
+        nest("a: 1\nb: |\n  x\n\n  y\n", "- ", "  "),
+        "- a: 1\n  b: |\n    x\n\n    y\n"
+    );
+}
+
+#[test]
+fn non_mapping_roots_are_rewritten_not_mangled() {
+    let from = Value::from("x");
+    assert_eq!(
+        patch_document("x\n", &from, &Value::from("z")).unwrap(),
+        "z\n"
+    );
+}
