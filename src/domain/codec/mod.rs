@@ -163,6 +163,9 @@ pub fn to_yaml_string<T: Serialize>(value: &T) -> Result<String, CodecError> {
 }
 
 #[cfg(test)]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::Value;

@@ -174,8 +174,18 @@ pub fn merge(
             seq,
             comments,
             out: Vec::new(),
+            commented: Vec::new(),
         };
-        let src_root = source.and_then(|s| s.root().map(|r| (s, r, s.value(), 0)));
+        let src_root = source.and_then(|s| {
+            s.root().map(|r| Src {
+                doc: s,
+                node: r,
+                value: s.value(),
+                parent_col: 0,
+                comment: None,
+                body: None,
+            })
+        });
         let ok = ed
             .value_at(Slot::Root, root, base.value(), target, src_root)
             .is_ok();
@@ -185,6 +195,8 @@ pub fn merge(
             }
         }
     }
+    #[cfg(test)]
+    FALLBACKS.with(|f| f.set(f.get() + 1));
     // Fallbacks: the source's own text, else the emitted document.
     if let Some(s) = source
         && s.value() == target
@@ -199,6 +211,12 @@ pub fn merge(
             "the value cannot be written as YAML that reads back the same",
         ))
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: merges that fell back to whole-document text.
+    pub(crate) static FALLBACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 fn with_newline(mut s: String) -> String {
@@ -267,12 +285,69 @@ enum Slot<'n> {
     Item(&'n Item),
 }
 
-/// A source node: its document, node, value, and the column of the key
-/// (entry value) or dash (item) that holds it (0 for the root).
-type Src<'a> = (&'a YamlDoc, &'a Node, &'a Value, usize);
+/// A node of the source (the function's text) that corresponds to a node
+/// of the base.
+#[derive(Clone, Copy)]
+struct Src<'a> {
+    doc: &'a YamlDoc,
+    node: &'a Node,
+    value: &'a Value,
+    /// Column of the key (entry value) or dash (item) that holds the node.
+    parent_col: usize,
+    /// The trailing comment on the source's key or dash line.
+    comment: Option<&'a str>,
+    /// For an entry value: where the lines after the key line start (a
+    /// block value's comment lines before its first child start there).
+    body: Option<usize>,
+}
 
 /// A source mapping entry with its value.
 type SrcEntry<'a> = (&'a YamlDoc, &'a Entry, &'a Value);
+
+impl<'a> Src<'a> {
+    fn of_entry((doc, e, value): SrcEntry<'a>) -> Self {
+        let t = doc.text();
+        Src {
+            doc,
+            node: &e.value,
+            value,
+            parent_col: column(t, e.key.start),
+            comment: line_comment_of_entry(doc, e),
+            body: Some(after_line(t, e.key.start)),
+        }
+    }
+
+    fn of_item(doc: &'a YamlDoc, item: &'a Item, value: &'a Value) -> Self {
+        Src {
+            doc,
+            node: &item.node,
+            value,
+            parent_col: column(doc.text(), item.dash),
+            comment: line_comment_of_item(doc, item),
+            body: None,
+        }
+    }
+}
+
+/// The trailing comment on an entry's key line, when the line holds the
+/// whole value (or the value is a block, whose line comment sits there).
+fn line_comment_of_entry<'a>(d: &'a YamlDoc, e: &Entry) -> Option<&'a str> {
+    if !one_line_entry(d, e) {
+        return None;
+    }
+    let t = d.text();
+    trailing_comment(d, e.colon.unwrap_or(e.key.end), line_end(t, e.key.start))
+}
+
+/// The trailing comment on an item's dash line, when it holds the whole item.
+fn line_comment_of_item<'a>(d: &'a YamlDoc, i: &Item) -> Option<&'a str> {
+    let t = d.text();
+    let inline = !is_block_collection(&i.node) && line_start(t, i.end()) == line_start(t, i.dash);
+    if !inline {
+        return None;
+    }
+    trailing_comment(d, i.dash, line_end(t, i.dash))
+}
 
 struct Editor<'a> {
     b: &'a YamlDoc,
@@ -280,6 +355,8 @@ struct Editor<'a> {
     /// The source has comments the base lacks: carry them over.
     comments: bool,
     out: Vec<Splice>,
+    /// Starts of lines whose comment an edit already set.
+    commented: Vec<usize>,
 }
 
 /// An edit the editor does not make in place: the caller replaces the
@@ -325,6 +402,20 @@ impl<'a> Editor<'a> {
         });
     }
 
+    /// True when a splice recorded since `mark` touches the line comment
+    /// position of the line `line_from..line_end` (so the caller must not
+    /// edit that comment separately).
+    fn touched_line(&self, mark: usize, line_from: usize, line_end: usize) -> bool {
+        let comment = trailing_comment_span(self.b, line_from, line_end);
+        self.out[mark..].iter().any(|s| {
+            s.start >= line_from
+                && s.start <= line_end
+                && (s.end > line_end
+                    || s.text.contains('\n')
+                    || comment.is_some_and(|(a, _)| s.start <= a && s.end > a))
+        })
+    }
+
     /// Edits the value `node` (currently `old`) into `new`.
     fn value_at(
         &mut self,
@@ -334,7 +425,7 @@ impl<'a> Editor<'a> {
         new: &Value,
         src: Option<Src<'a>>,
     ) -> Edit {
-        let src = src.filter(|(_, n, _, _)| !n.props);
+        let src = src.filter(|s| !s.node.props);
         if old == new {
             if self.comments
                 && let Some(src) = src
@@ -356,13 +447,13 @@ impl<'a> Editor<'a> {
                 Value::Object(o),
                 Value::Object(n),
             ) if !n.is_empty() => {
-                let s = src.and_then(|(d, sn, sv, _)| map_parts(sn, sv).map(|(e, m)| (d, e, m)));
+                let s = src.and_then(|s| map_parts(s.node, s.value).map(|(e, m)| (s.doc, e, m)));
                 self.map(entries, o, n, s)
             }
             (Kind::Seq { flow: false, items }, Value::Array(o), Value::Array(n))
                 if !n.is_empty() =>
             {
-                let s = src.and_then(|(d, sn, sv, _)| seq_parts(sn, sv).map(|(i, a)| (d, i, a)));
+                let s = src.and_then(|s| seq_parts(s.node, s.value).map(|(i, a)| (s.doc, i, a)));
                 self.seq(items, o, n, s)
             }
             _ => Err(Unsupported),
@@ -390,28 +481,33 @@ impl<'a> Editor<'a> {
             let e = es.iter().find(|e| e.name == name)?;
             Some((d, e, m.get(name)?))
         };
+        if entries.iter().all(|e| !new.contains_key(&e.name)) {
+            // Nothing of the old mapping stays: replace it whole.
+            return Err(Unsupported);
+        }
+        let mut removed_until = 0;
         for (i, e) in entries.iter().enumerate() {
             if e.key.props || !matches!(e.key.kind, Kind::Scalar { .. }) {
                 return Err(Unsupported);
             }
             let Some(n) = new.get(&e.name) else {
-                self.remove_entry(entries, i)?;
+                if e.key.start >= removed_until {
+                    removed_until = self.remove_entry(entries, i, new)?;
+                }
                 continue;
             };
             let o = old.get(&e.name).ok_or(Unsupported)?;
             let se = src_entry(&e.name);
-            let before = self.out.len();
-            let s = se.map(|(d, x, v)| (d, &x.value, v, column(d.text(), x.key.start)));
-            self.value_at(Slot::Entry(e), &e.value, o, n, s)?;
-            let key_line_end = line_end(t, e.key.start);
-            let reshaped = self.out[before..]
-                .iter()
-                .any(|s| s.start <= key_line_end && s.text.contains('\n'));
+            let mark = self.out.len();
+            self.value_at(Slot::Entry(e), &e.value, o, n, se.map(Src::of_entry))?;
             if self.comments
-                && !reshaped
                 && let Some((sd, x, _)) = se
             {
-                self.carry_comments(e, sd, x);
+                let from = e.colon.unwrap_or(e.key.end);
+                let touched = self.touched_line(mark, from, line_end(t, e.key.start));
+                // A key moved up onto a dash line takes no comment lines.
+                let moved = line_start(t, e.key.start) < removed_until;
+                self.carry_comments(e, sd, x, !touched, !moved);
             }
         }
         let added: Vec<(&String, &Value)> =
@@ -432,8 +528,14 @@ impl<'a> Editor<'a> {
         Ok(())
     }
 
-    /// Removes entry `i` of a block mapping (with the comment lines above it).
-    fn remove_entry(&mut self, entries: &'a [Entry], i: usize) -> Edit {
+    /// Removes entry `i` of a block mapping (with the comment lines above
+    /// it); returns the end of the removed text.
+    fn remove_entry(
+        &mut self,
+        entries: &'a [Entry],
+        i: usize,
+        new: &Map<String, Value>,
+    ) -> Result<usize, Unsupported> {
         let t = self.text();
         let e = &entries[i];
         if first_on_line(t, e.key.start) {
@@ -445,13 +547,17 @@ impl<'a> Editor<'a> {
             } else {
                 start
             };
-            self.splice(start, after_line(t, e.end()), "");
-            return Ok(());
+            let end = after_line(t, e.end());
+            self.splice(start, end, "");
+            return Ok(end);
         }
-        // `- key: v` (the first entry of an item): the next key moves up.
-        let next = entries.get(i + 1).ok_or(Unsupported)?;
+        // `- key: v` (the first entry of an item): the next kept key moves up.
+        let next = entries[i + 1..]
+            .iter()
+            .find(|x| new.contains_key(&x.name))
+            .ok_or(Unsupported)?;
         self.splice(e.key.start, next.key.start, "");
-        Ok(())
+        Ok(next.key.start)
     }
 
     /// Edits a block sequence's items.
@@ -490,9 +596,8 @@ impl<'a> Editor<'a> {
                     i + new.len() - old.len()
                 };
                 if let Some((sd, si, sv)) = src_item(j) {
-                    let s = (sd, &si.node, sv, column(sd.text(), si.dash));
-                    self.comments_within(&items[i].node, &old[i], s);
-                    self.carry_item_comments(&items[i], sd, si);
+                    self.comments_within(&items[i].node, &old[i], Src::of_item(sd, si, sv));
+                    self.carry_item_comments(&items[i], sd, si, true);
                 }
             }
         }
@@ -502,8 +607,21 @@ impl<'a> Editor<'a> {
         for k in 0..paired {
             let i = prefix + k;
             let item = &items[i];
-            let s = src_item(i).map(|(d, si, v)| (d, &si.node, v, column(d.text(), si.dash)));
-            self.value_at(Slot::Item(item), &item.node, &old[i], &new[i], s)?;
+            let s = src_item(i);
+            let mark = self.out.len();
+            self.value_at(
+                Slot::Item(item),
+                &item.node,
+                &old[i],
+                &new[i],
+                s.map(|(d, si, v)| Src::of_item(d, si, v)),
+            )?;
+            if self.comments
+                && let Some((sd, si, _)) = s
+            {
+                let touched = self.touched_line(mark, item.dash, line_end(t, item.dash));
+                self.carry_item_comments(item, sd, si, !touched);
+            }
         }
         for k in paired..old_mid {
             let item = &items[prefix + k];
@@ -551,27 +669,21 @@ impl<'a> Editor<'a> {
         src: Option<Src<'a>>,
     ) -> Edit {
         let t = self.text();
-        let src = src.filter(|(_, _, v, _)| *v == new);
+        let src = src.filter(|s| s.value == new);
         let empty = matches!(node.kind, Kind::Scalar { empty: true, .. });
         let old_block = is_block_collection(node);
         match slot {
             Slot::Root => {
-                let text = match src {
-                    Some((d, n, _, _)) => {
-                        let dt = d.text();
-                        shift_text(
-                            dt,
-                            line_start(dt, n.start),
-                            n.end,
-                            -(column(dt, n.start) as isize),
-                            true,
-                        )
+                match src {
+                    // The whole document as the function wrote it.
+                    Some(s) => self.splice(0, t.len(), with_newline(s.doc.text().to_string())),
+                    None => {
+                        let text = emit::document(new, self.seq);
+                        let tail = trailing_comment_span(self.b, node.end, line_end(t, node.end))
+                            .map_or(node.end, |(_, b)| b);
+                        self.splice(line_start(t, node.start), tail, text.trim_end_matches('\n'));
                     }
-                    None => emit::document(new, self.seq)
-                        .trim_end_matches('\n')
-                        .to_string(),
-                };
-                self.splice(line_start(t, node.start), node.end, text);
+                }
                 Ok(())
             }
             Slot::Entry(e) => {
@@ -579,23 +691,32 @@ impl<'a> Editor<'a> {
                 let colon = e.colon.ok_or(Unsupported)?;
                 let key_line_end = line_end(t, e.key.start);
                 let next_line = !empty && node.start > key_line_end;
-                let new_text = self.value_text(new, src, key_col, true, is_flow(node));
-                let comment = trailing_comment(self.b, colon, key_line_end);
+                let new_text = self.entry_value_text(new, src, key_col, is_flow(node));
+                // The source's line comment wins; else the base's stays.
+                let comment = src
+                    .and_then(|s| s.comment)
+                    .or_else(|| trailing_comment(self.b, colon, key_line_end));
+                // A comment after the old value's last line goes with it.
+                let tail = trailing_comment_span(self.b, node.end, line_end(t, node.end))
+                    .map_or(node.end, |(_, b)| b);
                 match new_text {
                     NewText::Inline(s) if !(old_block || empty || next_line) => {
-                        self.splice(node.start, node.end, s);
+                        self.inline_over_inline(node, s, colon, comment);
                     }
                     NewText::Inline(s) => {
-                        let end = if empty { key_line_end } else { node.end };
-                        let mut text = format!(" {s}");
-                        if let Some(c) = comment {
-                            text.push(' ');
-                            text.push_str(c);
-                        }
+                        let end = if empty { key_line_end } else { tail };
+                        let text = format!(" {}", with_line_comment(&s, comment));
                         self.splice(colon + 1, end.max(colon + 1), text);
                     }
-                    NewText::Block(s) if old_block => {
-                        self.splice(line_start(t, node.start), node.end, s);
+                    NewText::Block(text) if old_block => {
+                        // With the source's lines, the comment lines before
+                        // the first child are the source's too.
+                        let start = if src.is_some() {
+                            after_line(t, e.key.start).min(line_start(t, node.start))
+                        } else {
+                            line_start(t, node.start)
+                        };
+                        self.splice(start, tail, text);
                     }
                     NewText::Block(s) => {
                         let mut text = String::new();
@@ -606,9 +727,9 @@ impl<'a> Editor<'a> {
                         text.push('\n');
                         text.push_str(&s);
                         let end = if next_line {
-                            node.end
+                            tail
                         } else {
-                            node.end.max(key_line_end)
+                            tail.max(key_line_end)
                         };
                         self.splice(colon + 1, end, text);
                     }
@@ -617,16 +738,30 @@ impl<'a> Editor<'a> {
             }
             Slot::Item(item) => {
                 let dash_col = column(t, item.dash);
-                let text = match self.value_text(new, src, dash_col, false, is_flow(node)) {
-                    NewText::Inline(s) => s,
-                    NewText::Block(s) => s.trim_start().to_string(),
+                let same_line = !empty && line_start(t, node.start) == line_start(t, item.dash);
+                // Where the value's first line starts.
+                let first_col = if same_line {
+                    column(t, node.start)
+                } else {
+                    dash_col + 2
                 };
+                let (text, with_comment) =
+                    self.item_value_text(new, src, dash_col, first_col, is_flow(node));
                 if empty {
                     self.splice(item.dash + 1, item.dash + 1, format!(" {text}"));
-                } else if line_start(t, node.start) == line_start(t, item.dash) {
-                    self.splice(node.start, node.end, text);
+                } else if same_line && with_comment {
+                    // The source's text brings its own line comment.
+                    let tail = trailing_comment_span(self.b, node.end, line_end(t, node.end))
+                        .map_or(node.end, |(_, b)| b);
+                    self.splice(node.start, tail, text);
+                    self.commented.push(line_start(t, node.start));
+                } else if same_line {
+                    let comment = src
+                        .and_then(|s| s.comment)
+                        .or_else(|| trailing_comment(self.b, item.dash, line_end(t, item.dash)));
+                    self.inline_over_inline(node, text, item.dash, comment);
                 } else {
-                    let pad = " ".repeat(dash_col + 2);
+                    let pad = " ".repeat(first_col);
                     self.splice(line_start(t, node.start), node.end, format!("{pad}{text}"));
                 }
                 Ok(())
@@ -634,23 +769,71 @@ impl<'a> Editor<'a> {
         }
     }
 
-    /// The text of a new value whose key (`entry`) or dash (item) is at
-    /// column `col`: inline (after `key: ` / `- `) or block lines.
-    fn value_text(
+    /// Replaces a value written on its key's (or dash's) line with `text`;
+    /// a `|`/`>` block takes the line's comment onto its header line.
+    fn inline_over_inline(
+        &mut self,
+        node: &Node,
+        text: String,
+        from: usize,
+        comment: Option<&str>,
+    ) {
+        let t = self.text();
+        let old_comment = trailing_comment_span(self.b, from, line_end(t, node.start));
+        if text.contains('\n') {
+            // The line's comment cannot follow a multi-line value: it goes
+            // onto a block's header line, or is dropped.
+            let end = old_comment.map_or(node.end, |(_, b)| b.max(node.end));
+            let tail = trailing_comment_span(self.b, node.end, line_end(t, node.end))
+                .map_or(end, |(_, b)| b.max(end));
+            let text = if text.starts_with(['|', '>']) {
+                with_line_comment(&text, comment)
+            } else {
+                text
+            };
+            self.splice(node.start, tail, text);
+        } else {
+            let base_comment = old_comment.map(|(a, b)| t[a..b].trim_end());
+            // An old value over several lines takes the comment on its last
+            // line with it.
+            let end = if line_start(t, node.end) != line_start(t, node.start) {
+                trailing_comment_span(self.b, node.end, line_end(t, node.end))
+                    .map_or(node.end, |(_, b)| b)
+            } else {
+                node.end
+            };
+            match comment {
+                Some(c) if base_comment != Some(c) => {
+                    let end = old_comment.map_or(end, |(_, b)| b.max(end));
+                    self.splice(node.start, end, format!("{text} {c}"));
+                    self.commented.push(line_start(t, node.start));
+                }
+                _ => self.splice(node.start, end, text),
+            }
+        }
+    }
+
+    /// The text of a new entry value whose key is at column `col`: inline
+    /// (after `key: `) or block lines.
+    fn entry_value_text(
         &self,
         new: &Value,
         src: Option<Src<'a>>,
         col: usize,
-        entry: bool,
         flow: bool,
     ) -> NewText {
-        if let Some((d, n, _, src_col)) = src {
-            let dt = d.text();
-            let delta = col as isize - src_col as isize;
-            if is_block_collection(n) && entry {
-                return NewText::Block(shift_text(dt, line_start(dt, n.start), n.end, delta, true));
+        if let Some(s) = src {
+            let dt = s.doc.text();
+            let delta = col as isize - s.parent_col as isize;
+            if is_block_collection(s.node) {
+                let end = block_end(s.doc, s.node);
+                let start = s
+                    .body
+                    .filter(|b| *b <= line_start(dt, s.node.start))
+                    .unwrap_or_else(|| line_start(dt, s.node.start));
+                return NewText::Block(shift_text(dt, start, end, delta, true));
             }
-            return NewText::Inline(shift_text(dt, n.start, n.end, delta, false));
+            return NewText::Inline(shift_text(dt, s.node.start, s.node.end, delta, false));
         }
         if emit::is_inline(new) {
             return NewText::Inline(emit::scalar_text(new, col));
@@ -658,17 +841,49 @@ impl<'a> Editor<'a> {
         if flow {
             return NewText::Inline(emit::flow(new));
         }
-        let child = match (new, entry, self.seq) {
-            (Value::Array(_), true, SeqIndent::Compact) => col,
+        let child = match (new, self.seq) {
+            (Value::Array(_), SeqIndent::Compact) => col,
             _ => col + 2,
         };
         let block = emit::block(new, child, self.seq);
-        let block = block.strip_suffix('\n').unwrap_or(&block).to_string();
-        if entry {
-            NewText::Block(block)
-        } else {
-            NewText::Inline(block.trim_start().to_string())
+        NewText::Block(block.strip_suffix('\n').unwrap_or(&block).to_string())
+    }
+
+    /// The text of a new item value whose dash is at `dash_col` and whose
+    /// first line starts at column `first_col` (continuation lines are
+    /// indented to match), and whether it ends with the source's comment.
+    fn item_value_text(
+        &self,
+        new: &Value,
+        src: Option<Src<'a>>,
+        dash_col: usize,
+        first_col: usize,
+        flow: bool,
+    ) -> (String, bool) {
+        if let Some(s) = src {
+            let dt = s.doc.text();
+            if is_block_collection(s.node) {
+                let delta = first_col as isize - column(dt, s.node.start) as isize;
+                let end = block_end(s.doc, s.node);
+                return (
+                    shift_text(dt, s.node.start, end, delta, false),
+                    end > s.node.end,
+                );
+            }
+            let delta = dash_col as isize - s.parent_col as isize;
+            return (
+                shift_text(dt, s.node.start, s.node.end, delta, false),
+                false,
+            );
         }
+        if emit::is_inline(new) {
+            return (emit::scalar_text(new, dash_col), false);
+        }
+        if flow {
+            return (emit::flow(new), false);
+        }
+        let block = emit::block(new, first_col, self.seq);
+        (block.trim_end_matches('\n').trim_start().to_string(), false)
     }
 
     /// `key: value` lines (ending with a line break) for a new entry at
@@ -696,8 +911,7 @@ impl<'a> Editor<'a> {
                 && !m.is_empty()
             {
                 let mut out = format!("{pad}{}:", emit::key(k));
-                let colon = e.colon.unwrap_or(e.key.end);
-                if let Some(c) = trailing_comment(d, colon, line_end(dt, e.key.start)) {
+                if let Some(c) = line_comment_of_entry(d, e) {
                     out.push(' ');
                     out.push_str(c);
                 }
@@ -749,8 +963,10 @@ impl<'a> Editor<'a> {
 
     /// Carries the source's comments into an unchanged subtree.
     fn comments_within(&mut self, node: &'a Node, value: &'a Value, src: Src<'a>) {
-        let (sd, sn, sv, _) = src;
-        if let (Some((entries, m)), Some((se, sm))) = (map_parts(node, value), map_parts(sn, sv)) {
+        let sd = src.doc;
+        if let (Some((entries, m)), Some((se, sm))) =
+            (map_parts(node, value), map_parts(src.node, src.value))
+        {
             for e in entries {
                 let (Some(s), Some(v), Some(svv)) = (
                     se.iter().find(|s| s.name == e.name),
@@ -759,39 +975,46 @@ impl<'a> Editor<'a> {
                 ) else {
                     continue;
                 };
-                self.comments_within(&e.value, v, (sd, &s.value, svv, 0));
-                self.carry_comments(e, sd, s);
+                self.comments_within(&e.value, v, Src::of_entry((sd, s, svv)));
+                self.carry_comments(e, sd, s, true, true);
             }
         } else if let (Some((items, a)), Some((si, sa))) =
-            (seq_parts(node, value), seq_parts(sn, sv))
+            (seq_parts(node, value), seq_parts(src.node, src.value))
             && items.len() == si.len()
         {
             for k in 0..items.len() {
-                self.comments_within(&items[k].node, &a[k], (sd, &si[k].node, &sa[k], 0));
-                self.carry_item_comments(&items[k], sd, &si[k]);
+                self.comments_within(&items[k].node, &a[k], Src::of_item(sd, &si[k], &sa[k]));
+                self.carry_item_comments(&items[k], sd, &si[k], true);
             }
         }
     }
 
-    /// The source's line comment and comment lines above an entry win over
-    /// the base's when the source has them.
-    fn carry_comments(&mut self, e: &'a Entry, sd: &'a YamlDoc, se: &'a Entry) {
-        if one_line_entry(self.b, e) && one_line_entry(sd, se) {
+    /// The source's line comment (when `line`) and comment lines above an
+    /// entry win over the base's when the source has them.
+    fn carry_comments(
+        &mut self,
+        e: &'a Entry,
+        sd: &'a YamlDoc,
+        se: &'a Entry,
+        line: bool,
+        head: bool,
+    ) {
+        if line && one_line_entry(self.b, e) && one_line_entry(sd, se) {
             let from = e.colon.unwrap_or(e.key.end);
             let s_from = se.colon.unwrap_or(se.key.end);
             self.carry_line_comment(e.key.start, from, sd, se.key.start, s_from);
         }
-        self.carry_head_comments(e.key.start, sd, se.key.start);
+        if head {
+            self.carry_head_comments(e.key.start, sd, se.key.start);
+        }
     }
 
-    fn carry_item_comments(&mut self, item: &'a Item, sd: &'a YamlDoc, si: &'a Item) {
+    fn carry_item_comments(&mut self, item: &'a Item, sd: &'a YamlDoc, si: &'a Item, line: bool) {
         let inline = |d: &YamlDoc, i: &Item| {
-            !matches!(
-                i.node.kind,
-                Kind::Map { flow: false, .. } | Kind::Seq { flow: false, .. }
-            ) && line_start(d.text(), i.end()) == line_start(d.text(), i.dash)
+            !is_block_collection(&i.node)
+                && line_start(d.text(), i.end()) == line_start(d.text(), i.dash)
         };
-        if inline(self.b, item) && inline(sd, si) {
+        if line && inline(self.b, item) && inline(sd, si) {
             self.carry_line_comment(item.dash, item.dash, sd, si.dash, si.dash);
         }
         self.carry_head_comments(item.dash, sd, si.dash);
@@ -808,6 +1031,9 @@ impl<'a> Editor<'a> {
         s_from: usize,
     ) {
         let t = self.text();
+        if self.commented.contains(&line_start(t, at)) {
+            return;
+        }
         let end = line_end(t, at);
         let s_end = line_end(sd.text(), s_at);
         let Some((sa, sb)) = trailing_comment_span(sd, s_from, s_end) else {
@@ -847,6 +1073,24 @@ impl<'a> Editor<'a> {
                 self.splice(at, at, text);
             }
         }
+    }
+}
+
+/// End of a block collection with the comment on its last line.
+fn block_end(doc: &YamlDoc, node: &Node) -> usize {
+    let t = doc.text();
+    trailing_comment_span(doc, node.end, line_end(t, node.end)).map_or(node.end, |(_, b)| b)
+}
+
+/// `text` (a value written after `key: ` or `- `) with `comment` on its
+/// first line: after a `|`/`>` block's header, else at the end.
+fn with_line_comment(text: &str, comment: Option<&str>) -> String {
+    let Some(c) = comment else {
+        return text.to_string();
+    };
+    match text.split_once('\n') {
+        Some((header, rest)) if text.starts_with(['|', '>']) => format!("{header} {c}\n{rest}"),
+        _ => format!("{text} {c}"),
     }
 }
 
