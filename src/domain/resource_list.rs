@@ -6,7 +6,7 @@
 //! `List`, and `results` either as a list or as the legacy `{items: [...]}`
 //! wrapper. Items are kept as ordered JSON values so key order survives.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -277,10 +277,12 @@ fn parse_by_item(
         .enumerate()
         .map(|(i, t)| (t.as_ref(), i))
         .collect();
+    move_head_comments(&mut chunks, sent);
     let mut items = Vec::with_capacity(chunks.len());
     let mut values = Vec::with_capacity(chunks.len());
     for (i, chunk) in chunks.iter().enumerate() {
         let doc = dedent_item(chunk, col)?;
+        let doc = indent_comments_like_their_node(doc);
         let same = sent
             .get(i)
             .filter(|s| s.as_ref() == doc)
@@ -327,6 +329,95 @@ fn parse_by_item(
         },
         items,
     ))
+}
+
+/// Comment lines between one item's last line and the next item's dash
+/// belong to the next item (they are the comments a function wrote above
+/// it, as YAML libraries write an item's head comment before its dash) —
+/// except those a text sent to the function ends with (a comment below an
+/// object, passed through; the function may have reordered the objects).
+fn move_head_comments(chunks: &mut [Vec<&str>], sent: &[Arc<str>]) {
+    let is_content = |l: &str| {
+        let t = l.trim();
+        !(t.is_empty() || t.starts_with('#'))
+    };
+    // Every run of final comment lines of a sent text (trimmed, joined).
+    let mut sent_tails: HashSet<String> = HashSet::new();
+    for text in sent {
+        let tail: Vec<&str> = text
+            .lines()
+            .rev()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .take_while(|l| l.starts_with('#'))
+            .collect();
+        for k in 1..=tail.len() {
+            let run: Vec<&str> = tail[..k].iter().rev().copied().collect();
+            sent_tails.insert(run.join("\n"));
+        }
+    }
+    for i in 0..chunks.len().saturating_sub(1) {
+        let chunk = &chunks[i];
+        let Some(last) = chunk.iter().rposition(|l| is_content(l)) else {
+            continue;
+        };
+        // The comment lines after the content (blank lines between them).
+        let tail: Vec<usize> = (last + 1..chunk.len())
+            .filter(|&k| chunk[k].trim().starts_with('#'))
+            .collect();
+        if tail.is_empty() {
+            continue;
+        }
+        // Keep the longest leading run of them that a sent text ends with.
+        let keep = (1..=tail.len())
+            .rev()
+            .find(|&k| {
+                let run: Vec<&str> = tail[..k].iter().map(|&x| chunk[x].trim()).collect();
+                sent_tails.contains(&run.join("\n"))
+            })
+            .unwrap_or(0);
+        if keep == tail.len() {
+            continue;
+        }
+        let from = tail[keep];
+        let moved: Vec<&str> = chunks[i].drain(from..).collect();
+        chunks[i + 1].splice(0..0, moved);
+    }
+}
+
+/// `doc` with each comment line that is less indented than the line it
+/// stands above (a key or item) indented like that line: the function put
+/// the comment on that node, whatever column its YAML library wrote it at.
+/// Unchanged when that would change what `doc` reads as (a `#` line inside
+/// a block scalar is not a comment).
+fn indent_comments_like_their_node(doc: String) -> String {
+    let lines: Vec<&str> = doc.split_inclusive('\n').collect();
+    let indent = |l: &str| l.len() - l.trim_start_matches(' ').len();
+    let mut out = String::with_capacity(doc.len());
+    let mut changed = false;
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with('#') {
+            let next = lines[i + 1..]
+                .iter()
+                .find(|n| !n.trim().is_empty() && !n.trim_start().starts_with('#'));
+            if let Some(n) = next
+                && indent(n) > indent(l)
+            {
+                out.push_str(&" ".repeat(indent(n)));
+                out.push_str(l.trim_start_matches(' '));
+                changed = true;
+                continue;
+            }
+        }
+        out.push_str(l);
+    }
+    if !changed {
+        return doc;
+    }
+    match (YamlDoc::parse(doc.as_str()), YamlDoc::parse(out.as_str())) {
+        (Ok(a), Ok(b)) if a.value() == b.value() => out,
+        _ => doc,
+    }
 }
 
 /// The document text of one item of a block sequence whose dashes are at
@@ -464,8 +555,12 @@ pub struct ResultItem {
 }
 
 /// Identifies a KRM object (`resourceRef`).
+///
+/// Read also in the legacy spelling of older SDKs, `resourceRef.metadata.{name,
+/// namespace}`, which kpt migrates the same way (an empty or `''` namespace
+/// is no namespace).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "ResourceRefWire")]
 pub struct ResourceRef {
     /// `apiVersion` of the object.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -482,8 +577,11 @@ pub struct ResourceRef {
 }
 
 /// A field of an object (`field`): dotted `path` plus optional values.
+///
+/// Read also in the legacy spelling `field.suggestedValue`, which kpt takes
+/// as the proposed value.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "FieldRefWire")]
 pub struct FieldRef {
     /// Dotted path such as `spec.template.spec.containers[3].image`.
     #[serde(default)]
@@ -494,6 +592,86 @@ pub struct FieldRef {
     /// The proposed value, any YAML value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proposed_value: Option<Value>,
+}
+
+/// `resourceRef` as functions write it, legacy spelling included.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceRefWire {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    metadata: Option<LegacyMeta>,
+}
+
+/// `resourceRef.metadata` of older SDKs.
+#[derive(Deserialize)]
+struct LegacyMeta {
+    #[serde(default)]
+    name: Option<serde_json::Value>,
+    #[serde(default)]
+    namespace: Option<serde_json::Value>,
+}
+
+fn scalar_string(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.trim().to_string(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+impl From<ResourceRefWire> for ResourceRef {
+    fn from(w: ResourceRefWire) -> Self {
+        let mut r = ResourceRef {
+            api_version: w.api_version,
+            kind: w.kind,
+            name: w.name,
+            namespace: w.namespace,
+        };
+        if let Some(meta) = w.metadata {
+            if let Some(name) = meta.name {
+                r.name = scalar_string(&name);
+            }
+            if let Some(ns) = meta.namespace.map(|n| scalar_string(&n))
+                && !ns.is_empty()
+                && ns != "''"
+            {
+                r.namespace = ns;
+            }
+        }
+        r
+    }
+}
+
+/// `field` as functions write it, legacy spelling included.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FieldRefWire {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    current_value: Option<serde_json::Value>,
+    #[serde(default)]
+    proposed_value: Option<serde_json::Value>,
+    #[serde(default)]
+    suggested_value: Option<serde_json::Value>,
+}
+
+impl From<FieldRefWire> for FieldRef {
+    fn from(w: FieldRefWire) -> Self {
+        FieldRef {
+            path: w.path,
+            current_value: w.current_value,
+            proposed_value: w.suggested_value.or(w.proposed_value),
+        }
+    }
 }
 
 /// A file position (`file`): slash-separated relative `path` and document `index`.
@@ -581,11 +759,60 @@ results:
     }
 
     #[test]
+    fn comments_written_above_an_item_belong_to_it() {
+        let sent: Vec<Arc<str>> = vec![
+            Arc::from("kind: A\nmetadata:\n  name: a\n# below a\n"),
+            Arc::from("kind: B\nmetadata:\n  name: b\n"),
+        ];
+        let values: Vec<Value> = sent
+            .iter()
+            .map(|t| crate::domain::codec::from_yaml_str(t).unwrap())
+            .collect();
+        // ruamel.yaml's layout: an item's head comment before its dash, a
+        // new key's comment at the column of its parent.
+        let out = "apiVersion: v1\nkind: ResourceList\nitems:\n\
+                   - kind: A\n  metadata:\n    name: a\n  # below a\n\
+                   # about b\n- kind: B\n  metadata:\n    name: b\n  # new\n    x: 1\n";
+        let (list, texts) = ResourceList::parse_output(out.as_bytes(), &sent, &values).unwrap();
+        let texts = texts.unwrap();
+        assert_eq!(texts[0], OutputItem::Same(0));
+        let OutputItem::Text(b) = &texts[1] else {
+            panic!("{texts:?}")
+        };
+        assert_eq!(
+            b.text(),
+            "# about b\nkind: B\nmetadata:\n  name: b\n  # new\n  x: 1\n"
+        );
+        assert_eq!(list.items[1]["metadata"]["x"], 1);
+    }
+
+    #[test]
+    fn a_hash_line_in_a_block_scalar_is_not_moved() {
+        let doc = "data:\n  s: |\n    # not a comment\n      deeper\n".to_string();
+        assert_eq!(indent_comments_like_their_node(doc.clone()), doc);
+    }
+
+    #[test]
     fn renders_results_like_porch() {
         let rl = ResourceList::parse(RL.as_bytes()).unwrap();
         assert_eq!(
             format_results(&rl.results),
             "[error] apps/v1/Deployment/prod/web spec.replicas: bad replicas\n\n[info]: fyi"
+        );
+    }
+
+    #[test]
+    fn legacy_result_spellings_are_migrated() {
+        let rl = ResourceList::parse(
+            b"kind: ResourceList\nitems: []\nresults:\n- message: m\n  resourceRef:\n    apiVersion: v1\n    kind: ConfigMap\n    metadata: {name: ' cm ', namespace: \"''\"}\n  field:\n    path: a.b\n    suggestedValue: 3\n",
+        )
+        .unwrap();
+        let r = &rl.results[0];
+        let rr = r.resource_ref.as_ref().unwrap();
+        assert_eq!((rr.name.as_str(), rr.namespace.as_str()), ("cm", ""));
+        assert_eq!(
+            r.field.as_ref().unwrap().proposed_value,
+            Some(serde_json::json!(3))
         );
     }
 

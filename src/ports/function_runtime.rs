@@ -59,6 +59,10 @@ impl fmt::Display for FunctionTarget {
     }
 }
 
+/// A call's input ResourceList as YAML, and the document text of each item
+/// in it when the call carries the items' texts.
+pub type InputTexts = (String, Option<Vec<Arc<str>>>);
+
 /// One function invocation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionCall {
@@ -110,7 +114,7 @@ impl FunctionCall {
     /// [`ResourceList::parse_output`] compares the output with).
     ///
     /// Errors: a value YAML cannot represent (not produced by any reader).
-    pub fn input_texts(&self) -> Result<(String, Option<Vec<Arc<str>>>), CodecError> {
+    pub fn input_texts(&self) -> Result<InputTexts, CodecError> {
         match &self.sources {
             None => Ok((self.resource_list.to_yaml()?, None)),
             Some(sources) => {

@@ -33,7 +33,7 @@ use serde_json::Value;
 use crate::domain::codec::tree::YamlDoc;
 use crate::domain::codec::{self, preserve};
 use crate::domain::render::annotations as ann;
-use crate::domain::render::source::TextMap;
+use crate::domain::render::source::{TextMap, root_keys};
 use crate::domain::render::{
     Kptfile, KptfileError, Package, PackageError, RenderOutcome, SourceMap, kptfile::KPTFILE_NAME,
 };
@@ -144,6 +144,8 @@ struct FileLayout {
     crlf: bool,
     /// The original bytes (what an unchanged file is compared with).
     bytes: Vec<u8>,
+    /// The file is a symbolic link to this package-relative file.
+    link: Option<String>,
 }
 
 impl FileLayout {
@@ -152,6 +154,9 @@ impl FileLayout {
         !self.seps.is_empty()
     }
 }
+
+/// A file as read: its path, its layout and its documents (by index).
+type ReadFile = (String, FileLayout, Vec<(usize, YamlDoc)>);
 
 /// A package directory read into memory.
 #[derive(Debug, Clone)]
@@ -187,6 +192,8 @@ struct Found {
     rel: String,
     /// What to read: the file itself, or a link's target inside the package.
     read: PathBuf,
+    /// For a link: its target, relative to the root.
+    link: Option<String>,
 }
 
 impl PackageDir {
@@ -212,11 +219,15 @@ impl PackageDir {
         let root = std::fs::canonicalize(dir).map_err(io("reading directory", dir))?;
         let mut entries = Vec::new();
         walk(&root, "", &mut entries)?;
-        let packages: Vec<String> = entries
+        // The root's `.krmignore` applies without a root Kptfile too.
+        let mut packages: Vec<String> = entries
             .iter()
             .filter(|(rel, _)| rel.rsplit('/').next() == Some(KPTFILE_NAME))
             .map(|(rel, _)| rel.rsplit_once('/').map_or("", |(d, _)| d).to_string())
             .collect();
+        if !packages.iter().any(String::is_empty) {
+            packages.push(String::new());
+        }
         let mut ignores: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for pkg in &packages {
             let path = root.join(pkg).join(".krmignore");
@@ -244,18 +255,28 @@ impl PackageDir {
             if ignores.get(&owner).is_some_and(|p| ignored(p, in_pkg)) {
                 continue;
             }
-            let read = match link {
-                None => root.join(&rel),
-                Some(()) => link_target(&root, &rel)?,
+            let (read, link) = match link {
+                None => (root.join(&rel), None),
+                Some(()) => {
+                    let target = link_target(&root, &rel)?;
+                    let within = target.strip_prefix(&root).ok().map(|p| {
+                        p.components()
+                            .map(|c| c.as_os_str().to_string_lossy())
+                            .collect::<Vec<_>>()
+                            .join("/")
+                    });
+                    (target, within)
+                }
             };
-            found.push(Found { rel, read });
+            found.push(Found { rel, read, link });
         }
         // Files are independent: read and parse them in parallel.
-        let read: Vec<Result<(String, FileLayout, Vec<(usize, YamlDoc)>), PackageIoError>> = found
+        let read: Vec<Result<ReadFile, PackageIoError>> = found
             .into_par_iter()
             .map(|f| {
                 let bytes = std::fs::read(&f.read).map_err(io("reading", &f.read))?;
-                let (layout, docs) = read_file(&f.rel, bytes)?;
+                let (mut layout, docs) = read_file(&f.rel, bytes)?;
+                layout.link = f.link;
                 Ok((f.rel, layout, docs))
             })
             .collect();
@@ -397,7 +418,8 @@ impl PackageDir {
             }
             return restore_line_ends(text, layout);
         }
-        for (n, (index, item)) in docs.iter().enumerate() {
+        let keys = root_keys(docs.iter().map(|(_, item)| *item), |_| String::new());
+        for (n, ((index, item), key)) in docs.iter().zip(&keys).enumerate() {
             let sep = usize::try_from(*index)
                 .ok()
                 .and_then(|i| layout.and_then(|l| l.seps.get(i)))
@@ -406,7 +428,7 @@ impl PackageDir {
             if n > 0 && !starts_a_document(sep) {
                 text.push_str("---\n");
             }
-            text.push_str(&texts.text_for(item, &clean(item)));
+            text.push_str(&texts.text_for(key.as_ref(), &clean(item)));
         }
         if let Some(l) = layout {
             text.push_str(&l.trailer);
@@ -426,17 +448,26 @@ impl PackageDir {
                 summary.pruned.push(rel.clone());
             }
         }
-        for (rel, text) in files {
-            if self
-                .files
-                .get(&rel)
-                .is_some_and(|l| l.bytes == text.as_bytes())
+        for (rel, text) in &files {
+            let layout = self.files.get(rel);
+            if layout.is_some_and(|l| l.bytes == text.as_bytes()) {
+                summary.unchanged.push(rel.clone());
+                continue;
+            }
+            // A link inside the package whose target file gets the same
+            // text: writing the target is writing it (links are never
+            // written through).
+            if let Some(target) = layout.and_then(|l| l.link.as_ref())
+                && files.get(target) == Some(text)
             {
-                summary.unchanged.push(rel);
+                summary.unchanged.push(rel.clone());
                 continue;
             }
             summary.written.push(rel.clone());
-            changes.push(Change::Write { path: rel, text });
+            changes.push(Change::Write {
+                path: rel.clone(),
+                text: text.clone(),
+            });
         }
         (changes, summary)
     }
@@ -547,8 +578,39 @@ impl PackageDir {
                 &own
             }
         };
+        let keys = root_keys(items, |_| String::new());
         let list = ResourceList::new(items.to_vec());
-        list.to_yaml_with(|_, item| texts.text_for(item, item))
+        list.to_yaml_with(|i, item| {
+            let text = texts.text_for(keys[i].as_ref(), item);
+            self.with_separator_comments(keys[i].as_ref(), text)
+        })
+    }
+
+    /// `text` (the document at `key`) after the comments that stood
+    /// between it and the document before it in its file (`--- # note`,
+    /// comment lines after a `...`): written out of place, the document
+    /// takes them along, as kpt's does.
+    fn with_separator_comments(&self, key: Option<&(String, usize)>, text: String) -> String {
+        let Some(sep) = key.and_then(|(path, index)| self.files.get(path)?.seps.get(*index)) else {
+            return text;
+        };
+        let mut comments = String::new();
+        for line in sep.lines() {
+            let rest = ["---", "..."]
+                .iter()
+                .find_map(|m| line.strip_prefix(m))
+                .unwrap_or(line)
+                .trim();
+            if rest.starts_with('#') {
+                comments.push_str(rest);
+                comments.push('\n');
+            }
+        }
+        if comments.is_empty() {
+            text
+        } else {
+            comments + &text
+        }
     }
 
     /// `items` as a multi-document YAML stream (kpt's `-o unwrap`): every
@@ -562,9 +624,14 @@ impl PackageDir {
                 &own
             }
         };
+        let keys = root_keys(items, |_| String::new());
         let docs: Vec<String> = items
             .par_iter()
-            .map(|item| texts.text_for(item, &clean(item)))
+            .zip(&keys)
+            .map(|(item, key)| {
+                let text = texts.text_for(key.as_ref(), &clean(item));
+                self.with_separator_comments(key.as_ref(), text)
+            })
             .collect();
         docs.join("---\n")
     }

@@ -9,7 +9,9 @@ use serde_json::Value;
 
 use super::{PackageDir, PackageIoError, WriteSummary, record_status, status_of};
 use crate::domain::render::results::rendered_condition;
-use crate::domain::render::{RenderEvents, RenderOptions, RenderOutcome, RenderStatus, Renderer};
+use crate::domain::render::{
+    RenderErrorKind, RenderEvents, RenderOptions, RenderOutcome, RenderStatus, Renderer,
+};
 use crate::ports::{FunctionRuntime, TagLister};
 
 /// A rendered package directory, not yet written.
@@ -83,6 +85,15 @@ impl RenderedPackage {
                         Err(e)
                     }
                 }
+            }
+            // kpt stops while loading a root package whose pipeline is
+            // invalid, before it records any status.
+            None if matches!(
+                self.outcome.error.as_ref().map(|e| &e.kind),
+                Some(RenderErrorKind::InvalidRootKptfile(_))
+            ) =>
+            {
+                Ok(WriteSummary::default())
             }
             None => {
                 self.package

@@ -338,8 +338,6 @@ fn aside_name(name: &str, n: usize, what: &str) -> String {
 
 /// Keeps the old files, puts the new ones in place, removes pruned files.
 fn apply(dirs: &Dirs, plan: &mut [Step]) -> Result<(), CommitError> {
-    #[cfg(test)]
-    let mut renames = 0usize;
     for (n, step) in plan.iter_mut().enumerate() {
         let fd = dirs.fd(&step.dir)?;
         if step.existing.is_some() {
@@ -354,8 +352,9 @@ fn apply(dirs: &Dirs, plan: &mut [Step]) -> Result<(), CommitError> {
             }
             step.backup = Some(bak);
         }
+        // `n` steps are done by now.
         #[cfg(test)]
-        if FAIL_AFTER_RENAMES.with(|f| f.get()) == Some(renames) {
+        if FAIL_AFTER_RENAMES.with(|f| f.get()) == Some(n) {
             return Err(io(
                 "writing",
                 &step.path,
@@ -375,10 +374,6 @@ fn apply(dirs: &Dirs, plan: &mut [Step]) -> Result<(), CommitError> {
             None => {}
         }
         step.done = true;
-        #[cfg(test)]
-        {
-            renames += 1;
-        }
     }
     Ok(())
 }

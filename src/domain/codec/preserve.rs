@@ -189,10 +189,11 @@ pub fn merge(
         let ok = ed
             .value_at(Slot::Root, root, base.value(), target, src_root)
             .is_ok();
-        if ok && let Some(text) = apply(base.text(), &mut ed.out) {
-            if reads_as(&text, target) {
-                return Ok(text);
-            }
+        if ok
+            && let Some(text) = apply(base.text(), &mut ed.out)
+            && reads_as(&text, target)
+        {
+            return Ok(text);
         }
     }
     #[cfg(test)]
@@ -705,7 +706,13 @@ impl<'a> Editor<'a> {
                     }
                     NewText::Inline(s) => {
                         let end = if empty { key_line_end } else { tail };
-                        let text = format!(" {}", with_line_comment(&s, comment));
+                        // An empty value (a null written as nothing) leaves
+                        // no space after the colon.
+                        let text = match (s.is_empty(), comment) {
+                            (true, None) => String::new(),
+                            (true, Some(c)) => format!(" {c}"),
+                            (false, _) => format!(" {}", with_line_comment(&s, comment)),
+                        };
                         self.splice(colon + 1, end.max(colon + 1), text);
                     }
                     NewText::Block(text) if old_block => {
@@ -748,7 +755,9 @@ impl<'a> Editor<'a> {
                 let (text, with_comment) =
                     self.item_value_text(new, src, dash_col, first_col, is_flow(node));
                 if empty {
-                    self.splice(item.dash + 1, item.dash + 1, format!(" {text}"));
+                    if !text.is_empty() {
+                        self.splice(item.dash + 1, item.dash + 1, format!(" {text}"));
+                    }
                 } else if same_line && with_comment {
                     // The source's text brings its own line comment.
                     let tail = trailing_comment_span(self.b, node.end, line_end(t, node.end))
@@ -802,13 +811,29 @@ impl<'a> Editor<'a> {
             } else {
                 node.end
             };
+            // An empty value (a null written as nothing) takes the space
+            // before it away.
+            let start = if text.is_empty() {
+                t[..node.start].trim_end_matches([' ', '\t']).len()
+            } else {
+                node.start
+            };
             match comment {
                 Some(c) if base_comment != Some(c) => {
                     let end = old_comment.map_or(end, |(_, b)| b.max(end));
-                    self.splice(node.start, end, format!("{text} {c}"));
+                    self.splice(start, end, format!("{text} {c}"));
                     self.commented.push(line_start(t, node.start));
                 }
-                _ => self.splice(node.start, end, text),
+                Some(_) if text.is_empty() => {
+                    // The line's comment stays: keep one space before it.
+                    let gap = if t[node.end..].starts_with([' ', '\t']) {
+                        ""
+                    } else {
+                        " "
+                    };
+                    self.splice(start, node.end, gap);
+                }
+                _ => self.splice(start, end, text),
             }
         }
     }
@@ -831,7 +856,8 @@ impl<'a> Editor<'a> {
                     .body
                     .filter(|b| *b <= line_start(dt, s.node.start))
                     .unwrap_or_else(|| line_start(dt, s.node.start));
-                return NewText::Block(shift_text(dt, start, end, delta, true));
+                let shifts = seq_shifts(s.doc, s.node, Some(s.parent_col), self.seq);
+                return NewText::Block(shift_lines(dt, start, end, delta, true, &shifts));
             }
             return NewText::Inline(shift_text(dt, s.node.start, s.node.end, delta, false));
         }
@@ -865,8 +891,9 @@ impl<'a> Editor<'a> {
             if is_block_collection(s.node) {
                 let delta = first_col as isize - column(dt, s.node.start) as isize;
                 let end = block_end(s.doc, s.node);
+                let shifts = seq_shifts(s.doc, s.node, None, self.seq);
                 return (
-                    shift_text(dt, s.node.start, end, delta, false),
+                    shift_lines(dt, s.node.start, end, delta, false, &shifts),
                     end > s.node.end,
                 );
             }
@@ -898,12 +925,16 @@ impl<'a> Editor<'a> {
             if sv == v {
                 let delta = col as isize - column(dt, e.key.start) as isize;
                 let end = line_end(dt, e.end());
+                let shifts = seq_shifts(d, &e.value, Some(column(dt, e.key.start)), self.seq);
                 let body = if first_on_line(dt, e.key.start) {
                     let start = head_comments(d, e.key.start)
                         .map_or(line_start(dt, e.key.start), |(s, _)| s);
-                    shift_text(dt, start, end, delta, true)
+                    shift_lines(dt, start, end, delta, true, &shifts)
                 } else {
-                    format!("{pad}{}", shift_text(dt, e.key.start, end, delta, false))
+                    format!(
+                        "{pad}{}",
+                        shift_lines(dt, e.key.start, end, delta, false, &shifts)
+                    )
                 };
                 return format!("{body}\n");
             }
@@ -946,14 +977,15 @@ impl<'a> Editor<'a> {
             let dt = d.text();
             let delta = col as isize - column(dt, it.dash) as isize;
             let end = line_end(dt, it.end());
+            let shifts = seq_shifts(d, &it.node, None, self.seq);
             let body = if first_on_line(dt, it.dash) {
                 let start = head_comments(d, it.dash).map_or(line_start(dt, it.dash), |(s, _)| s);
-                shift_text(dt, start, end, delta, true)
+                shift_lines(dt, start, end, delta, true, &shifts)
             } else {
                 format!(
                     "{}{}",
                     " ".repeat(col),
-                    shift_text(dt, it.dash, end, delta, false)
+                    shift_lines(dt, it.dash, end, delta, false, &shifts)
                 )
             };
             return format!("{body}\n");
@@ -1039,13 +1071,20 @@ impl<'a> Editor<'a> {
         let Some((sa, sb)) = trailing_comment_span(sd, s_from, s_end) else {
             return;
         };
-        let s_text = sd.text()[sa..sb].trim_end();
+        let st = sd.text();
+        let s_text = st[sa..sb].trim_end();
+        // The space before the comment as the source wrote it.
+        let s_gap = &st[st[..sa].trim_end().len()..sa];
+        let s_gap = if s_gap.is_empty() { " " } else { s_gap };
         match trailing_comment_span(self.b, from, end) {
             Some((a, b)) if t[a..b].trim_end() == s_text => {}
-            Some((a, b)) => self.splice(a, b, s_text),
+            Some((a, b)) => {
+                let code_end = t[..a].trim_end().len();
+                self.splice(code_end, b, format!("{s_gap}{s_text}"));
+            }
             None => {
                 let code_end = t[..end].trim_end().len();
-                self.splice(code_end, code_end, format!(" {s_text}"));
+                self.splice(code_end, code_end, format!("{s_gap}{s_text}"));
             }
         }
     }
@@ -1217,12 +1256,86 @@ fn head_comments(doc: &YamlDoc, pos: usize) -> Option<(usize, Vec<String>)> {
 /// `all`) shifted right by `delta` columns (left when negative; only
 /// leading blanks are removed).
 fn shift_text(t: &str, start: usize, end: usize, delta: isize, all: bool) -> String {
+    shift_lines(t, start, end, delta, all, &[])
+}
+
+/// Byte ranges of a source text whose lines move by a further number of
+/// columns (see [`seq_shifts`]).
+type Shifts = Vec<(usize, usize, isize)>;
+
+/// The moves that give the block sequences under mapping keys within
+/// `node` (itself one when `key_col` is its key's column) the indentation
+/// `want`: a function's text goes into a file in that file's sequence style,
+/// as kpt writes it.
+fn seq_shifts(doc: &YamlDoc, node: &Node, key_col: Option<usize>, want: SeqIndent) -> Shifts {
+    let mut out = Vec::new();
+    collect_seq_shifts(doc, node, key_col, want, &mut out);
+    out
+}
+
+fn collect_seq_shifts(
+    doc: &YamlDoc,
+    node: &Node,
+    key_col: Option<usize>,
+    want: SeqIndent,
+    out: &mut Shifts,
+) {
+    let t = doc.text();
+    match &node.kind {
+        Kind::Map {
+            flow: false,
+            entries,
+        } => {
+            for e in entries {
+                collect_seq_shifts(doc, &e.value, Some(column(t, e.key.start)), want, out);
+            }
+        }
+        Kind::Seq { flow: false, items } => {
+            if let (Some(kc), Some(first)) = (key_col, items.first())
+                && first_on_line(t, first.dash)
+            {
+                let dash_col = column(t, first.dash);
+                let shift = match want {
+                    SeqIndent::Wide if dash_col == kc => 2,
+                    SeqIndent::Compact if dash_col == kc + 2 => -2,
+                    _ => 0,
+                };
+                if shift != 0 {
+                    out.push((line_start(t, first.dash), block_end(doc, node), shift));
+                }
+            }
+            for i in items {
+                collect_seq_shifts(doc, &i.node, None, want, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// [`shift_text`] with further moves for the lines starting in `shifts`.
+fn shift_lines(
+    t: &str,
+    start: usize,
+    end: usize,
+    delta: isize,
+    all: bool,
+    shifts: &[(usize, usize, isize)],
+) -> String {
     let mut out = String::with_capacity(end - start + 16);
+    let mut pos = start;
     for (i, line) in t[start..end].split_inclusive('\n').enumerate() {
+        let at = pos;
+        pos += line.len();
         if i == 0 && !all {
             out.push_str(line);
             continue;
         }
+        let delta = delta
+            + shifts
+                .iter()
+                .filter(|(a, b, _)| *a <= at && at < *b)
+                .map(|(_, _, d)| d)
+                .sum::<isize>();
         let body = line.trim_end_matches('\n');
         if body.trim().is_empty() {
             out.push_str(&line[body.len()..]);

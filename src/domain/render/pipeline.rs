@@ -46,7 +46,7 @@ use super::results::{
     self, Condition, FunctionResultList, KptRenderStatus, RenderStatus, StepKind, StepRecord,
     StructuredResult,
 };
-use super::source::{CallSources, DocKey, ObjectText, SourceMap, TextMap, root_key};
+use super::source::{CallSources, DocKey, ObjectText, SourceMap, TextMap, root_keys};
 use crate::domain::codec::preserve;
 use crate::domain::codec::tree::YamlDoc;
 use crate::domain::evaluation::EvalError;
@@ -108,6 +108,8 @@ pub trait RenderEvents: Send + Sync {
     fn step_started(&self, _step: &StepStart<'_>) {}
     /// A step ended (successfully or not), including steps that failed before running.
     fn step_finished(&self, _record: &StepRecord) {}
+    /// A package's pipeline passed (kpt prints a blank line then).
+    fn package_finished(&self, _path: &str) {}
 }
 
 /// A [`RenderEvents`] that ignores everything.
@@ -697,6 +699,8 @@ impl<'a> Renderer<'a> {
         input: Vec<Value>,
     ) -> Result<Vec<Value>, Failure> {
         let pipeline = &node.pipeline;
+        // kpt names every package it reaches, pipeline or not.
+        self.events.package_started(&node.path, &node.name);
         if pipeline.is_empty() {
             if let Err(e) = check_all_krm(&input) {
                 return Err(Failure {
@@ -706,7 +710,6 @@ impl<'a> Renderer<'a> {
             }
             return Ok(input);
         }
-        self.events.package_started(&node.path, &node.name);
         for (kind, fns) in [
             (StepKind::Mutator, &pipeline.mutators),
             (StepKind::Validator, &pipeline.validators),
@@ -823,6 +826,7 @@ impl<'a> Renderer<'a> {
                 });
             }
         }
+        self.events.package_finished(&node.path);
         Ok(items)
     }
 
@@ -993,13 +997,8 @@ impl<'a> Renderer<'a> {
             .as_ref()
             .and_then(ann::path)
             .map(|p| function_dir(&p));
-        let input_keys: Vec<Option<DocKey>> = input
-            .iter()
-            .map(|item| {
-                let pp = ann::get(item, ann::PACKAGE_PATH).unwrap_or_default();
-                root_key(ctx.dirs.get(&pp).map_or("", String::as_str), item)
-            })
-            .collect();
+        let input_keys: Vec<Option<DocKey>> =
+            root_keys(input.iter(), |item| package_dir(&ctx.dirs, item));
         let sources = ctx.texts.as_ref().map(|texts| CallSources {
             texts: input_keys
                 .iter()
@@ -1102,12 +1101,12 @@ impl<'a> Renderer<'a> {
         if kind == StepKind::Mutator
             && let (Some(texts), Some(sent)) = (ctx.texts.as_mut(), input_texts)
         {
-            let added = out
-                .iter()
+            let out_keys = root_keys(&out, |item| package_dir(&ctx.dirs, item));
+            let added = out_keys
+                .into_iter()
                 .enumerate()
-                .filter_map(|(k, item)| {
-                    let pp = ann::get(item, ann::PACKAGE_PATH).unwrap_or_default();
-                    let key = root_key(ctx.dirs.get(&pp).map_or("", String::as_str), item)?;
+                .filter_map(|(k, key)| {
+                    let key = key?;
                     let text = item_text(
                         &sent,
                         matched[k],
@@ -1139,6 +1138,14 @@ fn refusal_result(e: &EvalError) -> StructuredResult {
         tags: tag.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         ..Default::default()
     }
+}
+
+/// The root-relative directory of the package an object belongs to (its
+/// package-path annotation looked up in `dirs`; "" when unknown).
+fn package_dir(dirs: &HashMap<String, String>, item: &Value) -> String {
+    ann::get(item, ann::PACKAGE_PATH)
+        .and_then(|pp| dirs.get(&pp).cloned())
+        .unwrap_or_default()
 }
 
 /// The texts of output item `k` of a call: its origin is that of the input

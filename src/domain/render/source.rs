@@ -155,10 +155,10 @@ impl TextMap {
         self.objects.extend(added);
     }
 
-    /// The text for an object with root-relative path/index annotations
+    /// The text for the object at `key` (see [`root_keys`]) as `target`
     /// (the text of an unknown object is emitted); see [`ObjectText::text_for`].
-    pub fn text_for(&self, item: &Value, target: &Value) -> String {
-        match root_key("", item).and_then(|k| self.objects.get(&k)) {
+    pub fn text_for(&self, key: Option<&DocKey>, target: &Value) -> String {
+        match key.and_then(|k| self.objects.get(k)) {
             Some(t) => t.text_for(target),
             None => emit_document(target),
         }
@@ -197,6 +197,37 @@ pub fn root_key(dir: &str, item: &Value) -> Option<DocKey> {
     let index = ann::index(item)?.parse().ok()?;
     let path = ann::clean_path(&path);
     Some((ann::join_path(&[dir, path.trim_start_matches('/')]), index))
+}
+
+/// The keys of `items` (in order) under their package directories
+/// (`dir_of`; "" for objects with root-relative paths). An object a
+/// function generated without an index (kpt numbers those when it writes
+/// the file) is keyed by its path and its rank among such objects with that
+/// path, counted down from `usize::MAX`, so its text follows it from call
+/// to call and into the file.
+pub fn root_keys<'v>(
+    items: impl IntoIterator<Item = &'v Value>,
+    dir_of: impl Fn(&Value) -> String,
+) -> Vec<Option<DocKey>> {
+    let mut unindexed: HashMap<String, usize> = HashMap::new();
+    items
+        .into_iter()
+        .map(|item| {
+            let dir = dir_of(item);
+            let dir = dir.as_str();
+            if let Some(key) = root_key(dir, item) {
+                return Some(key);
+            }
+            if ann::index(item).is_some() {
+                return None;
+            }
+            let path = ann::clean_path(&ann::path(item)?);
+            let path = ann::join_path(&[dir, path.trim_start_matches('/')]);
+            let rank = unindexed.entry(path.clone()).or_default();
+            *rank += 1;
+            Some((path, usize::MAX - (*rank - 1)))
+        })
+        .collect()
 }
 
 /// A value as a new document in kpt's style (compact sequences).
@@ -267,5 +298,22 @@ mod tests {
             "internal.config.kubernetes.io/index": "0"}}});
         assert_eq!(root_key("app", &item), Some(("app/cm.yaml".into(), 0)));
         assert_eq!(root_key("", &item), Some(("cm.yaml".into(), 0)));
+    }
+
+    #[test]
+    fn objects_without_an_index_are_keyed_by_rank() {
+        let at = |path: &str| {
+            json!({"metadata": {"annotations": {
+            "internal.config.kubernetes.io/path": path}}})
+        };
+        let items = [at("a.yaml"), at("b.yaml"), at("a.yaml")];
+        assert_eq!(
+            root_keys(&items, |_| "sub".into()),
+            [
+                Some(("sub/a.yaml".into(), usize::MAX)),
+                Some(("sub/b.yaml".into(), usize::MAX)),
+                Some(("sub/a.yaml".into(), usize::MAX - 1)),
+            ]
+        );
     }
 }

@@ -158,6 +158,36 @@ fn comments_a_function_writes_land_where_it_wrote_them() {
 }
 
 #[test]
+fn new_sequences_a_function_writes_take_the_file_s_indentation() {
+    let wide = "spec:\n  args:\n    - a\n";
+    let source = "spec:\n  args:\n  - a\n  ports:\n  - port: 80 # http\n    names:\n    - x\n";
+    assert_eq!(
+        merged(wide, source, None),
+        "spec:\n  args:\n    - a\n  ports:\n    - port: 80 # http\n      names:\n        - x\n"
+    );
+    let compact = "spec:\n  args:\n  - a\n";
+    let source = "spec:\n  args:\n    - a\n  ports:\n    - port: 80\n";
+    assert_eq!(
+        merged(compact, source, None),
+        "spec:\n  args:\n  - a\n  ports:\n  - port: 80\n"
+    );
+}
+
+#[test]
+fn a_null_written_as_nothing_leaves_no_space_behind() {
+    let base = "a: x\nb: y # keep\nl:\n  - x\n";
+    let source = "a:\nb: # keep\nl:\n  -\n";
+    assert_eq!(merged(base, source, None), "a:\nb: # keep\nl:\n  -\n");
+}
+
+#[test]
+fn the_space_a_function_puts_before_a_new_comment_is_kept() {
+    let base = "spec:\n  replicas: 3\n  image: nginx # old\n";
+    let source = "spec:\n  replicas: 3   # kpt-set: ${replicas}\n  image: nginx  # new\n";
+    assert_eq!(merged(base, source, None), source);
+}
+
+#[test]
 fn a_new_mapping_takes_only_the_target_s_keys_from_the_source() {
     let base = "metadata:\n  name: a\n";
     let source = "metadata:\n  name: a\n  annotations:\n    internal.config.kubernetes.io/path: a.yaml\n    team: x # owner\n";
