@@ -67,6 +67,9 @@ enum Aspect {
     Results,
     /// The stdout of an out-of-place render (`-o stdout`, `-o unwrap`).
     Stdout,
+    /// A KRM file that reads the same as kpt's but is not byte-identical
+    /// (the byte-level conformance mode: layout, quoting, comments, markers).
+    Bytes,
 }
 
 /// Why a difference is accepted for now.
@@ -104,8 +107,216 @@ const OVERLAP: &str = "kpt quirk (spec §3.5): an object matching two selectors 
     exists` (and writes an empty results list); we pass it once and the render succeeds \
     (asserted in `selectors_overlap`)";
 
+const HEAD_COMMENT_GAP: &str = "kpt quirk (kyaml): a blank line between a document's head \
+    comment and its first key is dropped when kpt rewrites the file; we keep the file's text \
+    wherever the functions did not change it";
+
+const FOOT_COMMENT: &str = "kpt quirk (kyaml): a comment below a document's last sequence item is \
+    written twice (once indented into the item, once where it was) and the blank line after the \
+    document's head comment is dropped; we keep both as they were";
+
+const JSON_KEY_ORDER: &str = "kpt quirk (kyaml): a JSON file a function changed is re-encoded with \
+    its keys sorted; we keep the file's key order and layout and edit only the changed values";
+
+const UNCHANGED_SCALAR_STYLE: &str = "kpt writes every scalar as the function re-encoded it: \
+    starlark outputs the unchanged `env: |-` block scalar as `'[dev, staging]'`; we keep the \
+    file's text for values a function did not change (changed values take the function's text)";
+
+const DOCUMENT_END: &str = "kpt drops `...` document-end markers when it rewrites a file; we \
+    keep them (the document between the markers is edited in place)";
+
+const SEPARATOR_COMMENTS: &str = "kpt quirk (kyaml): a comment on a `---` line is moved below it \
+    for the first document and lost for the others; we keep the separator lines as written";
+
+const LINE_ENDINGS: &str = "kpt writes LF line endings to a CRLF file it rewrites; we keep the \
+    file's CRLF on every line, inserted lines and `---` included";
+
 /// Reviewed differences from kpt v1.0.0-beta.54. Each must still occur.
 const KNOWN_DIFFERENCES: &[Known] = &[
+    Known {
+        package: "doc-markers",
+        aspect: Aspect::Bytes,
+        file: "ended.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: DOCUMENT_END,
+    },
+    Known {
+        package: "doc-markers",
+        aspect: Aspect::Bytes,
+        file: "separators.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: SEPARATOR_COMMENTS,
+    },
+    Known {
+        package: "doc-markers",
+        aspect: Aspect::Bytes,
+        file: "unchanged.yaml",
+        marker: "ours: \"...\\n\"",
+        class: Class::Quirk,
+        reason: DOCUMENT_END,
+    },
+    Known {
+        package: "doc-markers@dir",
+        aspect: Aspect::Bytes,
+        file: "ended.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: DOCUMENT_END,
+    },
+    Known {
+        package: "doc-markers@dir",
+        aspect: Aspect::Bytes,
+        file: "separators.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: SEPARATOR_COMMENTS,
+    },
+    Known {
+        package: "doc-markers@dir",
+        aspect: Aspect::Bytes,
+        file: "unchanged.yaml",
+        marker: "ours: \"...\\n\"",
+        class: Class::Quirk,
+        reason: DOCUMENT_END,
+    },
+    Known {
+        package: "crlf",
+        aspect: Aspect::Bytes,
+        file: "windows.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: LINE_ENDINGS,
+    },
+    Known {
+        package: "crlf@dir",
+        aspect: Aspect::Bytes,
+        file: "windows.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: LINE_ENDINGS,
+    },
+    Known {
+        package: "multi-doc-comments",
+        aspect: Aspect::Bytes,
+        file: "all.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: FOOT_COMMENT,
+    },
+    Known {
+        package: "multi-doc-comments",
+        aspect: Aspect::Bytes,
+        file: "obj.json",
+        marker: "",
+        class: Class::Quirk,
+        reason: JSON_KEY_ORDER,
+    },
+    Known {
+        package: "multi-doc-comments@builtin",
+        aspect: Aspect::Bytes,
+        file: "all.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: FOOT_COMMENT,
+    },
+    Known {
+        package: "multi-doc-comments@builtin",
+        aspect: Aspect::Bytes,
+        file: "obj.json",
+        marker: "",
+        class: Class::Quirk,
+        reason: JSON_KEY_ORDER,
+    },
+    Known {
+        package: "multi-doc-comments@dir",
+        aspect: Aspect::Bytes,
+        file: "all.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: FOOT_COMMENT,
+    },
+    Known {
+        package: "multi-doc-comments@dir",
+        aspect: Aspect::Bytes,
+        file: "obj.json",
+        marker: "",
+        class: Class::Quirk,
+        reason: JSON_KEY_ORDER,
+    },
+    Known {
+        package: "configpath",
+        aspect: Aspect::Bytes,
+        file: "setters.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: UNCHANGED_SCALAR_STYLE,
+    },
+    Known {
+        package: "kpt-e2e/modify-path-annotation",
+        aspect: Aspect::Bytes,
+        file: "starlark-fn.yaml",
+        marker: "ours: \"\\n\"",
+        class: Class::Quirk,
+        reason: HEAD_COMMENT_GAP,
+    },
+    Known {
+        package: "kpt-e2e/out-of-place-dir",
+        aspect: Aspect::Bytes,
+        file: "resources.yaml",
+        marker: "ours: \"\\n\"",
+        class: Class::Quirk,
+        reason: HEAD_COMMENT_GAP,
+    },
+    Known {
+        package: "kpt-e2e/out-of-place-dir-exists-error",
+        aspect: Aspect::Bytes,
+        file: "resources.yaml",
+        marker: "ours: \"\\n\"",
+        class: Class::Quirk,
+        reason: HEAD_COMMENT_GAP,
+    },
+    Known {
+        package: "kpt-e2e/out-of-place-fnchain-stdout",
+        aspect: Aspect::Bytes,
+        file: "resources.yaml",
+        marker: "ours: \"\\n\"",
+        class: Class::Quirk,
+        reason: HEAD_COMMENT_GAP,
+    },
+    Known {
+        package: "kpt-e2e/out-of-place-fnchain-stdout-results",
+        aspect: Aspect::Bytes,
+        file: "resources.yaml",
+        marker: "ours: \"\\n\"",
+        class: Class::Quirk,
+        reason: HEAD_COMMENT_GAP,
+    },
+    Known {
+        package: "kpt-e2e/out-of-place-fnchain-unwrap",
+        aspect: Aspect::Bytes,
+        file: "resources.yaml",
+        marker: "ours: \"\\n\"",
+        class: Class::Quirk,
+        reason: HEAD_COMMENT_GAP,
+    },
+    Known {
+        package: "kpt-e2e/out-of-place-stdout",
+        aspect: Aspect::Bytes,
+        file: "resources.yaml",
+        marker: "ours: \"\\n\"",
+        class: Class::Quirk,
+        reason: HEAD_COMMENT_GAP,
+    },
+    Known {
+        package: "kpt-e2e/out-of-place-unwrap",
+        aspect: Aspect::Bytes,
+        file: "resources.yaml",
+        marker: "ours: \"\\n\"",
+        class: Class::Quirk,
+        reason: HEAD_COMMENT_GAP,
+    },
     // selectors-overlap: the kpt quirk.
     Known {
         package: "selectors-overlap",
@@ -197,6 +408,9 @@ fn stage(src: &Path, dest: &Path, rewrite: &dyn Fn(&str) -> String) {
         let kind = entry.file_type().unwrap();
         if kind.is_dir() {
             stage(&from, &to, rewrite);
+        } else if kind.is_symlink() {
+            let target = std::fs::read_link(&from).unwrap();
+            std::os::unix::fs::symlink(target, &to).unwrap();
         } else if kind.is_file() {
             if name == "Kptfile" {
                 let text = std::fs::read_to_string(&from).unwrap();
@@ -208,9 +422,13 @@ fn stage(src: &Path, dest: &Path, rewrite: &dyn Fn(&str) -> String) {
     }
 }
 
-/// `${CATALOG}` → the directory of the installed binaries.
+/// `${CATALOG}` → the directory of the installed binaries; `${FUNCTIONS}`
+/// → `tests/render_functions` (small exec functions written for these
+/// packages).
 fn substitute_catalog(text: &str) -> String {
+    let functions = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/render_functions");
     text.replace("${CATALOG}", &catalog_bin().display().to_string())
+        .replace("${FUNCTIONS}", &functions.display().to_string())
 }
 
 /// The function name of a catalog image (`gcr.io/kpt-fn/starlark:v0.4` → `starlark`).
@@ -536,7 +754,53 @@ fn take_root_status(
             if succeeded { "successful" } else { "failed" }
         );
     }
-    *bytes = codec::to_yaml_string(&docs[0]).unwrap().into_bytes();
+    *bytes = without_top_level_key(bytes, "status");
+}
+
+/// `bytes` without the top-level mapping entry `key` (its line and every
+/// more indented, blank or comment line after it): the rest of the file
+/// byte for byte.
+fn without_top_level_key(bytes: &[u8], key: &str) -> Vec<u8> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = String::with_capacity(text.len());
+    let mut skipping = false;
+    for line in text.split_inclusive('\n') {
+        let top = !line.starts_with([' ', '\t', '#', '\n', '\r']);
+        if top {
+            skipping = line.starts_with(&format!("{key}:"));
+        }
+        if !skipping {
+            out.push_str(line);
+        }
+    }
+    out.into_bytes()
+}
+
+/// The lines where two texts differ (common leading and trailing lines
+/// left out), as `kpt: …` and `ours: …` lines.
+fn byte_difference(kpt: &[u8], ours: &[u8]) -> String {
+    let (k, o) = (String::from_utf8_lossy(kpt), String::from_utf8_lossy(ours));
+    let k: Vec<&str> = k.split_inclusive('\n').collect();
+    let o: Vec<&str> = o.split_inclusive('\n').collect();
+    let head = k.iter().zip(&o).take_while(|(a, b)| a == b).count();
+    let tail = k[head..]
+        .iter()
+        .rev()
+        .zip(o[head..].iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut out: Vec<String> = Vec::new();
+    out.extend(
+        k[head..k.len() - tail]
+            .iter()
+            .map(|l| format!("kpt: {l:?}")),
+    );
+    out.extend(
+        o[head..o.len() - tail]
+            .iter()
+            .map(|l| format!("ours: {l:?}")),
+    );
+    out.join("\n")
 }
 
 /// Compares the package trees, results and exit status of the two renders.
@@ -628,7 +892,7 @@ fn compare_renders(
             match (parse(k), parse(o)) {
                 (Ok(kd), Ok(od)) if kd == od => {
                     if k != o {
-                        println!("[{package}] {rel}: same YAML as kpt's, formatted differently");
+                        diff(Aspect::Bytes, rel, byte_difference(k, o));
                     }
                 }
                 (Ok(kd), Ok(od)) => diff(Aspect::Content, rel, describe_mismatch(&kd, &od)),
@@ -1122,6 +1386,140 @@ fn non_krm() {
     own_package("non-krm", 0);
 }
 
+/// D1: documents closed with `...` and separators carrying comments. Both
+/// tools render; ours keeps the markers and the separators' comments (kpt
+/// drops them: listed).
+#[test]
+fn doc_markers() {
+    own_package_with("doc-markers", 0, &|pkg, code| {
+        assert_eq!(code, 0);
+        let ended = std::fs::read_to_string(pkg.join("ended.yaml")).unwrap();
+        assert!(
+            ended.contains("s3cret\n...\n---\n")
+                && ended.ends_with("robot\n  namespace: markers\n...\n"),
+            "{ended}"
+        );
+        let seps = std::fs::read_to_string(pkg.join("separators.yaml")).unwrap();
+        assert!(seps.starts_with("--- # the first document\n"), "{seps}");
+        assert!(seps.contains("--- # the second document\n"), "{seps}");
+    });
+}
+
+/// D1 without a pipeline: `-o stdout` and `-o unwrap` of a package whose
+/// files end documents with `...` print YAML that reads as kpt's.
+#[test]
+fn doc_markers_without_a_pipeline_out_of_place() {
+    let mut diffs = Vec::new();
+    let mut names = Vec::new();
+    let no_pipeline = |t: &str| t.split("pipeline:").next().unwrap().to_string();
+    for mode in ["stdout", "unwrap"] {
+        let (kpt_code, our_code) = compare_out_of_place(
+            "doc-markers",
+            &own_source("doc-markers"),
+            mode,
+            &no_pipeline,
+            &mut diffs,
+        );
+        assert_eq!((kpt_code, our_code), (0, 0), "-o {mode}");
+        names.push(format!("doc-markers@{mode}"));
+    }
+    check_against_known(&names, &diffs);
+}
+
+/// D3: comments an exec function writes — on a field it changes, on a
+/// field it adds, on an object it adds — reach the files as kpt writes them.
+#[test]
+fn function_comments() {
+    own_package_with("function-comments", 0, &|pkg, _| {
+        let app = std::fs::read_to_string(pkg.join("app.yaml")).unwrap();
+        assert!(
+            app.contains("  replicas: 3 # kpt-set: ${replicas}\n"),
+            "{app}"
+        );
+        assert!(
+            app.contains("  # added by the function\n  added: \"yes\" # a new field\n"),
+            "{app}"
+        );
+        let generated = std::fs::read_to_string(pkg.join("generated.yaml")).unwrap();
+        assert!(
+            generated.starts_with("# a ConfigMap the function generated\n"),
+            "{generated}"
+        );
+    });
+}
+
+/// D6, D7: every YAML 1.2 scalar form a setter writes keeps the text the
+/// function wrote (`0123`, `007`, `0x1F`, `1e3`, `0o17`, `1_000`, `.inf`,
+/// `.NaN`, `~`, `yes`, dates, quoted versions); `.inf` from a function is
+/// written, not refused.
+#[test]
+fn scalar_forms() {
+    own_package_with("scalar-forms", 0, &|pkg, _| {
+        let text = std::fs::read_to_string(pkg.join("values.yaml")).unwrap();
+        for line in [
+            "  a: 0123 #",
+            "  b: 007 #",
+            "  c: 0x1F #",
+            "  d: 1e3 #",
+            "  e: 0o17 #",
+            "  f: 1_000 #",
+            "  g: 2.50 #",
+            "  m: ~ #",
+            "  n: .inf #",
+            "  o: .NaN #",
+            "  p: \"1.10\" #",
+            "  limit: .inf\n",
+            "  floor: -.inf\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+    });
+}
+
+/// D8: a CRLF file keeps CRLF on every line, inserted lines and `---`
+/// included (kpt writes LF: listed).
+#[test]
+fn crlf() {
+    own_package_with("crlf", 0, &|pkg, _| {
+        let text = std::fs::read_to_string(pkg.join("windows.yaml")).unwrap();
+        assert!(text.contains("  namespace: windows\r\n"), "{text:?}");
+        assert!(text.contains("\r\n---\r\n"), "{text:?}");
+        assert!(
+            text.split_inclusive('\n').all(|l| l.ends_with("\r\n")),
+            "a line without CR: {text:?}"
+        );
+        let unix = std::fs::read_to_string(pkg.join("unix.yaml")).unwrap();
+        assert!(!unix.contains('\r'), "{unix:?}");
+    });
+}
+
+/// D5: a hidden file and a symbolic link to a file inside the package are
+/// rendered, as kpt renders them; the link stays a link.
+#[test]
+fn hidden_links() {
+    own_package_with("hidden-links", 0, &|pkg, _| {
+        let hidden = std::fs::read_to_string(pkg.join(".hidden.yaml")).unwrap();
+        assert!(hidden.contains("namespace: hidden"), "{hidden}");
+        let link = pkg.join("link.yaml");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        let target = std::fs::read_to_string(pkg.join("sub/target.yaml")).unwrap();
+        assert!(target.contains("namespace: hidden"), "{target}");
+    });
+}
+
+/// D2: functions get a package's subpackages' objects (depth first, sorted
+/// by path) before its own; `report-order` lists what it received as
+/// results, and results.yaml is compared item by item with kpt's.
+#[test]
+fn subpackage_order() {
+    own_package_with("subpackage-order", 0, &|_, code| assert_eq!(code, 0));
+}
+
 /// The packages that run the set-namespace binary, again with our builtin
 /// `set-namespace` in its place (kpt still runs the binary).
 #[test]
@@ -1158,6 +1556,9 @@ fn out_of_place_outputs() {
         ("multi-doc-comments", 0),
         ("generator", 0),
         ("mutator-fail", 1),
+        ("doc-markers", 0),
+        ("crlf", 0),
+        ("hidden-links", 0),
     ] {
         for mode in ["stdout", "unwrap"] {
             let (kpt_code, _) = compare_out_of_place(

@@ -2,8 +2,9 @@
 //! [`FunctionRuntime`], the way `kpt fn render` does (`krm-functions.md` §3).
 //!
 //! - **Order.** Default: depth-first post-order — a package's subpackages
-//!   (sorted by path) are rendered first, then its pipeline runs on its own
-//!   objects followed by the subpackages' outputs. With
+//!   (sorted by path) are rendered first, then its pipeline runs on the
+//!   subpackages' outputs followed by its own objects (as `kpt fn render`
+//!   hands them to functions). With
 //!   `kpt.dev/bfs-rendering: "true"` on the root Kptfile: packages run
 //!   top-down in breadth-first order, each on itself plus all its
 //!   descendants, and the output is handed back to the packages by their
@@ -604,10 +605,13 @@ impl<'a> Renderer<'a> {
                     }
                 }
                 Ev::Exit(i) => {
-                    let mut input = std::mem::take(&mut nodes[i].own);
+                    // kpt's order: the subpackages' outputs (sorted by
+                    // path), then the package's own objects.
+                    let mut input = Vec::new();
                     for c in nodes[i].children.clone() {
                         input.extend(nodes[c].output.take().unwrap_or_default());
                     }
+                    input.append(&mut nodes[i].own);
                     match self.run_pipeline(ctx, &nodes[i], input).await {
                         Ok(out) => nodes[i].output = Some(out),
                         Err(f) => return (Err((i, f)), packages),
@@ -1473,10 +1477,11 @@ fn collect_partial(
     if let Some(out) = nodes[i].output.take() {
         return out;
     }
-    let mut items = std::mem::take(&mut nodes[i].own);
+    let mut items = Vec::new();
     for c in nodes[i].children.clone() {
         items.extend(collect_partial(nodes, c, failed, partial));
     }
+    items.append(&mut nodes[i].own);
     items
 }
 

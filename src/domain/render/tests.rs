@@ -329,7 +329,7 @@ fn pipeline_named(p: &str) -> Value {
 }
 
 #[tokio::test]
-async fn depth_first_post_order_with_parent_objects_first() {
+async fn depth_first_post_order_with_subpackage_objects_first() {
     let fake = recording_fake();
     let out = render(&fake, tree(pipeline_named, false)).await;
     assert!(out.is_ok(), "{:?}", out.error);
@@ -345,11 +345,13 @@ async fn depth_first_post_order_with_parent_objects_first() {
     let calls = fake.calls();
     assert_eq!(
         names(&calls[1].resource_list.items),
-        ["a", "a-cm", "ax", "ax-cm"]
+        ["ax", "ax-cm", "a", "a-cm"]
     );
+    // kpt's order: each subpackage's output (sorted by path), then the
+    // package's own objects.
     assert_eq!(
         names(&calls[3].resource_list.items),
-        ["root", "root-cm", "a", "a-cm", "ax", "ax-cm", "b", "b-cm"]
+        ["ax", "ax-cm", "a", "a-cm", "b", "b-cm", "root", "root-cm"]
     );
     // Paths stay package-relative inside the render; package-path tells the owner.
     let ax_cm = by_name(&calls[3].resource_list.items, "ax-cm");
