@@ -64,15 +64,16 @@ impl FunctionRuntime for EvaluatorRuntime {
         let response = self.evaluator.evaluate(request).await?;
         let image = image.clone();
         let output = response.resource_list.clone();
-        let (resource_list, item_texts) = crate::adapters::parse_pool::parse_off_workers(move || {
-            call.read_output(&output, sent.as_deref())
-        })
-        .await?
-        .map_err(|e| {
-            EvalError::Internal(format!(
-                "function {image:?} did not return a ResourceList: {e}"
-            ))
-        })?;
+        let (resource_list, item_texts) =
+            crate::adapters::parse_pool::parse_off_workers(move || {
+                call.read_output(&output, sent.as_deref())
+            })
+            .await?
+            .map_err(|e| {
+                EvalError::Internal(format!(
+                    "function {image:?} did not return a ResourceList: {e}"
+                ))
+            })?;
         Ok(FunctionOutput {
             resource_list,
             stderr: String::from_utf8_lossy(&response.log).into_owned(),

@@ -30,8 +30,8 @@
 //! text in kpt's style — so comments, key order, quoting and sequence
 //! indentation survive a render, as they do with kpt's kyaml.
 
-pub mod keys;
 pub mod emit;
+pub mod keys;
 pub mod preserve;
 pub mod tree;
 
