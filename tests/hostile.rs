@@ -487,3 +487,191 @@ async fn logs_cap_stderr_and_names() {
     assert!(log.contains("5000000 bytes"), "{log}");
     assert!(log.contains("120015 bytes"), "{log}");
 }
+
+// ---------------------------------------------------------------------------
+// render: no write leaves the package, and a failed write changes nothing
+// ---------------------------------------------------------------------------
+
+/// Every regular file under `dir` (links not followed) with its bytes, and
+/// every link with its target.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            let kind = e.file_type().unwrap();
+            if kind.is_symlink() {
+                let target = std::fs::read_link(&p).unwrap();
+                out.insert(
+                    format!("{rel} ->"),
+                    target.display().to_string().into_bytes(),
+                );
+            } else if kind.is_dir() {
+                out.insert(format!("{rel}/"), Vec::new());
+                stack.push(p);
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// A package `pkg` under `dir` whose pipeline runs `function` (a Python
+/// script that rewrites the ResourceList's text), with `app.yaml` holding a
+/// ConfigMap whose `v: "1"` the function turns into `v: "2"`.
+fn render_package(dir: &Path, function_body: &str) -> std::path::PathBuf {
+    let pkg = dir.join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    let function = script(dir, "function", function_body);
+    std::fs::write(
+        pkg.join("Kptfile"),
+        format!(
+            "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\npipeline:\n  mutators:\n  - exec: {}\n",
+            function.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("app.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  v: \"1\"\n",
+    )
+    .unwrap();
+    pkg
+}
+
+/// A Python function that sets `v: "2"` and adds a ConfigMap at `path`.
+fn adding_function(path: &str) -> String {
+    format!(
+        "#!/usr/bin/env python3\nimport sys\nt = sys.stdin.read().replace('v: \"1\"', 'v: \"2\"')\n\
+         t = t.replace('items:\\n', 'items:\\n- apiVersion: v1\\n  kind: ConfigMap\\n  metadata:\\n    name: added\\n    annotations:\\n      config.kubernetes.io/path: {path}\\n', 1)\n\
+         sys.stdout.write(t)\n"
+    )
+}
+
+/// `krm-fn-runner render --allow-exec pkg`: exit code and stderr.
+fn render_cli(pkg: &Path) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+        .arg("render")
+        .arg(pkg)
+        .arg("--allow-exec")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `Rendered` condition of the root Kptfile's status.
+fn rendered_condition(pkg: &Path) -> serde_json::Value {
+    let kptfile: serde_json::Value =
+        krm_fn_runner::domain::codec::from_yaml_slice(&std::fs::read(pkg.join("Kptfile")).unwrap())
+            .unwrap();
+    kptfile["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Rendered").cloned())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// F2: a symbolic link in the package that leaves it is never read or
+/// written through. A linked file pointing outside fails the render before
+/// any function runs; a function's object whose path goes through a link
+/// to an outside directory fails the write. Outside, nothing changes;
+/// inside, every resource file stays as it was.
+#[test]
+fn render_never_writes_through_a_link_leaving_the_package() {
+    // A file link to outside.
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(outside.join("dir")).unwrap();
+    std::fs::write(outside.join("file.yaml"), "secret: keep\n").unwrap();
+    let pkg = render_package(dir.path(), &adding_function("linkfile.yaml"));
+    std::os::unix::fs::symlink("../outside/file.yaml", pkg.join("linkfile.yaml")).unwrap();
+    let (outside_before, pkg_before) = (snapshot(&outside), snapshot(&pkg));
+    let (code, stderr) = render_cli(&pkg);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("\"linkfile.yaml\" is a symbolic link")
+            && stderr.contains("outside the package"),
+        "{stderr}"
+    );
+    assert_eq!(snapshot(&outside), outside_before);
+    assert_eq!(snapshot(&pkg), pkg_before);
+
+    // A directory link to outside, written through by a function's object.
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(outside.join("dir")).unwrap();
+    let pkg = render_package(dir.path(), &adding_function("linkdir/new.yaml"));
+    std::os::unix::fs::symlink("../outside/dir", pkg.join("linkdir")).unwrap();
+    let (outside_before, pkg_before) = (snapshot(&outside), snapshot(&pkg));
+    let (code, stderr) = render_cli(&pkg);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("linkdir is a symbolic link") && stderr.contains("no file was changed"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Successfully executed"), "{stderr}");
+    assert_eq!(
+        snapshot(&outside),
+        outside_before,
+        "a file was created outside"
+    );
+    let mut after = snapshot(&pkg);
+    after.remove("Kptfile");
+    let mut before = pkg_before;
+    before.remove("Kptfile");
+    assert_eq!(after, before, "a package file changed");
+    let rendered = rendered_condition(&pkg);
+    assert_eq!(rendered["status"], "False", "{rendered}");
+    assert!(
+        rendered["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("symbolic link"),
+        "{rendered}"
+    );
+}
+
+/// F9: render writes all files or none. The function changes `app.yaml`
+/// and adds an object whose file name is too long for the file system, the
+/// last file written: `app.yaml` stays as it was, no file is added, the
+/// Kptfile says `Rendered: False` with the reason, and the summary line is
+/// not printed.
+#[test]
+fn render_writes_all_files_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = format!("{}.yaml", "z".repeat(300));
+    let pkg = render_package(dir.path(), &adding_function(&long));
+    std::fs::write(
+        pkg.join("b.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  v: \"1\"\n",
+    )
+    .unwrap();
+    let before = snapshot(&pkg);
+    let (code, stderr) = render_cli(&pkg);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("File name too long") && stderr.contains("no file was changed"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Successfully executed"), "{stderr}");
+    let mut after = snapshot(&pkg);
+    after.remove("Kptfile");
+    let mut before = before;
+    before.remove("Kptfile");
+    assert_eq!(after, before, "a package file changed");
+    let rendered = rendered_condition(&pkg);
+    assert_eq!(rendered["status"], "False", "{rendered}");
+    assert!(
+        rendered["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no file was changed"),
+        "{rendered}"
+    );
+}
