@@ -496,6 +496,8 @@ struct Run {
     stdout: Vec<u8>,
     stderr: String,
     results: Option<Value>,
+    /// `results.yaml` as written.
+    results_bytes: Option<Vec<u8>>,
 }
 
 /// Renders `pkg` with `tool` (`--allow-exec`, results into `results_dir`),
@@ -523,17 +525,17 @@ fn render(tool: Tool, pkg: &Path, cwd: &Path, results_dir: &Path, extra: &[&str]
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {tool:?}: {e}"));
-    let results = std::fs::read(results_dir.join("results.yaml"))
-        .ok()
-        .map(|b| {
-            codec::from_yaml_slice::<Value>(&b)
-                .unwrap_or_else(|e| panic!("{tool:?} wrote an unreadable results.yaml: {e}"))
-        });
+    let results_bytes = std::fs::read(results_dir.join("results.yaml")).ok();
+    let results = results_bytes.as_ref().map(|b| {
+        codec::from_yaml_slice::<Value>(&b)
+            .unwrap_or_else(|e| panic!("{tool:?} wrote an unreadable results.yaml: {e}"))
+    });
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: out.stdout,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         results,
+        results_bytes,
     }
 }
 
@@ -964,6 +966,10 @@ fn compare_renders(
                     "results.yaml",
                     describe_mismatch(&[k], &[o]),
                 );
+            } else if let (Some(kb), Some(ob)) = (&kpt.results_bytes, &ours.results_bytes)
+                && kb != ob
+            {
+                diff(Aspect::Bytes, "results.yaml", byte_difference(kb, ob));
             }
         }
         (None, None) => {}
@@ -1095,6 +1101,13 @@ fn compare_builtin_in_place(package: &str, src: &Path, diffs: &mut Vec<Differenc
         &[],
     );
     rewrite_kptfiles(&ours_dir, &|t| t.replace(&image_line, &exec_line));
+    let builtin_image =
+        format!("image: ghcr.io/kptdev/krm-functions-catalog/{BUILTIN_SET_NAMESPACE}");
+    if let Some(bytes) = ours.results_bytes.as_mut() {
+        *bytes = String::from_utf8_lossy(bytes)
+            .replace(&builtin_image, &exec_line)
+            .into_bytes();
+    }
     if let Some(items) = ours
         .results
         .as_mut()
