@@ -164,6 +164,41 @@ pub fn expected_tree(case: &Path) -> Result<BTreeMap<String, Vec<Value>>, String
     Ok(read_tree(dir.path()))
 }
 
+/// Every KRM file under `dir` (package-relative path → bytes).
+pub fn read_bytes(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    walk(dir)
+        .into_iter()
+        .filter(|p| is_krm_file(p))
+        .map(|p| {
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            (rel, std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+/// The KRM files of the package as the case expects them, byte for byte:
+/// a copy with `.expected/diff.patch` applied.
+pub fn expected_bytes(case: &Path) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    let dir = tempfile::tempdir().unwrap();
+    copy_case(case, dir.path());
+    let patch = case.join(".expected/diff.patch");
+    if patch.exists() && std::fs::metadata(&patch).unwrap().len() > 0 {
+        let out = Command::new("git")
+            .args(["apply", "--whitespace=nowarn"])
+            .arg(&patch)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Err(format!(
+                "diff.patch does not apply: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    Ok(read_bytes(dir.path()))
+}
+
 /// Compares two trees of parsed files; `Err` describes the first difference.
 pub fn compare_trees(
     want: &BTreeMap<String, Vec<Value>>,

@@ -424,7 +424,14 @@ impl PackageDir {
                 .ok()
                 .and_then(|i| layout.and_then(|l| l.seps.get(i)))
                 .map_or("", String::as_str);
-            text.push_str(sep);
+            if n == 0 && *index > 0 {
+                // The documents before it are gone: it opens the file, so
+                // the markers between it and them go too (kpt starts such a
+                // file with the document).
+                text.push_str(&without_markers(sep));
+            } else {
+                text.push_str(sep);
+            }
             if n > 0 && !starts_a_document(sep) {
                 text.push_str("---\n");
             }
@@ -641,6 +648,28 @@ impl PackageDir {
 fn starts_a_document(sep: &str) -> bool {
     sep.lines()
         .any(|l| l == "---" || l.starts_with("--- ") || l.starts_with("---\t"))
+}
+
+/// `sep` (the text between two documents) without its `---` and `...`
+/// marker lines; a comment on a marker line stays, on a line of its own.
+fn without_markers(sep: &str) -> String {
+    let mut out = String::with_capacity(sep.len());
+    for line in sep.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let rest = ["---", "..."].iter().find_map(|m| {
+            body.strip_prefix(m)
+                .filter(|r| r.is_empty() || r.starts_with([' ', '\t']))
+        });
+        match rest.map(str::trim) {
+            None => out.push_str(line),
+            Some("") => {}
+            Some(comment) => {
+                out.push_str(comment);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 /// `text` with the file's Windows line ends put back.

@@ -342,3 +342,27 @@ fn crlf_files_keep_their_line_ends_and_document_end_markers_stay() {
         "# head\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata:\r\n  name: w\r\n  labels:\r\n    a: b\r\n...\r\n---\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata:\r\n  name: x\r\n  labels:\r\n    a: b\r\n"
     );
 }
+
+#[test]
+fn a_file_whose_first_documents_are_deleted_starts_with_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::write(p.join("Kptfile"), KPTFILE).unwrap();
+    std::fs::write(
+        p.join("two.yaml"),
+        "# about a\nkind: A\nmetadata:\n  name: a\n...\n--- # about b\nkind: B\nmetadata:\n  name: b\n---\nkind: C\nmetadata:\n  name: c\n",
+    )
+    .unwrap();
+    let pkg = PackageDir::read(p).unwrap();
+    let items: Vec<Value> = pkg
+        .items()
+        .iter()
+        .filter(|i| ann::name(i) != "a")
+        .cloned()
+        .collect();
+    pkg.write_in_place(&items).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(p.join("two.yaml")).unwrap(),
+        "# about b\nkind: B\nmetadata:\n  name: b\n---\nkind: C\nmetadata:\n  name: c\n"
+    );
+}
