@@ -131,3 +131,62 @@ async fn exec_backed_image_runtime() {
     );
     assert_eq!(list.items[0].results[0].message, "fail: no thanks");
 }
+
+/// D4: a rendered package renders again, and again. The root Kptfile then
+/// carries the previous render's `status`, which list-setters v0.1.0 (whose
+/// Kptfile type has no `status`) refuses: functions get the Kptfile without
+/// the render's own status, and the new one replaces it. Each render is
+/// `krm-fn-runner render` with the catalog binaries behind `image:` names.
+#[test]
+fn a_rendered_package_renders_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let pkg = dir.path().join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(
+        pkg.join("Kptfile"),
+        "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg # setters\npipeline:\n  mutators:\n  \
+         - image: gcr.io/kpt-fn/apply-setters:v0.2.2\n    configMap:\n      replicas: \"4\"\n      tier: gold\n  \
+         validators:\n  - image: gcr.io/kpt-fn/list-setters:v0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("app.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\n  labels:\n    tier: free # kpt-set: ${tier}\nspec:\n  replicas: 1 # kpt-set: ${replicas}\n",
+    )
+    .unwrap();
+    let render = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+            .arg("render")
+            .arg(&pkg)
+            .arg("--exec-config")
+            .arg(catalog_dir().join("config.yaml"))
+            .arg("--functions")
+            .arg(catalog_dir().join("bin"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        (
+            std::fs::read_to_string(pkg.join("Kptfile")).unwrap(),
+            std::fs::read_to_string(pkg.join("app.yaml")).unwrap(),
+        )
+    };
+    let first = render();
+    assert!(
+        first.1.contains("tier: gold # kpt-set: ${tier}")
+            && first.1.contains("replicas: 4 # kpt-set: ${replicas}"),
+        "{}",
+        first.1
+    );
+    assert!(first.0.contains("status: \"True\""), "{}", first.0);
+    assert!(
+        first
+            .0
+            .contains("Name: replicas, Value: 4, Type: int, Count: 1"),
+        "list-setters saw the applied setters: {}",
+        first.0
+    );
+    for _ in 0..2 {
+        assert_eq!(render(), first, "a re-render changes nothing");
+    }
+}
