@@ -23,10 +23,7 @@ use std::sync::Arc;
 use granit_parser::{Event, Parser, Placement, ScalarStyle};
 use serde_json::{Map, Number, Value};
 
-use super::CodecError;
-
-/// Deepest nesting accepted (the codec's parse budget uses the same).
-pub const MAX_DEPTH: usize = 256;
+use super::{CodecError, MAX_DEPTH};
 
 /// One parsed YAML document.
 #[derive(Debug, Clone, PartialEq)]
