@@ -527,7 +527,7 @@ fn render(tool: Tool, pkg: &Path, cwd: &Path, results_dir: &Path, extra: &[&str]
         .unwrap_or_else(|e| panic!("cannot run {tool:?}: {e}"));
     let results_bytes = std::fs::read(results_dir.join("results.yaml")).ok();
     let results = results_bytes.as_ref().map(|b| {
-        codec::from_yaml_slice::<Value>(&b)
+        codec::from_yaml_slice::<Value>(b)
             .unwrap_or_else(|e| panic!("{tool:?} wrote an unreadable results.yaml: {e}"))
     });
     Run {
