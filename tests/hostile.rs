@@ -566,6 +566,26 @@ fn render_cli(pkg: &Path) -> (i32, String) {
     )
 }
 
+/// After a failed render of `pkg`: every file but the root Kptfile is as in
+/// `before`, and the Kptfile's `Rendered` condition is `False` with a
+/// message containing `why`.
+fn failed_without_writing(
+    pkg: &Path,
+    mut before: std::collections::BTreeMap<String, Vec<u8>>,
+    why: &str,
+) {
+    let mut after = snapshot(pkg);
+    after.remove("Kptfile");
+    before.remove("Kptfile");
+    assert_eq!(after, before, "a package file changed");
+    let rendered = rendered_condition(pkg);
+    assert_eq!(rendered["status"], "False", "{rendered}");
+    assert!(
+        rendered["message"].as_str().unwrap_or("").contains(why),
+        "{rendered}"
+    );
+}
+
 /// The `Rendered` condition of the root Kptfile's status.
 fn rendered_condition(pkg: &Path) -> serde_json::Value {
     let kptfile: serde_json::Value =
@@ -621,20 +641,7 @@ fn render_never_writes_through_a_link_leaving_the_package() {
         outside_before,
         "a file was created outside"
     );
-    let mut after = snapshot(&pkg);
-    after.remove("Kptfile");
-    let mut before = pkg_before;
-    before.remove("Kptfile");
-    assert_eq!(after, before, "a package file changed");
-    let rendered = rendered_condition(&pkg);
-    assert_eq!(rendered["status"], "False", "{rendered}");
-    assert!(
-        rendered["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("symbolic link"),
-        "{rendered}"
-    );
+    failed_without_writing(&pkg, pkg_before, "symbolic link");
 }
 
 /// F9: render writes all files or none. The function changes `app.yaml`
@@ -660,18 +667,5 @@ fn render_writes_all_files_or_none() {
         "{stderr}"
     );
     assert!(!stderr.contains("Successfully executed"), "{stderr}");
-    let mut after = snapshot(&pkg);
-    after.remove("Kptfile");
-    let mut before = before;
-    before.remove("Kptfile");
-    assert_eq!(after, before, "a package file changed");
-    let rendered = rendered_condition(&pkg);
-    assert_eq!(rendered["status"], "False", "{rendered}");
-    assert!(
-        rendered["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("no file was changed"),
-        "{rendered}"
-    );
+    failed_without_writing(&pkg, before, "no file was changed");
 }

@@ -144,6 +144,11 @@ pub fn copy_case(from: &Path, to: &Path) {
 ///
 /// Errors: the patch does not apply.
 pub fn expected_tree(case: &Path) -> Result<BTreeMap<String, Vec<Value>>, String> {
+    Ok(read_tree(patched_copy(case)?.path()))
+}
+
+/// A copy of the case's package with `.expected/diff.patch` applied.
+fn patched_copy(case: &Path) -> Result<tempfile::TempDir, String> {
     let dir = tempfile::tempdir().unwrap();
     copy_case(case, dir.path());
     let patch = case.join(".expected/diff.patch");
@@ -161,7 +166,7 @@ pub fn expected_tree(case: &Path) -> Result<BTreeMap<String, Vec<Value>>, String
             ));
         }
     }
-    Ok(read_tree(dir.path()))
+    Ok(dir)
 }
 
 /// Every KRM file under `dir` (package-relative path → bytes).
@@ -179,24 +184,7 @@ pub fn read_bytes(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 /// The KRM files of the package as the case expects them, byte for byte:
 /// a copy with `.expected/diff.patch` applied.
 pub fn expected_bytes(case: &Path) -> Result<BTreeMap<String, Vec<u8>>, String> {
-    let dir = tempfile::tempdir().unwrap();
-    copy_case(case, dir.path());
-    let patch = case.join(".expected/diff.patch");
-    if patch.exists() && std::fs::metadata(&patch).unwrap().len() > 0 {
-        let out = Command::new("git")
-            .args(["apply", "--whitespace=nowarn"])
-            .arg(&patch)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        if !out.status.success() {
-            return Err(format!(
-                "diff.patch does not apply: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-    }
-    Ok(read_bytes(dir.path()))
+    Ok(read_bytes(patched_copy(case)?.path()))
 }
 
 /// Compares two trees of parsed files; `Err` describes the first difference.

@@ -363,14 +363,8 @@ impl PackageDir {
         items: &[Value],
         texts: Option<&TextMap>,
     ) -> Result<BTreeMap<String, String>, PackageIoError> {
-        let own;
-        let texts = match texts {
-            Some(t) => t,
-            None => {
-                own = TextMap::from_sources(&self.sources);
-                &own
-            }
-        };
+        let texts = self.texts_or_read(texts);
+        let texts = texts.as_ref();
         let mut grouped: BTreeMap<String, Vec<(i64, &Value)>> = BTreeMap::new();
         for item in items {
             let object = format!("{}/{}", ann::kind(item), ann::name(item));
@@ -577,20 +571,22 @@ impl PackageDir {
         items: &[Value],
         texts: Option<&TextMap>,
     ) -> Result<String, codec::CodecError> {
-        let own;
-        let texts = match texts {
-            Some(t) => t,
-            None => {
-                own = TextMap::from_sources(&self.sources);
-                &own
-            }
-        };
+        let texts = self.texts_or_read(texts);
+        let texts = texts.as_ref();
         let keys = root_keys(items, |_| String::new());
         let list = ResourceList::new(items.to_vec());
         list.to_yaml_with(|i, item| {
             let text = texts.text_for(keys[i].as_ref(), item);
             self.with_separator_comments(keys[i].as_ref(), text)
         })
+    }
+
+    /// `texts`, or the texts as read when the caller has none.
+    fn texts_or_read<'a>(&self, texts: Option<&'a TextMap>) -> std::borrow::Cow<'a, TextMap> {
+        match texts {
+            Some(t) => std::borrow::Cow::Borrowed(t),
+            None => std::borrow::Cow::Owned(TextMap::from_sources(&self.sources)),
+        }
     }
 
     /// `text` (the document at `key`) after the comments that stood
@@ -601,18 +597,11 @@ impl PackageDir {
         let Some(sep) = key.and_then(|(path, index)| self.files.get(path)?.seps.get(*index)) else {
             return text;
         };
-        let mut comments = String::new();
-        for line in sep.lines() {
-            let rest = ["---", "..."]
-                .iter()
-                .find_map(|m| line.strip_prefix(m))
-                .unwrap_or(line)
-                .trim();
-            if rest.starts_with('#') {
-                comments.push_str(rest);
-                comments.push('\n');
-            }
-        }
+        let comments: String = without_markers(sep)
+            .split_inclusive('\n')
+            .filter(|l| l.trim_start().starts_with('#'))
+            .map(|l| format!("{}\n", l.trim()))
+            .collect();
         if comments.is_empty() {
             text
         } else {
@@ -623,14 +612,8 @@ impl PackageDir {
     /// `items` as a multi-document YAML stream (kpt's `-o unwrap`): every
     /// reader annotation (path, index, id, sequence indent) removed.
     pub fn unwrapped(&self, items: &[Value], texts: Option<&TextMap>) -> String {
-        let own;
-        let texts = match texts {
-            Some(t) => t,
-            None => {
-                own = TextMap::from_sources(&self.sources);
-                &own
-            }
-        };
+        let texts = self.texts_or_read(texts);
+        let texts = texts.as_ref();
         let keys = root_keys(items, |_| String::new());
         let docs: Vec<String> = items
             .par_iter()
