@@ -131,8 +131,20 @@ const SEPARATOR_COMMENTS: &str = "kpt quirk (kyaml): a comment on a `---` line i
 const LINE_ENDINGS: &str = "kpt writes LF line endings to a CRLF file it rewrites; we keep the \
     file's CRLF on every line, inserted lines and `---` included";
 
+const SUGGESTED_VALUE: &str = "kpt v1.0.0-beta.54 bug: a result's legacy `field.suggestedValue` \
+    is migrated to `proposedValue: {match: []}`, losing the value; we migrate it to \
+    `proposedValue: safe` (the value the function suggested)";
+
 /// Reviewed differences from kpt v1.0.0-beta.54. Each must still occur.
 const KNOWN_DIFFERENCES: &[Known] = &[
+    Known {
+        package: "legacy-results",
+        aspect: Aspect::Bytes,
+        file: "results.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: SUGGESTED_VALUE,
+    },
     Known {
         package: "doc-markers",
         aspect: Aspect::Bytes,
@@ -1531,6 +1543,22 @@ fn hidden_links() {
 #[test]
 fn subpackage_order() {
     own_package_with("subpackage-order", 0, &|_, code| assert_eq!(code, 0));
+}
+
+/// Results in older SDKs' spellings (`resourceRef.metadata`,
+/// `field.suggestedValue`) reach results.yaml and the Kptfile status
+/// migrated, as kpt migrates them.
+#[test]
+fn legacy_results() {
+    own_package_with("legacy-results", 0, &|pkg, _| {
+        let kptfile = std::fs::read_to_string(pkg.join("Kptfile")).unwrap();
+        assert!(kptfile.contains("proposedValue: safe"), "{kptfile}");
+        assert!(!kptfile.contains("suggestedValue"), "{kptfile}");
+        assert!(
+            !kptfile.contains("metadata:\n            name: settings"),
+            "{kptfile}"
+        );
+    });
 }
 
 /// The packages that run the set-namespace binary, again with our builtin
