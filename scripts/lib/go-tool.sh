@@ -4,7 +4,10 @@
 # build_go_tool NAME MODULE VERSION FORMAT [go install flags...]
 #   Builds command NAME of MODULE@VERSION with `go install` into
 #   ${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}/NAME/VERSION/NAME, checks that
-#   `NAME version` runs, and prints its path (progress on stderr). A stamp
+#   `NAME version` runs (or `NAME $GO_TOOL_CHECK` when that is set, for tools
+#   whose version is a flag), and prints its path (progress on stderr).
+#   The command is MODULE's main package, or $GO_TOOL_PACKAGE (a package
+#   path inside MODULE) when that is set. A stamp
 #   records FORMAT, module and version: when it matches and the binary is
 #   there, the path is printed at once without calling go. Exits with a
 #   message naming build-NAME on any failure.
@@ -29,9 +32,9 @@ build_go_tool() {
   echo "build-$name: downloading $module@$version" >&2
   go_download "$module" "$version" >/dev/null
   echo "build-$name: building $name $version" >&2
-  go_install_cached "$workdir/bin" "$module" "$version" "$@"
+  go_install_cached "$workdir/bin" "${GO_TOOL_PACKAGE:-$module}" "$version" "$@"
   [[ -x "$workdir/bin/$name" ]] || die "go install $module@$version did not produce a $name binary"
-  "$workdir/bin/$name" version >/dev/null 2>&1 || die "the built $name binary does not run"
+  "$workdir/bin/$name" "${GO_TOOL_CHECK:-version}" >/dev/null 2>&1 || die "the built $name binary does not run"
 
   mv -f "$workdir/bin/$name" "$bin"
   printf '%s\n' "$want" >"$stamp"
