@@ -113,15 +113,24 @@ impl ResourceList {
     }
 
     /// Checks that `bytes` are a single YAML object of kind `ResourceList`
-    /// without building the items (cheaper than [`ResourceList::parse`]).
+    /// (or `List`) without building the items.
     ///
     /// This is the runner's input validation: a request that fails it is
-    /// rejected before any function runs.
+    /// rejected before any function runs. A ResourceList as kyaml writes it
+    /// is read in one pass over its lines without parsing it
+    /// ([`codec::top_level`]); anything that scan is not sure of (flow or
+    /// JSON roots, aliases, multi-line quoted scalars, ...) and every input
+    /// that fails is parsed with the codec's bounds, which words the error.
+    /// The syntax inside the items of a list whose top level is right is
+    /// left to the function, as Porch's runner leaves all of it.
     pub fn validate(bytes: &[u8]) -> Result<(), ResourceListError> {
         #[derive(Deserialize)]
         struct Header {
             #[serde(default)]
             kind: Option<String>,
+        }
+        if codec::top_level::block_mapping_kind(bytes).is_some_and(|k| check_kind(k).is_ok()) {
+            return Ok(());
         }
         check_not_empty(bytes)?;
         let header: Header = codec::from_yaml_slice(bytes).map_err(ResourceListError::Syntax)?;
