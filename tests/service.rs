@@ -221,6 +221,14 @@ async fn malformed_input_is_invalid_argument() {
             "expected kind ResourceList",
         ),
         (Vec::new(), "empty"),
+        // An alias anywhere gets the bounded parse, whose alias budget
+        // refuses a bomb inside the items too.
+        (items_alias_bomb(), "alias"),
+        (
+            b"kind: ResourceList\nkind: List\nitems: []\n".to_vec(),
+            "duplicate",
+        ),
+        (b"- kind: ResourceList\n".to_vec(), "not valid YAML"),
     ] {
         let err = client
             .evaluate_function(request(&image, bytes))
@@ -234,6 +242,38 @@ async fn malformed_input_is_invalid_argument() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+    assert_serving(&bed.runner).await;
+}
+
+/// A ResourceList whose top level is right and whose items hold a 9-level,
+/// 9-way alias chain (387 million nodes once expanded).
+fn items_alias_bomb() -> Vec<u8> {
+    let mut s = String::from("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n");
+    s.push_str("- a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for i in 1..9 {
+        let refs = vec![format!("*a{}", i - 1); 9].join(", ");
+        s.push_str(&format!("  a{i}: &a{i} [{refs}]\n"));
+    }
+    s.into_bytes()
+}
+
+/// The input check reads the top level of the ResourceList; the syntax
+/// inside its items is the function's to report, as with Porch's runner.
+#[tokio::test(flavor = "multi_thread")]
+async fn broken_items_reach_the_function() {
+    let bed = bed(&[]);
+    let mut client = bed.runner.client().await;
+    // `labels` is indented under nothing.
+    let rl = b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n\
+               - apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: a\n   labels: x\n"
+        .to_vec();
+    assert!(ResourceList::parse(&rl).is_err());
+    let err = client
+        .evaluate_function(request(&catalog_image("set-namespace"), rl))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Internal, "{err:?}");
+    assert!(err.message().contains("set-namespace"), "{}", err.message());
     assert_serving(&bed.runner).await;
 }
 
