@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::adapters::exec::{ExecEvaluator, ExecSettings};
-use crate::adapters::kube::KubePlatform;
 use crate::adapters::kube::function_configs::{FunctionConfigWatch, crd_installed};
 use crate::adapters::kube::templates::watch_template_objects;
+use crate::adapters::kube::{ApiRetry, KubePlatform};
 use crate::adapters::oci::{InspectorConfig, OciImageInspector, PullSecretSync};
 use crate::adapters::pod::connections::{DirectResolver, MapFileResolver, Resolver};
 use crate::adapters::pod::{
@@ -24,11 +24,7 @@ use crate::domain::exec_config::ExecConfig;
 use crate::domain::function_config::{FunctionConfigStore, GROUP, PLURAL};
 use crate::domain::pod_cache::template::inline_templates;
 use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy};
-use crate::ports::{ImageInspector, PodPlatform};
-
-/// How long start-up waits for the FunctionConfigs and the template objects
-/// to be listed.
-const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+use crate::ports::{ImageInspector, PodPlatform, SystemClock};
 
 /// Porch's error when the pod runtime is enabled without its init image.
 const WRAPPER_IMAGE_MISSING: &str =
@@ -324,7 +320,7 @@ pub async fn start_runtimes(
         client.clone(),
         &pod.namespace,
         FunctionConfigStore::new(&functions, &settings.default_image_prefix),
-        SYNC_TIMEOUT,
+        pod.sync_timeout,
     )
     .await
     .map_err(StartupError::FunctionConfigs)?;
@@ -482,6 +478,19 @@ pub struct PodSettings {
     pub wrapper_address_map: Option<PathBuf>,
     /// `--wrapper-connect-timeout`.
     pub connect_timeout: Duration,
+    /// `--api-timeout`: bound on each API call.
+    pub api_timeout: Duration,
+    /// `--api-retries`: attempts of an API call failing transiently.
+    pub api_retries: u32,
+    /// `--api-retry-backoff`: first delay between those attempts (doubled each time).
+    pub api_retry_backoff: Duration,
+    /// `--write-retry-backoff`: first delay before the pod cache retries a
+    /// reclaim-after patch or pod deletion that failed (doubled each time,
+    /// at most 30 s or this, whichever is longer).
+    pub write_retry_backoff: Duration,
+    /// `--sync-timeout`: how long start-up waits for the FunctionConfig and
+    /// template watches to list their objects.
+    pub sync_timeout: Duration,
     /// `WRAPPER_SERVER_IMAGE`.
     pub wrapper_image: Option<String>,
     /// `--max-request-body-size`, bytes.
@@ -571,19 +580,35 @@ async fn config_yaml_templates(
         .map_err(|e| StartupError::Pod(PodRuntimeError::Template(e).to_string()))
 }
 
-/// A replica token from the host name (the pod name in a Deployment) and
-/// the process id: 6 base-36 characters.
+/// A replica token unique per process start: 6 base-36 characters from a
+/// randomly keyed hash (the standard library seeds it from the operating
+/// system) of the host name, the process id and the time. A restarted
+/// runner (same host name, and pid 1 in a container) gets a new token, so
+/// its pod names never repeat those of its earlier run.
 fn default_replica_token() -> String {
-    use std::hash::{Hash, Hasher};
+    base36_token(start_nonce(), 6)
+}
+
+/// A value unique per process start (and per call).
+fn start_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
     let host = std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .unwrap_or_default();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     host.trim().hash(&mut h);
     std::process::id().hash(&mut h);
-    let mut n = h.finish();
-    (0..6)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+        .hash(&mut h);
+    h.finish()
+}
+
+fn base36_token(mut n: u64, len: usize) -> String {
+    (0..len)
         .map(|_| {
             let c = b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize] as char;
             n /= 36;
@@ -624,7 +649,13 @@ pub async fn start_pod_runtime(
             .await
             .map_err(|e| pod_err(format!("the pod runtime needs a cluster: {e}")))?,
     };
-    let platform: Arc<dyn PodPlatform> = Arc::new(KubePlatform::new(client.clone(), &s.namespace));
+    let retry = ApiRetry {
+        attempts: s.api_retries.max(1),
+        first_backoff: s.api_retry_backoff,
+        timeout: s.api_timeout,
+    };
+    let platform: Arc<dyn PodPlatform> =
+        Arc::new(KubePlatform::new(client.clone(), &s.namespace).with_retry(retry));
 
     let mut inspector_config = InspectorConfig::new(&s.default_image_prefix).with_registry_flags(
         s.enable_private_registries,
@@ -645,22 +676,12 @@ pub async fn start_pod_runtime(
         ))
     });
 
-    let defaults = FunctionSettings {
-        ttl: s.ttl,
-        max_waitlist: if s.max_waitlist_length <= 0 {
-            2
-        } else {
-            u32::try_from(s.max_waitlist_length).unwrap_or(u32::MAX)
-        },
-        max_parallel_pods: if s.max_parallel_pods_per_function <= 0 {
-            1
-        } else {
-            u32::try_from(s.max_parallel_pods_per_function).unwrap_or(u32::MAX)
-        },
-        max_load_per_pod: s.max_load_per_pod,
-        resources: None,
-        ..FunctionSettings::default()
-    };
+    let defaults = FunctionSettings::from_flags(
+        s.ttl,
+        s.max_waitlist_length,
+        s.max_parallel_pods_per_function,
+        s.max_load_per_pod,
+    );
     let token = s
         .replica_token
         .clone()
@@ -668,6 +689,9 @@ pub async fn start_pod_runtime(
     let mut policy = PodCachePolicy::new(defaults, &token)
         .map_err(|e| pod_err(format!("--replica-token: {e}")))?;
     policy.pod_ready_timeout = s.pod_ready_timeout;
+    policy.instance = format!("{token}-{:016x}", start_nonce());
+    policy.retry_backoff = s.write_retry_backoff;
+    policy.retry_backoff_max = Duration::from_secs(30).max(s.write_retry_backoff);
     let mut warm_up = Vec::new();
     let templates = match function_configs {
         Some(store) => {
@@ -675,7 +699,7 @@ pub async fn start_pod_runtime(
                 warm_up = store.warm_up_images();
             }
             policy = policy.with_function_configs(store);
-            watch_template_objects(client, &s.namespace, &wrapper_image, SYNC_TIMEOUT)
+            watch_template_objects(client, &s.namespace, &wrapper_image, s.sync_timeout)
                 .await
                 .map_err(|e| pod_err(PodRuntimeError::Template(e).to_string()))?
         }
@@ -702,7 +726,9 @@ pub async fn start_pod_runtime(
         address_mode: s.address_mode,
         max_message_bytes: s.max_message_bytes,
         connect_timeout: s.connect_timeout,
+        api_timeout: s.api_timeout,
         default_image_prefix: s.default_image_prefix.clone(),
+        clock: Arc::new(SystemClock),
     };
     tracing::info!(namespace = %s.namespace, replica = %token, mode = ?s.address_mode, "starting the pod runtime");
     let pod = PodEvaluator::start(config, platform, inspector, pull_secret, resolver)

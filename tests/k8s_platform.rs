@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use krm_fn_runner::adapters::kube::KubePlatform;
+use krm_fn_runner::domain::pod_cache::DeletePrecondition;
 use krm_fn_runner::domain::pod_cache::template::{build_service, default_service_template};
 use krm_fn_runner::ports::{
     EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodPlatform,
@@ -66,7 +67,7 @@ async fn kube_platform_against_a_real_api_server() {
             .as_deref(),
         Some("fn-a")
     );
-    platform.create_pod(pod("fn-b")).await.unwrap();
+    let created_b = platform.create_pod(pod("fn-b")).await.unwrap();
     let listed = platform.list_pods("fn.kpt.dev/image=fn-b").await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(
@@ -91,8 +92,12 @@ async fn kube_platform_against_a_real_api_server() {
 
     let mut applied = Vec::new();
     while applied.len() < 2 {
-        if let PodEvent::Applied(p) = next_event(&mut watch).await {
-            applied.push(p.metadata.name.unwrap());
+        match next_event(&mut watch).await {
+            PodEvent::Applied(p) => applied.push(p.metadata.name.unwrap()),
+            PodEvent::Listed(pods) => {
+                applied.extend(pods.into_iter().filter_map(|p| p.metadata.name))
+            }
+            _ => {}
         }
     }
     assert!(applied.contains(&"fn-a".to_string()) && applied.contains(&"fn-b".to_string()));
@@ -110,7 +115,24 @@ async fn kube_platform_against_a_real_api_server() {
             break;
         }
     }
-    platform.delete_pod("fn-b").await.unwrap();
+    // A deletion under a precondition the pod no longer meets (it was
+    // written since) deletes nothing and says so.
+    let stale = DeletePrecondition {
+        resource_version: created_b.metadata.resource_version.clone(),
+        ..DeletePrecondition::default()
+    };
+    let conflict = platform.delete_pod("fn-b", &stale).await.unwrap_err();
+    assert!(
+        matches!(conflict, PlatformError::Conflict { .. }),
+        "{conflict}"
+    );
+    let current = platform.get_pod("fn-b").await.unwrap();
+    let fresh = DeletePrecondition {
+        uid: current.metadata.uid.clone(),
+        resource_version: current.metadata.resource_version.clone(),
+        creation: None,
+    };
+    platform.delete_pod("fn-b", &fresh).await.unwrap();
     loop {
         if let PodEvent::Deleted(p) = next_event(&mut watch).await {
             assert_eq!(p.metadata.name.as_deref(), Some("fn-b"));
@@ -118,7 +140,7 @@ async fn kube_platform_against_a_real_api_server() {
         }
     }
     platform
-        .delete_pod("fn-b")
+        .delete_pod("fn-b", &DeletePrecondition::default())
         .await
         .expect("deleting a missing pod is fine");
     assert!(platform.get_pod("fn-b").await.unwrap_err().is_not_found());

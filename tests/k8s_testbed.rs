@@ -36,6 +36,7 @@ async fn api_server_accepts_function_pods_and_a_test_kubelet_marks_them_ready() 
             entrypoint: &entrypoint,
             template_version: "inline-v1",
             settings_version: None,
+            creation: Some("r1-1"),
             reclaim_after: UnixTime::from_secs(1_900_000_000),
             max_request_body_size: 6 << 20,
             wrapper_image: None,

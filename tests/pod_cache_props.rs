@@ -1,57 +1,59 @@
 //! Property tests of the pod cache state machine on random interleavings
-//! (proptest-state-machine), against the simulated platform.
+//! (proptest-state-machine): N runner replicas sharing one simulated
+//! cluster through the harness the policy simulator uses too
+//! (`adapters::sim::Harness`), under faults: API latency and outages
+//! (a replica partitioned from the API server), failing patches, listings
+//! and deletions, slow (stale) listings, watch gaps that miss deletions,
+//! lost creation answers (AlreadyExists on the retry), clock skew between
+//! the replicas, wrappers refusing calls under load, crashed pods, pods
+//! deleted by hand, replicas restarting and adopting each other's pods
+//! mid-run, template and settings changes.
 //!
-//! A small synchronous driver ([`World`]) carries out the machine's commands
-//! on a [`SimCluster`] and feeds back what a real driver would: pod
-//! outcomes, watch events (pod deleted/failed go to every replica), pod
-//! lists for GC and adoption. Two tests: one replica, and two replicas
-//! sharing one platform. Invariants (issue 4 §5) are checked after every
-//! transition and at every command:
-//! - every request gets exactly one reply, and none is ever lost (a request
-//!   without a reply is on a waitlist);
-//! - never more slots per image than its limit; never more load per slot than
-//!   its bound;
-//! - at most one creation per slot, and no two creations of the same pod name
-//!   (the platform never answers AlreadyExists);
-//! - a pod that failed or was deleted is never handed out;
-//! - no pod is deleted while a replica uses it; GC never deletes a ready pod
-//!   whose reclaim-after has not passed;
-//! - each slot's load equals the requests counted on it (never negative) and
-//!   is zero once every call has finished;
-//! - reclaim-after is persisted at most once per half-TTL per pod and replica
-//!   (and once more when the replica's settings change);
-//!   persists land only when time next moves (never on the request path), and
-//!   the invariants above hold although decisions meanwhile see old values;
-//! - all of this while per-function settings change under the replicas (a
-//!   FunctionConfig created or deleted, seen by each replica at its own time).
+//! Invariants, checked after every step and at the end:
+//! - no pod is deleted while a call of any replica is in it;
+//! - no call goes to a pod after its replica was told the pod is gone
+//!   (a pod deleted behind its back may fail one call per replica, no more);
+//! - GC never deletes a pod before its reclaim-after (by the deleting
+//!   replica's clock);
+//! - no pod name is created twice;
+//! - every request gets exactly one reply, and none is ever lost (a
+//!   request without a reply is on a waitlist);
+//! - never more pods per image than its limit, never more load per pod
+//!   than its bound; each slot's load equals the requests counted on it and
+//!   is zero once every call has ended;
+//! - reclaim-after is written at most once per half-TTL per pod and
+//!   replica, except to retry a write that failed, or after a settings
+//!   change.
+//!
+//! The fault model stays within what the reuse margin covers: calls of
+//! at most 1 s, API latency of at most 0.5 s, clock skew of at most 0.3 s,
+//! against a margin of 5 s (TTL 20 s); outages and failure rates are
+//! unbounded.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use krm_fn_runner::adapters::sim::{SimCluster, StartLatency};
-use krm_fn_runner::domain::pod_cache::naming::is_valid_name;
-use krm_fn_runner::domain::pod_cache::template::{
-    PodBuild, TemplateOverrides, build_pod, build_service, default_pod_template,
-    default_service_template, observe_pod, service_endpoint,
+use krm_fn_runner::adapters::sim::{
+    FailureRates, Harness, HarnessConfig, Logged, SimCluster, StartLatency,
 };
+use krm_fn_runner::domain::pod_cache::template::TemplateOverrides;
 use krm_fn_runner::domain::pod_cache::{
-    Command, FunctionSettings, IMAGE_LABEL, Input, ObservedPod, PodCache, PodCacheConfig,
-    PodCacheConfigEntry, PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, UnixTime,
+    Command, FunctionSettings, Input, ObservedPhase, PodCacheConfig, PodCacheConfigEntry,
+    PodCachePolicy, RequestId, SlotId, UnixTime,
 };
-use krm_fn_runner::ports::PlatformError;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 
 const NS: &str = "porch-fn-system";
-const TTL: Duration = Duration::from_secs(60);
+const TTL: Duration = Duration::from_secs(20);
 const IMAGES: [&str; 3] = [
     "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5",
     "ghcr.io/kptdev/krm-functions-catalog/apply-setters:v0.2.2",
     "example.com/fns/my_fn@sha256:f930d9248001fa763799cc81cf2d89bbf83954fc65de0db20ab038a21784f323",
 ];
 
-fn policy(token: &str) -> PodCachePolicy {
+fn policy() -> PodCachePolicy {
     let defaults = FunctionSettings {
         ttl: TTL,
         max_waitlist: 1,
@@ -69,18 +71,21 @@ fn policy(token: &str) -> PodCachePolicy {
         "pod-cache-config.yaml",
     )
     .unwrap();
-    let mut p = PodCachePolicy::new(defaults, token)
+    let mut p = PodCachePolicy::new(defaults, "r0")
         .unwrap()
         .with_config(&config);
-    p.pod_ready_timeout = Duration::from_secs(20);
+    p.pod_ready_timeout = Duration::from_secs(5);
+    p.scan_interval = Duration::from_secs(4);
+    p.retry_backoff = Duration::from_millis(500);
+    p.retry_backoff_max = Duration::from_secs(4);
     p
 }
 
 /// [`policy`], with (`configured`) or without an entry for `IMAGES[0]` as a
 /// FunctionConfig would give it: its own source and overrides (so its pods
 /// are built differently) and a longer TTL.
-fn changed_policy(token: &str, configured: bool) -> PodCachePolicy {
-    let mut p = policy(token);
+fn changed_policy(configured: bool) -> PodCachePolicy {
+    let mut p = policy();
     if configured {
         let overrides = TemplateOverrides {
             service_account_name: Some("fn-sa".into()),
@@ -98,41 +103,93 @@ fn changed_policy(token: &str, configured: bool) -> PodCachePolicy {
     p
 }
 
+fn faults(level: u8) -> FailureRates {
+    let p = f64::from(level) * 0.15;
+    FailureRates {
+        create_error: p / 2.0,
+        create_lost: p / 2.0,
+        never_ready: p / 4.0,
+        crash: p / 4.0,
+        patch_error: p,
+        list_error: p,
+        delete_error: p,
+        unavailable: p,
+        unavailable_load: 1,
+    }
+}
+
 /// One step of the random interleaving. `Index` values pick among whatever
-/// exists when the step runs (requests, creations, pods), so every sequence
-/// is valid and shrinks well.
+/// exists when the step runs (requests, pods), so every sequence is valid
+/// and shrinks well.
 #[derive(Debug, Clone)]
 enum Step {
-    Request { replica: usize, image: usize },
-    Finish { replica: usize, pick: Index },
-    Cancel { replica: usize, pick: Index },
-    Ready { pick: Index },
-    FailCreation { pick: Index },
-    CrashPod { pick: Index },
-    DeletePodExternally { pick: Index },
-    Advance { millis: u64 },
-    Gc { replica: usize },
-    Adopt { replica: usize },
-    TemplateChange { replica: usize },
-    PolicyChange { replica: usize, configured: bool },
-    WarmUp { replica: usize, image: usize },
-    Shutdown { replica: usize },
+    Request {
+        replica: usize,
+        image: usize,
+        run_ms: u64,
+        deadline_ms: Option<u64>,
+    },
+    Cancel {
+        replica: usize,
+        pick: Index,
+    },
+    Advance {
+        millis: u64,
+    },
+    Outage {
+        replica: usize,
+        millis: u64,
+    },
+    BreakWatch {
+        replica: usize,
+        millis: u64,
+    },
+    CrashPod {
+        pick: Index,
+    },
+    VanishPod {
+        pick: Index,
+    },
+    Faults {
+        level: u8,
+    },
+    Adopt {
+        replica: usize,
+    },
+    Restart {
+        replica: usize,
+    },
+    TemplateChange {
+        replica: usize,
+    },
+    PolicyChange {
+        replica: usize,
+        configured: bool,
+    },
+    WarmUp {
+        replica: usize,
+        image: usize,
+    },
+    Shutdown {
+        replica: usize,
+    },
 }
 
 fn steps(replicas: usize) -> BoxedStrategy<Step> {
     let r = 0..replicas;
     let img = 0..IMAGES.len();
+    let deadline = prop_oneof![3 => Just(None), 1 => (500u64..8_000).prop_map(Some)];
     prop_oneof![
-        12 => (r.clone(), img.clone()).prop_map(|(replica, image)| Step::Request { replica, image }),
-        8 => (r.clone(), any::<Index>()).prop_map(|(replica, pick)| Step::Finish { replica, pick }),
-        2 => (r.clone(), any::<Index>()).prop_map(|(replica, pick)| Step::Cancel { replica, pick }),
-        6 => any::<Index>().prop_map(|pick| Step::Ready { pick }),
-        2 => any::<Index>().prop_map(|pick| Step::FailCreation { pick }),
+        14 => (r.clone(), img.clone(), 0u64..1_000, deadline).prop_map(|(replica, image, run_ms, deadline_ms)| Step::Request { replica, image, run_ms, deadline_ms }),
+        1 => (r.clone(), any::<Index>()).prop_map(|(replica, pick)| Step::Cancel { replica, pick }),
+        10 => (0..TTL.as_millis() as u64 / 2).prop_map(|millis| Step::Advance { millis }),
+        2 => (r.clone(), 0u64..30_000).prop_map(|(replica, millis)| Step::Outage { replica, millis }),
+        1 => (r.clone(), 0u64..15_000).prop_map(|(replica, millis)| Step::BreakWatch { replica, millis }),
         1 => any::<Index>().prop_map(|pick| Step::CrashPod { pick }),
-        1 => any::<Index>().prop_map(|pick| Step::DeletePodExternally { pick }),
-        5 => (0..TTL.as_millis() as u64 / 2).prop_map(|millis| Step::Advance { millis }),
-        3 => r.clone().prop_map(|replica| Step::Gc { replica }),
+        1 => any::<Index>().prop_map(|pick| Step::VanishPod { pick }),
+        2 => (0u8..4).prop_map(|level| Step::Faults { level }),
         1 => r.clone().prop_map(|replica| Step::Adopt { replica }),
+        1 => r.clone().prop_map(|replica| Step::Restart { replica }),
         1 => r.clone().prop_map(|replica| Step::TemplateChange { replica }),
         1 => (r.clone(), any::<bool>()).prop_map(|(replica, configured)| Step::PolicyChange { replica, configured }),
         1 => (r.clone(), img).prop_map(|(replica, image)| Step::WarmUp { replica, image }),
@@ -144,405 +201,198 @@ fn steps(replicas: usize) -> BoxedStrategy<Step> {
 /// The reference model only knows how many replicas there are: every
 /// decision is checked against the invariants, not against a second
 /// implementation of the policy.
-struct OneReplica;
-struct TwoReplicas;
+macro_rules! replicas {
+    ($name:ident, $n:expr) => {
+        struct $name;
 
-impl ReferenceStateMachine for OneReplica {
-    type State = usize;
-    type Transition = Step;
-    fn init_state() -> BoxedStrategy<usize> {
-        Just(1).boxed()
-    }
-    fn transitions(state: &usize) -> BoxedStrategy<Step> {
-        steps(*state)
-    }
-    fn apply(state: usize, _: &Step) -> usize {
-        state
-    }
+        impl ReferenceStateMachine for $name {
+            type State = usize;
+            type Transition = Step;
+            fn init_state() -> BoxedStrategy<usize> {
+                Just($n).boxed()
+            }
+            fn transitions(state: &usize) -> BoxedStrategy<Step> {
+                steps(*state)
+            }
+            fn apply(state: usize, _: &Step) -> usize {
+                state
+            }
+        }
+
+        impl StateMachineTest for $name {
+            type SystemUnderTest = World;
+            type Reference = $name;
+            fn init_test(replicas: &usize) -> World {
+                World::new(*replicas)
+            }
+            fn apply(mut world: World, _: &usize, step: Step) -> World {
+                world.step(step);
+                world
+            }
+            fn check_invariants(world: &World, _: &usize) {
+                world.check();
+            }
+            fn teardown(world: World, _: usize) {
+                world.finish();
+            }
+        }
+    };
 }
 
-impl ReferenceStateMachine for TwoReplicas {
-    type State = usize;
-    type Transition = Step;
-    fn init_state() -> BoxedStrategy<usize> {
-        Just(2).boxed()
-    }
-    fn transitions(state: &usize) -> BoxedStrategy<Step> {
-        steps(*state)
-    }
-    fn apply(state: usize, _: &Step) -> usize {
-        state
-    }
-}
+replicas!(OneReplica, 1);
+replicas!(TwoReplicas, 2);
+replicas!(ThreeReplicas, 3);
 
-#[derive(Debug, Default)]
-struct Req {
-    replica: usize,
-    replies: u32,
-    active: bool,
-    pod: Option<String>,
-}
-
-struct Replica {
-    cache: PodCache,
-    version: u32,
-}
-
-/// The system under test: replicas, the simulated platform and a tiny
-/// synchronous driver with the bookkeeping the invariants need.
+/// The system under test: the harness and the template versions handed out.
 struct World {
-    sim: SimCluster,
-    replicas: Vec<Replica>,
-    now: UnixTime,
+    h: Harness,
+    versions: Vec<u32>,
     latest_version: u32,
-    next_request: u64,
-    requests: BTreeMap<RequestId, Req>,
-    creations: Vec<(usize, SlotId, String)>,
-    seen_slots: HashSet<(usize, SlotId)>,
-    created_names: HashSet<String>,
-    persists: HashMap<(usize, String), UnixTime>,
-    /// Reclaim-after patches issued but not yet applied: they land when time
-    /// next moves, so decisions made meanwhile see the old annotation.
-    unflushed: Vec<(String, UnixTime)>,
-}
-
-fn version_name(v: u32) -> String {
-    format!("v{v}")
 }
 
 impl World {
     fn new(replicas: usize) -> Self {
         let now = UnixTime::from_secs(1_700_000_000);
-        World {
-            sim: SimCluster::new(NS, now, 42).with_latency(StartLatency::Manual),
-            replicas: (0..replicas)
-                .map(|i| Replica {
-                    cache: PodCache::new(policy(&format!("r{i}")), version_name(1)),
-                    version: 1,
-                })
-                .collect(),
-            now,
-            latest_version: 1,
-            next_request: 1,
-            requests: BTreeMap::new(),
-            creations: Vec::new(),
-            seen_slots: HashSet::new(),
-            created_names: HashSet::new(),
-            persists: HashMap::new(),
-            unflushed: Vec::new(),
-        }
-    }
-
-    fn usage(&self, pod: &str) -> usize {
-        self.requests
-            .values()
-            .filter(|r| r.active && r.pod.as_deref() == Some(pod))
-            .count()
-    }
-
-    fn phase(&self, pod: &str) -> Option<String> {
-        self.sim
-            .pods()
-            .find(|p| p.metadata.name.as_deref() == Some(pod))
-            .map(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_default()
-            })
-    }
-
-    fn observed(&mut self) -> Vec<ObservedPod> {
-        self.sim
-            .list_pods(IMAGE_LABEL)
-            .unwrap()
-            .iter()
-            .filter_map(observe_pod)
-            .collect()
-    }
-
-    /// Feeds `input` to replica `r`, then carries out every command, and the
-    /// watch events they cause, until the system is quiet.
-    fn feed(&mut self, r: usize, input: Input, in_gc: bool) {
-        let mut queue = vec![(r, input)];
-        while let Some((r, input)) = queue.pop() {
-            self.replicas[r].cache.handle(self.now, input);
-            while let Some(cmd) = self.replicas[r].cache.poll_command() {
-                self.execute(r, cmd, in_gc, &mut queue);
-            }
-        }
-    }
-
-    fn gone(&mut self, pod: &str, failed: bool, queue: &mut Vec<(usize, Input)>) {
-        for r in 0..self.replicas.len() {
-            let pod_name = pod.to_string();
-            queue.push((r, Input::PodGone { pod_name, failed }));
-        }
-    }
-
-    fn execute(&mut self, r: usize, cmd: Command, in_gc: bool, queue: &mut Vec<(usize, Input)>) {
-        match cmd {
-            Command::CreatePod(c) => {
-                assert!(
-                    self.seen_slots.insert((r, c.slot)),
-                    "second creation for {}",
-                    c.slot
-                );
-                assert!(
-                    is_valid_name(&c.pod_name),
-                    "invalid pod name {}",
-                    c.pod_name
-                );
-                assert!(
-                    self.created_names.insert(c.pod_name.clone()),
-                    "pod name {} reused",
-                    c.pod_name
-                );
-                assert!(
-                    c.reclaim_after >= self.now + TTL,
-                    "new pods get at least a TTL"
-                );
-                let entrypoint = vec!["/fn".to_string()];
-                let overrides = TemplateOverrides::from_settings(&c.settings);
-                let pod = build_pod(
-                    &default_pod_template("wrapper:test"),
-                    &PodBuild::for_creation(&c, NS, &entrypoint, &overrides, 6 << 20),
-                )
-                .unwrap();
-                match self.sim.create_pod(pod) {
-                    Ok(_) => {}
-                    Err(PlatformError::AlreadyExists { name, .. }) => {
-                        panic!("duplicate pod {name}")
-                    }
-                    Err(e) => panic!("unexpected platform error {e}"),
-                }
-                self.sim
-                    .create_service(build_service(&default_service_template(), &c.pod_name, NS))
-                    .expect("service names are unique too");
-                self.creations.push((r, c.slot, c.pod_name));
-            }
-            Command::Reply { request, result } => {
-                let req = self
-                    .requests
-                    .get_mut(&request)
-                    .expect("reply to an issued request");
-                assert_eq!(req.replica, r, "reply from the wrong replica");
-                req.replies += 1;
-                assert_eq!(req.replies, 1, "{request} answered twice");
-                match result {
-                    Ok(a) => {
-                        let phase = self.phase(&a.pod_name);
-                        assert_eq!(
-                            phase.as_deref(),
-                            Some("Running"),
-                            "{} handed out while {phase:?}",
-                            a.pod_name
-                        );
-                        assert_eq!(a.endpoint, service_endpoint(&a.pod_name, NS));
-                        self.requests.get_mut(&request).unwrap().pod = Some(a.pod_name);
-                    }
-                    Err(_) => req.active = false,
-                }
-            }
-            Command::DeletePod { pod_name } => {
-                if let Some(phase) = self.phase(&pod_name).filter(|p| p != "Failed") {
-                    assert_eq!(self.usage(&pod_name), 0, "{pod_name} deleted while in use");
-                    if in_gc && phase == "Running" {
-                        let pod = self.sim.get_pod(&pod_name).unwrap();
-                        let annotations = pod.metadata.annotations.unwrap_or_default();
-                        let reclaim =
-                            UnixTime::parse_annotation(&annotations[RECLAIM_AFTER_ANNOTATION])
-                                .unwrap();
-                        assert!(
-                            reclaim <= self.now,
-                            "GC deleted {pod_name} before its reclaim-after"
-                        );
-                    }
-                }
-                if self.sim.delete_pod(&pod_name).is_ok() {
-                    self.gone(&pod_name, false, queue);
-                }
-                let _ = self.sim.delete_service(&pod_name);
-            }
-            Command::PersistReclaimAfter {
-                pod_name,
-                reclaim_after,
-            } => {
-                assert!(reclaim_after > self.now + TTL, "persisted value is ahead");
-                if let Some(prev) = self.persists.insert((r, pod_name.clone()), self.now) {
-                    let gap = self.now.saturating_since(prev);
-                    assert!(gap >= TTL / 2, "{pod_name} persisted twice within {gap:?}");
-                }
-                self.unflushed.push((pod_name, reclaim_after));
-            }
-        }
-    }
-
-    fn active_on(&self, r: usize) -> Vec<RequestId> {
-        self.requests
-            .iter()
-            .filter(|(_, q)| q.replica == r && q.active)
-            .map(|(id, _)| *id)
-            .collect()
-    }
-
-    fn resolve_creation(&mut self, pick: Option<Index>, fail: bool) {
-        if self.creations.is_empty() {
-            return;
-        }
-        let at = pick.map_or(0, |p| p.index(self.creations.len()));
-        let (r, slot, name) = self.creations.remove(at);
-        let exists = self.phase(&name).is_some_and(|p| p == "Pending");
-        let input = if fail || !exists {
-            Input::PodFailed {
-                slot,
-                reason: "simulated creation failure".into(),
-            }
-        } else {
-            self.sim.set_pod_ready(&name).unwrap();
-            Input::PodReady {
-                slot,
-                endpoint: service_endpoint(&name, NS),
-            }
+        let cluster = SimCluster::new(NS, now, 42).with_latency(StartLatency::Uniform {
+            min: Duration::from_millis(300),
+            max: Duration::from_secs(3),
+        });
+        let skew = [0i64, 300, -300];
+        let config = HarnessConfig {
+            replicas,
+            api_latency: Duration::from_millis(500),
+            slow_list: 0.2,
+            slow_list_latency: Duration::from_secs(8),
+            watch_latency: Duration::from_millis(300),
+            watch_gap: 0.01,
+            watch_gap_length: Duration::from_secs(6),
+            endpoint_latency: Duration::from_millis(100),
+            skew_ms: skew[..replicas].to_vec(),
         };
-        self.feed(r, input, false);
-    }
-
-    fn pick_running(&self, pick: Index) -> Option<String> {
-        let running: Vec<String> = self
-            .sim
-            .pods()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .filter_map(|p| p.metadata.name.clone())
-            .collect();
-        (!running.is_empty()).then(|| running[pick.index(running.len())].clone())
-    }
-
-    fn flush_persists(&mut self) {
-        for (pod_name, reclaim_after) in std::mem::take(&mut self.unflushed) {
-            let patch = [(
-                RECLAIM_AFTER_ANNOTATION.to_string(),
-                reclaim_after.to_annotation(),
-            )]
-            .into();
-            let _ = self.sim.patch_pod_annotations(&pod_name, patch);
+        let mut h = Harness::new(config, policy(), cluster);
+        h.log = Some(Vec::new());
+        World {
+            h,
+            versions: vec![1; replicas],
+            latest_version: 1,
         }
+    }
+
+    fn pick_pod(&self, pick: Index, running: bool) -> Option<String> {
+        let pods: Vec<String> = self
+            .h
+            .observed()
+            .into_iter()
+            .filter(|o| !running || matches!(o.phase, ObservedPhase::Ready { .. }))
+            .map(|o| o.name.clone())
+            .collect();
+        (!pods.is_empty()).then(|| pods[pick.index(pods.len())].clone())
     }
 
     fn step(&mut self, step: Step) {
+        let h = &mut self.h;
         match step {
-            Step::Request { replica, image } => {
-                let request = RequestId(self.next_request);
-                self.next_request += 1;
-                self.requests.insert(
-                    request,
-                    Req {
-                        replica,
-                        active: true,
-                        ..Req::default()
-                    },
+            Step::Request {
+                replica,
+                image,
+                run_ms,
+                deadline_ms,
+            } => {
+                h.submit(
+                    replica,
+                    IMAGES[image],
+                    Duration::from_millis(run_ms),
+                    deadline_ms.map(Duration::from_millis),
                 );
-                let image = IMAGES[image].to_string();
-                self.feed(replica, Input::Request { request, image }, false);
-            }
-            Step::Finish { replica, pick } => {
-                let assigned: Vec<RequestId> = self
-                    .active_on(replica)
-                    .into_iter()
-                    .filter(|id| self.requests[id].pod.is_some())
-                    .collect();
-                if !assigned.is_empty() {
-                    let request = assigned[pick.index(assigned.len())];
-                    self.requests.get_mut(&request).unwrap().active = false;
-                    self.feed(replica, Input::CallFinished { request }, false);
-                }
             }
             Step::Cancel { replica, pick } => {
-                let active = self.active_on(replica);
-                if !active.is_empty() {
-                    let request = active[pick.index(active.len())];
-                    let req = self.requests.get_mut(&request).unwrap();
-                    if req.pod.is_some() {
-                        req.active = false;
-                    }
-                    self.feed(replica, Input::Cancelled { request }, false);
-                    assert!(
-                        !self.requests[&request].active,
-                        "a cancelled waiter gets its reply"
-                    );
-                }
-            }
-            Step::Ready { pick } => self.resolve_creation(Some(pick), false),
-            Step::FailCreation { pick } => self.resolve_creation(Some(pick), true),
-            Step::CrashPod { pick } => {
-                if let Some(name) = self.pick_running(pick) {
-                    self.sim.fail_pod(&name).unwrap();
-                    let mut queue = Vec::new();
-                    self.gone(&name, true, &mut queue);
-                    for (r, input) in queue {
-                        self.feed(r, input, false);
-                    }
-                }
-            }
-            Step::DeletePodExternally { pick } => {
-                if let Some(name) = self.pick_running(pick) {
-                    self.sim.delete_pod(&name).unwrap();
-                    let mut queue = Vec::new();
-                    self.gone(&name, false, &mut queue);
-                    for (r, input) in queue {
-                        self.feed(r, input, false);
-                    }
+                let mut held: Vec<RequestId> = h
+                    .requests()
+                    .filter(|((r, _), q)| *r == replica && q.held)
+                    .map(|((_, id), _)| *id)
+                    .collect();
+                held.sort();
+                if !held.is_empty() {
+                    h.cancel(replica, held[pick.index(held.len())]);
                 }
             }
             Step::Advance { millis } => {
-                self.flush_persists();
-                self.now = self.now + Duration::from_millis(millis);
-                self.sim.advance_to(self.now);
-                for r in 0..self.replicas.len() {
-                    self.feed(r, Input::Tick, false);
+                let t = h.now() + Duration::from_millis(millis);
+                h.run_until(t);
+            }
+            Step::Outage { replica, millis } => {
+                let until = h.now() + Duration::from_millis(millis);
+                h.set_outage(replica, until);
+            }
+            Step::BreakWatch { replica, millis } => {
+                h.break_watch(replica, Duration::from_millis(millis));
+            }
+            Step::CrashPod { pick } => {
+                if let Some(name) = self.pick_pod(pick, true) {
+                    self.h.crash(&name);
                 }
             }
-            Step::Gc { replica } => {
-                let observed = self.observed();
-                self.feed(replica, Input::Gc { observed }, true);
+            Step::VanishPod { pick } => {
+                if let Some(name) = self.pick_pod(pick, false) {
+                    self.h.vanish(&name);
+                }
             }
+            Step::Faults { level } => h.cluster_mut().set_failures(faults(level)),
             Step::Adopt { replica } => {
-                let observed = self.observed();
-                self.feed(replica, Input::Adopt { observed }, false);
+                let observed = h.observed();
+                h.feed(replica, Input::Adopt { observed });
             }
+            Step::Restart { replica } => h.restart(replica),
             Step::TemplateChange { replica } => {
-                if self.replicas[replica].version == self.latest_version {
+                if self.versions[replica] == self.latest_version {
                     self.latest_version += 1;
                 }
-                self.replicas[replica].version = self.latest_version;
-                let version = version_name(self.latest_version);
-                self.feed(replica, Input::TemplateChanged { version }, false);
+                self.versions[replica] = self.latest_version;
+                let version = format!("v{}", self.latest_version);
+                h.feed(replica, Input::TemplateChanged { version });
             }
             Step::PolicyChange {
                 replica,
                 configured,
             } => {
-                // A longer TTL may extend a pod's reclaim-after once at once.
-                self.persists.retain(|(r, _), _| *r != replica);
-                let policy = Box::new(changed_policy(&format!("r{replica}"), configured));
-                self.feed(replica, Input::PolicyChanged { policy }, false);
+                let policy = Box::new(changed_policy(configured));
+                h.feed(replica, Input::PolicyChanged { policy });
             }
             Step::WarmUp { replica, image } => {
                 let images = vec![IMAGES[image].to_string()];
-                self.feed(replica, Input::WarmUp { images }, false);
+                h.feed(replica, Input::WarmUp { images });
             }
-            Step::Shutdown { replica } => self.feed(replica, Input::Shutdown, false),
+            Step::Shutdown { replica } => h.feed(replica, Input::Shutdown),
         }
     }
 
+    /// The last entries of the harness log, for failure messages.
+    fn recent(&self) -> String {
+        let log = self.h.log.as_deref().unwrap_or_default();
+        log[log.len().saturating_sub(60)..]
+            .iter()
+            .map(|e| format!("{e:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     fn check(&self) {
-        for (r, replica) in self.replicas.iter().enumerate() {
-            let cache = &replica.cache;
-            let mut per_image: HashMap<&str, u32> = HashMap::new();
+        let h = &self.h;
+        let violations = h.violations();
+        assert!(
+            violations.is_empty(),
+            "{violations:#?}\nrecent inputs and commands:\n{}",
+            self.recent()
+        );
+        for r in 0..h.replicas() {
+            let cache = h.cache(r);
             let mut counted: HashMap<SlotId, u32> = HashMap::new();
-            for (id, req) in self.requests.iter().filter(|(_, q)| q.replica == r) {
+            for ((rr, id), q) in h.requests() {
+                if *rr != r {
+                    continue;
+                }
                 let slot = cache.request_slot(*id);
-                match (req.active, req.replies) {
+                match (q.held, q.replies) {
                     (true, 0) => assert!(matches!(slot, Some((_, true))), "{id} is lost: {slot:?}"),
                     (true, _) => assert!(
                         matches!(slot, Some((_, false))),
@@ -556,11 +406,10 @@ impl World {
             }
             for s in cache.slots() {
                 let settings = cache.policy().settings_for(s.image);
-                *per_image.entry(s.image).or_default() += 1;
                 assert_eq!(
                     s.load,
                     counted.get(&s.id).copied().unwrap_or(0),
-                    "load of {} is off",
+                    "replica {r}: load of {} is off",
                     s.id
                 );
                 assert!(
@@ -569,7 +418,8 @@ impl World {
                     s.id
                 );
             }
-            for (image, n) in per_image {
+            for image in IMAGES {
+                let n = cache.slots_for(image).count() as u32;
                 let limit = cache.policy().settings_for(image).max_parallel_pods;
                 assert!(
                     n <= limit,
@@ -577,77 +427,84 @@ impl World {
                 );
             }
         }
+        self.check_persists();
     }
 
-    /// Ends every creation, checks that every request got its one reply,
-    /// finishes every call and checks that all loads are back to zero.
+    /// Reclaim-after is written at most once per half-TTL per pod and
+    /// replica, unless the previous write failed or the settings changed.
+    fn check_persists(&self) {
+        let log = self.h.log.as_ref().expect("logging");
+        // (replica, pod) -> (time of the last write, whether it may be
+        // followed early).
+        let mut last: HashMap<(usize, String), (UnixTime, bool)> = HashMap::new();
+        let mut generation = vec![0usize; self.h.replicas()];
+        for entry in log {
+            match entry {
+                Logged::Input(
+                    r,
+                    _,
+                    Input::Persisted {
+                        pod_name, result, ..
+                    },
+                ) if result.is_err() => {
+                    if let Some(l) = last.get_mut(&(*r, pod_name.clone())) {
+                        l.1 = true;
+                    }
+                }
+                Logged::Input(r, _, Input::PolicyChanged { .. }) => {
+                    last.retain(|(rr, _), _| rr != r);
+                }
+                Logged::Input(r, _, Input::Adopt { .. }) => {
+                    generation[*r] += 1;
+                    last.retain(|(rr, _), _| rr != r);
+                }
+                Logged::Command(
+                    r,
+                    t,
+                    Command::PersistReclaimAfter {
+                        pod_name,
+                        reclaim_after,
+                    },
+                ) => {
+                    assert!(
+                        *reclaim_after > *t + TTL,
+                        "replica {r}: {pod_name} extended to {reclaim_after} at {t}"
+                    );
+                    if let Some((prev, early_ok)) = last.insert((*r, pod_name.clone()), (*t, false))
+                    {
+                        let gap = t.saturating_since(prev);
+                        assert!(
+                            early_ok || gap >= TTL / 2,
+                            "replica {r}: {pod_name} written twice within {gap:?}"
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Lets every call end and every creation resolve, then checks that
+    /// every request got its one reply and every load is back to zero.
     fn finish(mut self) {
-        while !self.creations.is_empty() {
-            self.resolve_creation(None, false);
-            self.check();
+        self.h.cluster_mut().set_failures(FailureRates::default());
+        for r in 0..self.h.replicas() {
+            self.h.set_outage(r, self.h.now());
         }
-        for (id, req) in &self.requests {
-            assert_eq!(req.replies, 1, "{id} never answered");
-        }
-        let active: Vec<(RequestId, usize)> = self
-            .requests
-            .iter()
-            .filter(|(_, q)| q.active)
-            .map(|(id, q)| (*id, q.replica))
-            .collect();
-        for (request, r) in active {
-            self.requests.get_mut(&request).unwrap().active = false;
-            self.feed(r, Input::CallFinished { request }, false);
-        }
+        let limit = self.h.now() + Duration::from_secs(3600);
+        assert!(self.h.drain(limit), "the system never settles");
         self.check();
-        for replica in &self.replicas {
-            assert!(replica.cache.slots().all(|s| s.load == 0));
-        }
+        let quiet = self.h.check_quiet();
+        assert!(quiet.is_empty(), "{quiet:#?}");
     }
 }
 
-impl StateMachineTest for OneReplica {
-    type SystemUnderTest = World;
-    type Reference = OneReplica;
-    fn init_test(replicas: &usize) -> World {
-        World::new(*replicas)
-    }
-    fn apply(mut world: World, _: &usize, step: Step) -> World {
-        world.step(step);
-        world
-    }
-    fn check_invariants(world: &World, _: &usize) {
-        world.check();
-    }
-    fn teardown(world: World, _: usize) {
-        world.finish();
-    }
-}
-
-impl StateMachineTest for TwoReplicas {
-    type SystemUnderTest = World;
-    type Reference = TwoReplicas;
-    fn init_test(replicas: &usize) -> World {
-        World::new(*replicas)
-    }
-    fn apply(mut world: World, _: &usize, step: Step) -> World {
-        world.step(step);
-        world
-    }
-    fn check_invariants(world: &World, _: &usize) {
-        world.check();
-    }
-    fn teardown(world: World, _: usize) {
-        world.finish();
-    }
-}
-
-/// 1024 random interleavings per test; `PROPTEST_CASES=N` runs more.
+/// 512 random interleavings per test; `PROPTEST_CASES=N` runs more.
 fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1024);
+        .unwrap_or(512);
     ProptestConfig {
         cases,
         ..ProptestConfig::default()
@@ -662,4 +519,7 @@ prop_state_machine! {
 
     #[test]
     fn two_replicas_sharing_a_platform_keep_their_invariants(sequential 1..120 => TwoReplicas);
+
+    #[test]
+    fn three_replicas_under_faults_keep_their_invariants(sequential 1..150 => ThreeReplicas);
 }

@@ -113,7 +113,7 @@ pub struct PodArgs {
     /// How the runner reaches wrapper servers: service (the pod's ClusterIP service DNS name) or pod-ip.
     #[arg(long, default_value = "service")]
     pub pod_address_mode: AddressMode,
-    /// Short name of this replica inside pod names (1-8 of a-z0-9), unique among replicas [default: from host name and pid].
+    /// Short name of this replica inside pod names (1-8 of a-z0-9), unique among replicas and, ideally, per start [default: random per process start].
     #[arg(long)]
     pub replica_token: Option<String>,
     /// File mapping wrapper endpoints to dialable addresses (`<endpoint> <host:port>` per line), for runners outside the cluster network.
@@ -122,6 +122,21 @@ pub struct PodArgs {
     /// Bound on connecting to a wrapper server.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     pub wrapper_connect_timeout: Duration,
+    /// Bound on each Kubernetes API call (an API server that does not answer fails the call after this long).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub api_timeout: Duration,
+    /// Attempts of a Kubernetes API call that fails transiently (5xx, 429, timeouts), the first included.
+    #[arg(long, default_value_t = 4)]
+    pub api_retries: u32,
+    /// First delay between those attempts; doubled each time.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
+    pub api_retry_backoff: Duration,
+    /// First delay before the pod cache retries a failed reclaim-after patch or pod deletion; doubled each time up to 30s.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub write_retry_backoff: Duration,
+    /// How long start-up waits for the FunctionConfig, PodTemplate and ServiceTemplate watches to list their objects.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub sync_timeout: Duration,
     /// Registry (host:port) reached over plain HTTP, e.g. a registry on loopback. Repeatable.
     #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
     pub plain_http_registries: Vec<String>,
@@ -147,6 +162,11 @@ impl PodArgs {
             address_mode: self.pod_address_mode,
             wrapper_address_map: self.wrapper_address_map.clone(),
             connect_timeout: self.wrapper_connect_timeout,
+            api_timeout: self.api_timeout,
+            api_retries: self.api_retries,
+            api_retry_backoff: self.api_retry_backoff,
+            write_retry_backoff: self.write_retry_backoff,
+            sync_timeout: self.sync_timeout,
             wrapper_image: std::env::var("WRAPPER_SERVER_IMAGE").ok(),
             max_message_bytes,
             default_image_prefix: default_image_prefix.to_string(),
@@ -257,10 +277,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Kept for the server's lifetime: it feeds FunctionConfig changes to
     // the exec runtime and the pod cache.
     let _function_configs = started.function_configs;
-    let ready: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match &pod_runtime
-    {
-        Some(pod) => Box::pin(pod.ready()),
-        None => Box::pin(std::future::ready(())),
+    // Health follows the pod runtime (readiness after start-up, its watch
+    // afterwards); without one, SERVING at once.
+    let (always, serving) = tokio::sync::watch::channel(true);
+    let health = match &pod_runtime {
+        Some(pod) => pod.health(),
+        None => serving,
     };
     tracing::info!(runtimes = ?chain.names(), "starting");
     let server = super::bind("krm-fn-runner", args.listen.as_deref(), args.port).await?;
@@ -270,7 +292,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         limits: args.limits.server_limits(args.max_request_body_size),
     };
     server
-        .run_when_ready(
+        .run_with_health(
             // Without a policy file the chain serves directly: nothing to check.
             match admission {
                 Some(a) => Arc::new(AdmittedEvaluator::new(Arc::new(chain), Arc::new(a))),
@@ -278,10 +300,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             },
             options,
             shutdown_signal(),
-            ready,
+            health,
         )
         .await
         .context("gRPC server failed")?;
+    drop(always);
     if let Some(pod) = pod_runtime {
         pod.shutdown();
     }

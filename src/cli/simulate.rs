@@ -139,7 +139,7 @@ fn plot(reports: &[PolicyReport], path: &Path) -> anyhow::Result<()> {
         .max(1.0 / 60.0);
     let series: [(&str, SampleValue); 2] = [
         ("pods alive", |s| s.pods),
-        ("requests waiting for a pod", |s| s.queued),
+        ("requests waiting for a pod", |s| s.waiting),
     ];
     for (panel, (title, value)) in panels.iter().zip(series) {
         let top = reports

@@ -3,12 +3,14 @@
 //! Adapters (`crate::adapters`) implement them; the domain only ever sees the
 //! traits.
 
+mod clock;
 mod evaluator;
 mod function_runtime;
 mod image_inspector;
 mod pod_platform;
 mod tag_lister;
 
+pub use clock::{Clock, SystemClock};
 pub use evaluator::FunctionEvaluator;
 #[cfg(test)]
 pub use evaluator::MockFunctionEvaluator;

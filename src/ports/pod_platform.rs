@@ -1,7 +1,7 @@
 //! The `PodPlatform` port: the Kubernetes work the pod evaluator's driver
 //! needs, and nothing more.
 //!
-//! The driver (a later issue) carries out the pod cache's commands
+//! The driver carries out the pod cache's commands
 //! ([`crate::domain::pod_cache::Command`]) through this trait: create the pod
 //! and its service, watch it become ready, patch its reclaim-after
 //! annotation, list and delete pods for GC, read the template ConfigMap and
@@ -18,6 +18,8 @@ use std::pin::Pin;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use tokio_stream::Stream;
+
+use crate::domain::pod_cache::DeletePrecondition;
 
 /// Why a platform call failed, in the classes the driver decides on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,10 +96,18 @@ pub struct ConfigMapData {
 /// `watcher::Event` reduced to what the driver needs).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PodEvent {
+    /// Every pod matching the watch's selector, listed: the first event of
+    /// a watch, and again whenever the watch had to list anew after an
+    /// outage it could not resume from. A pod missing from it is gone,
+    /// whether or not its deletion was reported.
+    Listed(Vec<Pod>),
     /// The pod was created or changed; this is its new state.
     Applied(Pod),
     /// The pod is gone; this is its last known state.
     Deleted(Pod),
+    /// The watch failed and is retrying: changes (deletions included) may
+    /// go unreported until the next [`PodEvent::Listed`].
+    Lost,
 }
 
 /// One address behind a service, as its EndpointSlices (or, on clusters
@@ -152,9 +162,16 @@ pub trait PodPlatform: Send + Sync {
     /// empty for all).
     async fn list_pods(&self, label_selector: &str) -> Result<Vec<Pod>, PlatformError>;
 
-    /// Deletes the pod `name` (background propagation).
-    /// Errors: [`PlatformError::NotFound`] when already gone.
-    async fn delete_pod(&self, name: &str) -> Result<(), PlatformError>;
+    /// Deletes the pod `name` (background propagation) if `precondition`
+    /// holds (Kubernetes `DeleteOptions.preconditions`: its UID and
+    /// resourceVersion, where given).
+    /// Errors: [`PlatformError::NotFound`] when already gone,
+    /// [`PlatformError::Conflict`] when the precondition does not hold.
+    async fn delete_pod(
+        &self,
+        name: &str,
+        precondition: &DeletePrecondition,
+    ) -> Result<(), PlatformError>;
 
     /// Creates `service` under its `metadata.name`.
     /// Errors: [`PlatformError::AlreadyExists`] and the usual.
@@ -205,8 +222,10 @@ pub trait PodPlatform: Send + Sync {
         docker_config_json: &[u8],
     ) -> Result<(), PlatformError>;
 
-    /// Watches pods matching `label_selector`: first an [`PodEvent::Applied`]
-    /// for every existing pod, then every change.
+    /// Watches pods matching `label_selector`: first a [`PodEvent::Listed`]
+    /// with every existing pod, then every change; after an outage,
+    /// [`PodEvent::Lost`] and, once the watch is back, a new
+    /// [`PodEvent::Listed`].
     async fn watch_pods(&self, label_selector: &str) -> Result<PodEventStream, PlatformError>;
 
     /// Watches what the services of the pod namespace publish (their

@@ -157,6 +157,31 @@ impl Server {
         shutdown: impl Future<Output = ()>,
         ready: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), tonic::transport::Error> {
+        let (tx, health) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            ready.await;
+            tx.send_replace(true);
+            // Keep the sender: the health stays SERVING.
+            tx.closed().await;
+        });
+        self.run_with_health(evaluator, options, shutdown, health)
+            .await
+    }
+
+    /// As [`run`](Self::run), but `grpc.health.v1.Health` follows `health`
+    /// (for the whole server, `""`, and for `evaluator.FunctionEvaluator`):
+    /// SERVING while it is true, NOT_SERVING while it is false or once its
+    /// sender is gone. Calls are accepted either way. Porch reports SERVING
+    /// at once and never changes it (spec §10 item 32).
+    ///
+    /// Errors: a transport failure of the listener.
+    pub async fn run_with_health(
+        self,
+        evaluator: Arc<dyn FunctionEvaluator>,
+        options: ServeOptions,
+        shutdown: impl Future<Output = ()>,
+        mut health: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<(), tonic::transport::Error> {
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
         health_reporter
             .set_service_status("", tonic_health::ServingStatus::NotServing)
@@ -166,14 +191,40 @@ impl Server {
             .await;
         let reporter = health_reporter.clone();
         let health_task = tokio::spawn(async move {
-            ready.await;
-            reporter
-                .set_service_status("", tonic_health::ServingStatus::Serving)
-                .await;
-            reporter
-                .set_serving::<FunctionEvaluatorServer<EvaluatorService>>()
-                .await;
-            tracing::info!("health: SERVING");
+            let mut serving = false;
+            loop {
+                let now = *health.borrow_and_update();
+                if now != serving {
+                    serving = now;
+                    let status = if now {
+                        tonic_health::ServingStatus::Serving
+                    } else {
+                        tonic_health::ServingStatus::NotServing
+                    };
+                    reporter.set_service_status("", status).await;
+                    if now {
+                        reporter
+                            .set_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+                            .await;
+                    } else {
+                        reporter
+                            .set_not_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+                            .await;
+                    }
+                    tracing::info!("health: {}", if now { "SERVING" } else { "NOT_SERVING" });
+                }
+                if health.changed().await.is_err() {
+                    if serving {
+                        reporter
+                            .set_service_status("", tonic_health::ServingStatus::NotServing)
+                            .await;
+                        reporter
+                            .set_not_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+                            .await;
+                    }
+                    return;
+                }
+            }
         });
         // Calls still running when the grace period ends are answered, not dropped.
         let cut = tokio_util::sync::CancellationToken::new();

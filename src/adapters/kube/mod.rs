@@ -26,11 +26,12 @@ use async_trait::async_trait;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio_stream::StreamExt;
 
+use crate::domain::pod_cache::DeletePrecondition;
 use crate::ports::{
     ConfigMapData, EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodEventStream,
     PodPlatform, ServiceEndpoint,
@@ -40,10 +41,29 @@ use crate::ports::{
 pub const FIELD_MANAGER: &str = "krm-function-runner";
 /// The key of a `kubernetes.io/dockerconfigjson` Secret.
 pub const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
-/// Attempts for a call failing transiently (the first included).
-const ATTEMPTS: u32 = 4;
-/// First retry delay; doubled each time (100, 200, 400 ms).
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// How API calls are bounded and retried (`serve --api-timeout`,
+/// `--api-retries`, `--api-retry-backoff`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiRetry {
+    /// Attempts for a call failing transiently (the first included).
+    pub attempts: u32,
+    /// First retry delay; doubled each time.
+    pub first_backoff: Duration,
+    /// Bound on each attempt: an API server that does not answer (stopped,
+    /// partitioned) fails the attempt as transient after this long.
+    pub timeout: Duration,
+}
+
+impl Default for ApiRetry {
+    /// 4 attempts, 100 ms first backoff (100, 200, 400 ms), 10 s per attempt.
+    fn default() -> Self {
+        Self {
+            attempts: 4,
+            first_backoff: Duration::from_millis(100),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
 
 /// Pods, services and secrets in one namespace (`--pod-namespace`), and
 /// ConfigMaps anywhere, through a kube-rs client.
@@ -51,6 +71,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 pub struct KubePlatform {
     client: Client,
     namespace: String,
+    retry: ApiRetry,
     /// Set once the API server refused EndpointSlices (Porch's Role grants
     /// core/v1 `endpoints` only): services are then read from their
     /// Endpoints directly and not watched.
@@ -59,13 +80,37 @@ pub struct KubePlatform {
 
 impl KubePlatform {
     /// A platform for `namespace` using `client` (in-cluster or kubeconfig,
-    /// as `kube::Client::try_default` infers it).
+    /// as `kube::Client::try_default` infers it), with the default
+    /// [`ApiRetry`].
     pub fn new(client: Client, namespace: impl Into<String>) -> Self {
         Self {
             client,
             namespace: namespace.into(),
+            retry: ApiRetry::default(),
             slices_denied: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The same platform with `retry` bounding and retrying its calls.
+    pub fn with_retry(mut self, retry: ApiRetry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Runs `call` under [`ApiRetry`]: until it succeeds, fails with a
+    /// non-transient error, or the attempts are used, each attempt bounded
+    /// by the timeout, sleeping the doubling backoff between tries.
+    async fn with_retries<T, F, Fut>(
+        &self,
+        kind: &'static str,
+        name: &str,
+        call: F,
+    ) -> Result<T, PlatformError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        with_retries(self.retry, kind, name, call).await
     }
 
     /// Records that EndpointSlices may not be read, saying so once.
@@ -127,9 +172,9 @@ pub fn classify(kind: &'static str, name: &str, err: kube::Error) -> PlatformErr
     }
 }
 
-/// Runs `call` until it succeeds, fails with a non-transient error, or
-/// [`ATTEMPTS`] are used, sleeping 100 ms, 200 ms, 400 ms between tries.
+/// Runs `call` under `retry` (see [`KubePlatform::with_retries`]).
 async fn with_retries<T, F, Fut>(
+    retry: ApiRetry,
     kind: &'static str,
     name: &str,
     mut call: F,
@@ -138,11 +183,18 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let mut delay = FIRST_BACKOFF;
+    let mut delay = retry.first_backoff;
     let mut attempt = 1;
     loop {
-        match call().await.map_err(|e| classify(kind, name, e)) {
-            Err(PlatformError::Transient(m)) if attempt < ATTEMPTS => {
+        let result = match tokio::time::timeout(retry.timeout, call()).await {
+            Ok(r) => r.map_err(|e| classify(kind, name, e)),
+            Err(_) => Err(PlatformError::Transient(format!(
+                "{kind} {name:?}: no answer from the API server within {:?}",
+                retry.timeout
+            ))),
+        };
+        match result {
+            Err(PlatformError::Transient(m)) if attempt < retry.attempts.max(1) => {
                 tracing::debug!(kind, name, attempt, "transient error, retrying: {m}");
                 tokio::time::sleep(delay).await;
                 delay *= 2;
@@ -178,26 +230,38 @@ impl PodPlatform for KubePlatform {
     async fn create_pod(&self, pod: Pod) -> Result<Pod, PlatformError> {
         let name = object_name(&pod.metadata)?;
         let (api, params) = (self.pods(), post_params());
-        with_retries("Pod", &name, || api.create(&params, &pod)).await
+        self.with_retries("Pod", &name, || api.create(&params, &pod))
+            .await
     }
 
     async fn get_pod(&self, name: &str) -> Result<Pod, PlatformError> {
         let api = self.pods();
-        with_retries("Pod", name, || api.get(name)).await
+        self.with_retries("Pod", name, || api.get(name)).await
     }
 
     async fn list_pods(&self, label_selector: &str) -> Result<Vec<Pod>, PlatformError> {
         let api = self.pods();
         let params = ListParams::default().labels(label_selector);
-        with_retries("Pod", label_selector, || api.list(&params))
+        self.with_retries("Pod", label_selector, || api.list(&params))
             .await
             .map(|l| l.items)
     }
 
-    async fn delete_pod(&self, name: &str) -> Result<(), PlatformError> {
-        let (api, params) = (self.pods(), DeleteParams::background());
+    async fn delete_pod(
+        &self,
+        name: &str,
+        precondition: &DeletePrecondition,
+    ) -> Result<(), PlatformError> {
+        let api = self.pods();
+        let mut params = DeleteParams::background();
+        if precondition.uid.is_some() || precondition.resource_version.is_some() {
+            params = params.preconditions(Preconditions {
+                uid: precondition.uid.clone(),
+                resource_version: precondition.resource_version.clone(),
+            });
+        }
         ignore_not_found(
-            with_retries("Pod", name, || api.delete(name, &params))
+            self.with_retries("Pod", name, || api.delete(name, &params))
                 .await
                 .map(|_| ()),
         )
@@ -206,18 +270,19 @@ impl PodPlatform for KubePlatform {
     async fn create_service(&self, service: Service) -> Result<Service, PlatformError> {
         let name = object_name(&service.metadata)?;
         let (api, params) = (self.services(), post_params());
-        with_retries("Service", &name, || api.create(&params, &service)).await
+        self.with_retries("Service", &name, || api.create(&params, &service))
+            .await
     }
 
     async fn get_service(&self, name: &str) -> Result<Service, PlatformError> {
         let api = self.services();
-        with_retries("Service", name, || api.get(name)).await
+        self.with_retries("Service", name, || api.get(name)).await
     }
 
     async fn list_services(&self) -> Result<Vec<Service>, PlatformError> {
         let api = self.services();
         let params = ListParams::default();
-        with_retries("Service", "*", || api.list(&params))
+        self.with_retries("Service", "*", || api.list(&params))
             .await
             .map(|l| l.items)
     }
@@ -225,7 +290,7 @@ impl PodPlatform for KubePlatform {
     async fn delete_service(&self, name: &str) -> Result<(), PlatformError> {
         let (api, params) = (self.services(), DeleteParams::background());
         ignore_not_found(
-            with_retries("Service", name, || api.delete(name, &params))
+            self.with_retries("Service", name, || api.delete(name, &params))
                 .await
                 .map(|_| ()),
         )
@@ -241,7 +306,10 @@ impl PodPlatform for KubePlatform {
         } else {
             let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
             let params = ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={name}"));
-            match with_retries("EndpointSlice", name, || slices.list(&params)).await {
+            match self
+                .with_retries("EndpointSlice", name, || slices.list(&params))
+                .await
+            {
                 Ok(list) => {
                     let found = endpoints_from_slices(&list.items);
                     if !found.is_empty() {
@@ -257,7 +325,10 @@ impl PodPlatform for KubePlatform {
             }
         };
         let endpoints: Api<Endpoints> = Api::namespaced(self.client.clone(), &self.namespace);
-        match with_retries("Endpoints", name, || endpoints.get(name)).await {
+        match self
+            .with_retries("Endpoints", name, || endpoints.get(name))
+            .await
+        {
             Ok(e) => Ok(endpoints_from_core(&e)),
             Err(e) if e.is_not_found() => Ok(Vec::new()),
             Err(PlatformError::Forbidden(m)) => Err(PlatformError::Forbidden(match slice_error {
@@ -279,7 +350,7 @@ impl PodPlatform for KubePlatform {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
-        with_retries("Pod", name, || api.patch(name, &params, &patch))
+        self.with_retries("Pod", name, || api.patch(name, &params, &patch))
             .await
             .map(|_| ())
     }
@@ -290,7 +361,9 @@ impl PodPlatform for KubePlatform {
         name: &str,
     ) -> Result<ConfigMapData, PlatformError> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-        let cm = with_retries("ConfigMap", name, || api.get(name)).await?;
+        let cm = self
+            .with_retries("ConfigMap", name, || api.get(name))
+            .await?;
         Ok(ConfigMapData {
             data: cm.data.unwrap_or_default(),
             resource_version: cm.metadata.resource_version.unwrap_or_default(),
@@ -310,8 +383,8 @@ impl PodPlatform for KubePlatform {
             DOCKER_CONFIG_KEY.to_string(),
             ByteString(docker_config_json.to_vec()),
         )]);
-        for _ in 0..ATTEMPTS {
-            match with_retries("Secret", name, || api.get(name)).await {
+        for _ in 0..self.retry.attempts.max(1) {
+            match self.with_retries("Secret", name, || api.get(name)).await {
                 Err(e) if e.is_not_found() => {
                     let secret = Secret {
                         metadata: kube::api::ObjectMeta {
@@ -323,7 +396,10 @@ impl PodPlatform for KubePlatform {
                         data: Some(wanted.clone()),
                         ..Default::default()
                     };
-                    match with_retries("Secret", name, || api.create(&params, &secret)).await {
+                    match self
+                        .with_retries("Secret", name, || api.create(&params, &secret))
+                        .await
+                    {
                         Err(PlatformError::AlreadyExists { .. }) => continue,
                         other => return other.map(|_| ()),
                     }
@@ -332,7 +408,8 @@ impl PodPlatform for KubePlatform {
                 Ok(existing) if existing.data.as_ref() == Some(&wanted) => return Ok(()),
                 Ok(mut existing) => {
                     existing.data = Some(wanted.clone());
-                    match with_retries("Secret", name, || api.replace(name, &params, &existing))
+                    match self
+                        .with_retries("Secret", name, || api.replace(name, &params, &existing))
                         .await
                     {
                         Err(PlatformError::Conflict { .. }) => continue,
@@ -350,23 +427,33 @@ impl PodPlatform for KubePlatform {
 
     /// A watch on the pods matching `label_selector` in the pod namespace
     /// (kube-runtime's watcher: re-lists and resumes on its own, with
-    /// backoff); initial listing and later changes arrive as `Applied`.
+    /// backoff). Each (re)listing arrives as one [`PodEvent::Listed`]; a
+    /// watch error as [`PodEvent::Lost`].
     async fn watch_pods(&self, label_selector: &str) -> Result<PodEventStream, PlatformError> {
         let config = watcher::Config::default().labels(label_selector);
-        let stream =
-            watcher(self.pods(), config)
-                .default_backoff()
-                .filter_map(|event| match event {
-                    Ok(watcher::Event::Apply(pod)) | Ok(watcher::Event::InitApply(pod)) => {
-                        Some(PodEvent::Applied(pod))
-                    }
-                    Ok(watcher::Event::Delete(pod)) => Some(PodEvent::Deleted(pod)),
-                    Ok(_) => None,
-                    Err(e) => {
-                        tracing::warn!("pod watch error (retrying): {e}");
-                        None
-                    }
-                });
+        let mut listing: Option<Vec<Pod>> = None;
+        let stream = watcher(self.pods(), config)
+            .default_backoff()
+            .filter_map(move |event| match event {
+                Ok(watcher::Event::Init) => {
+                    listing = Some(Vec::new());
+                    None
+                }
+                Ok(watcher::Event::InitApply(pod)) => {
+                    listing.get_or_insert_with(Vec::new).push(pod);
+                    None
+                }
+                Ok(watcher::Event::InitDone) => {
+                    Some(PodEvent::Listed(listing.take().unwrap_or_default()))
+                }
+                Ok(watcher::Event::Apply(pod)) => Some(PodEvent::Applied(pod)),
+                Ok(watcher::Event::Delete(pod)) => Some(PodEvent::Deleted(pod)),
+                Err(e) => {
+                    tracing::warn!("pod watch error (retrying): {e}");
+                    listing = None;
+                    Some(PodEvent::Lost)
+                }
+            });
         Ok(Box::pin(stream))
     }
 
@@ -379,7 +466,10 @@ impl PodPlatform for KubePlatform {
     async fn watch_endpoints(&self) -> Result<EndpointEventStream, PlatformError> {
         let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
         let probe = ListParams::default().limit(1);
-        match with_retries("EndpointSlice", "*", || slices.list(&probe)).await {
+        match self
+            .with_retries("EndpointSlice", "*", || slices.list(&probe))
+            .await
+        {
             Err(e @ (PlatformError::NotFound { .. } | PlatformError::Forbidden(_))) => {
                 self.deny_slices(&e);
                 return Ok(Box::pin(tokio_stream::pending()));

@@ -5,14 +5,19 @@
 //! (and follows its changes), opens a watch on the labelled pods of the pod
 //! namespace, adopts the pods an earlier run or
 //! another replica left (by the pod cache's rules), starts warm-up and spawns
-//! the [driver](driver) task that owns the pod-cache state machine. Each call
-//! then asks the driver for a pod (answered from memory when one is ready),
-//! calls the wrapper server in it over a pooled connection
-//! ([`connections`]), and releases the pod. A call that fails with
-//! `UNAVAILABLE` evicts its pod, so the next call gets a fresh one.
+//! the [driver](driver) task that carries out the pod-cache state machine's
+//! commands. Each call then asks the driver for a pod (answered from memory
+//! when one is ready), calls the wrapper server in it over a pooled
+//! connection ([`connections`]), and releases the pod. A call that finds its
+//! pod unavailable drains it: this replica gives it no new call, so the next
+//! call gets another pod; the pod itself is left to GC, since calls of other
+//! replicas may still be in it.
 
 pub mod connections;
 mod driver;
+mod endpoints;
+#[cfg(test)]
+mod sim_tests;
 pub mod templates;
 
 use std::str::FromStr;
@@ -23,6 +28,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Code;
+
 use tracing::Instrument;
 
 use crate::adapters::grpc::pb::EvaluateFunctionRequest;
@@ -32,9 +38,9 @@ use crate::domain::evaluation::{EvalError, EvaluationRequest, EvaluationResponse
 use crate::domain::function_config::FunctionConfigStore;
 use crate::domain::image::resolve_image;
 use crate::domain::pod_cache::{
-    ErrorClass, IMAGE_LABEL, PodCacheError, PodCachePolicy, RequestId, SlotState,
+    Assignment, ErrorClass, IMAGE_LABEL, PodCacheError, PodCachePolicy, RequestId, SlotState,
 };
-use crate::ports::{FunctionEvaluator, ImageInspector, PodPlatform};
+use crate::ports::{Clock, FunctionEvaluator, ImageInspector, PodPlatform};
 use connections::{ConnectionPool, Resolver};
 use driver::{Ctx, Driver, Msg, Shared};
 pub use templates::{TemplateFeed, TemplatePublisher};
@@ -90,8 +96,15 @@ pub struct PodRuntimeConfig {
     pub max_message_bytes: usize,
     /// Bound on connecting to a wrapper server.
     pub connect_timeout: Duration,
+    /// `--api-timeout`: bound on each API call the driver makes (a pod
+    /// creation is bounded by its pod-ready deadline instead).
+    pub api_timeout: Duration,
     /// `--default-image-prefix`, applied to short image names.
     pub default_image_prefix: String,
+    /// Where the time fed to the pod cache comes from: the wall clock in
+    /// production (reclaim-after annotations are wall-clock times shared by
+    /// the replicas).
+    pub clock: Arc<dyn Clock>,
 }
 
 /// Why the pod runtime cannot start.
@@ -121,7 +134,7 @@ pub struct PodEvaluator {
     /// its per-function part.
     policy: PodCachePolicy,
     pool: Arc<ConnectionPool>,
-    ready: watch::Receiver<bool>,
+    health: watch::Receiver<bool>,
     next_id: AtomicU64,
     prefix: String,
 }
@@ -139,11 +152,32 @@ impl std::fmt::Debug for PodEvaluator {
 struct Release {
     shared: Arc<Shared>,
     id: RequestId,
+    unavailable: bool,
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
-        self.shared.handle(Msg::Release { id: self.id });
+        self.shared.handle(Msg::Release {
+            id: self.id,
+            unavailable: self.unavailable,
+        });
+    }
+}
+
+/// A pod assigned to one call: call the wrapper at
+/// [`assignment`](Self::assignment), then drop the lease (or
+/// [`unavailable`](Self::unavailable) if the pod did not answer).
+pub(crate) struct Lease {
+    /// The pod and its endpoint.
+    pub(crate) assignment: Assignment,
+    release: Release,
+}
+
+impl Lease {
+    /// The pod did not answer (UNAVAILABLE, a refused or broken
+    /// connection): released, and the pod drained on this replica.
+    pub(crate) fn unavailable(mut self) {
+        self.release.unavailable = true;
     }
 }
 
@@ -154,14 +188,20 @@ impl PodEvaluator {
     /// the driver. Returns at once; [`ready`](Self::ready) resolves when
     /// adoption and warm-up are done. Needs a Tokio runtime.
     ///
+    /// The machine's GC period is `config.scan_interval` and it waits for
+    /// service endpoints in [`AddressMode::Service`], whatever
+    /// `config.policy` says.
+    ///
     /// Errors: [`PodRuntimeError::Watch`] when the pods cannot be watched.
     pub async fn start(
-        config: PodRuntimeConfig,
+        mut config: PodRuntimeConfig,
         platform: Arc<dyn PodPlatform>,
         inspector: Arc<dyn ImageInspector>,
         pull_secret: Option<Arc<PullSecretSync>>,
         resolver: Box<dyn Resolver>,
     ) -> Result<Self, PodRuntimeError> {
+        config.policy.scan_interval = config.scan_interval;
+        config.policy.await_endpoints = config.address_mode == AddressMode::Service;
         let templates = config.templates.current();
         let watch_stream =
             platform
@@ -176,7 +216,14 @@ impl PodEvaluator {
             tracing::warn!("cannot watch endpoints; waiting for services by polling: {e}");
             Box::pin(tokio_stream::pending())
         });
-        let existing = match platform.list_pods(IMAGE_LABEL).await {
+        let listed = tokio::time::timeout(config.api_timeout, platform.list_pods(IMAGE_LABEL))
+            .await
+            .unwrap_or_else(|_| {
+                Err(crate::ports::PlatformError::Transient(
+                    "no answer from the API server".into(),
+                ))
+            });
+        let existing = match listed {
             Ok(pods) => Some(pods),
             Err(e) => {
                 tracing::warn!("cannot list existing function pods; adoption skipped: {e}");
@@ -197,11 +244,11 @@ impl PodEvaluator {
             inspector,
             pull_secret,
             pool: pool.clone(),
-            endpoints: Arc::new(driver::EndpointSignal::new()),
+            endpoints: Arc::new(endpoints::EndpointSignal::new()),
         });
         let (tx, rx) = mpsc::unbounded_channel();
-        let (ready_tx, ready) = watch::channel(false);
-        let mut driver = Driver::new(ctx, templates, ready_tx, tx.clone());
+        let (health_tx, health) = watch::channel(false);
+        let mut driver = Driver::new(ctx, templates, health_tx, tx.clone());
         driver.start(existing, warm_up);
         let shared = Arc::new(Shared::new(driver));
         let weak = Arc::downgrade(&shared);
@@ -221,7 +268,7 @@ impl PodEvaluator {
             tx,
             policy,
             pool,
-            ready,
+            health,
             next_id: AtomicU64::new(1),
             prefix,
         })
@@ -230,10 +277,18 @@ impl PodEvaluator {
     /// Resolves once startup adoption and warm-up are done (warm-up pods
     /// ready or given up); health reports NOT_SERVING until then.
     pub fn ready(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut ready = self.ready.clone();
+        let mut health = self.health.clone();
         async move {
-            let _ = ready.wait_for(|r| *r).await;
+            let _ = health.wait_for(|h| *h).await;
         }
+    }
+
+    /// The runtime's health, as it changes: false until adoption and
+    /// warm-up are done, false while the pod watch has been down for
+    /// longer than the pod-ready timeout (the runtime cannot see pods start
+    /// or go), and false once the runtime has stopped.
+    pub fn health(&self) -> watch::Receiver<bool> {
+        self.health.clone()
     }
 
     /// Stops the driver: waiting callers get UNAVAILABLE, new calls are
@@ -251,12 +306,15 @@ impl PodEvaluator {
         let _ = self.tx.send(Msg::Policy(Box::new(policy)));
     }
 
-    /// Asks the driver for a pod for `image`.
-    async fn acquire(
-        &self,
-        id: RequestId,
-        image: &str,
-    ) -> Result<crate::domain::pod_cache::Assignment, EvalError> {
+    /// Asks the driver for a pod for `image` (already resolved); the lease
+    /// holds its load unit until dropped.
+    pub(crate) async fn lease(&self, image: &str) -> Result<Lease, EvalError> {
+        let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let release = Release {
+            shared: self.shared.clone(),
+            id,
+            unavailable: false,
+        };
         let (reply, rx) = oneshot::channel();
         self.shared.handle(Msg::Request {
             id,
@@ -264,7 +322,10 @@ impl PodEvaluator {
             reply,
         });
         match rx.await {
-            Ok(Ok(a)) => Ok(a),
+            Ok(Ok(assignment)) => Ok(Lease {
+                assignment,
+                release,
+            }),
             Ok(Err(e)) => Err(pod_error(image, &e)),
             Err(_) => Err(EvalError::Unavailable("the pod runtime has stopped".into())),
         }
@@ -277,7 +338,8 @@ impl Drop for PodEvaluator {
     }
 }
 
-/// The pod cache's slots as samples for the pod gauges.
+/// The pod cache's slots as samples for the pod gauges (a draining pod
+/// counts as busy while calls are still in it).
 fn pod_samples(cache: &crate::domain::pod_cache::PodCache) -> Vec<PodSample> {
     cache
         .slots()
@@ -285,8 +347,8 @@ fn pod_samples(cache: &crate::domain::pod_cache::PodCache) -> Vec<PodSample> {
             image: s.image.to_string(),
             state: match s.state {
                 SlotState::Pending => PodState::Starting,
-                SlotState::Ready if s.load == 0 => PodState::Idle,
-                SlotState::Ready => PodState::Busy,
+                _ if s.load == 0 => PodState::Idle,
+                SlotState::Ready | SlotState::Draining => PodState::Busy,
             },
             waiting: s.waiting as u64,
         })
@@ -317,31 +379,25 @@ impl FunctionEvaluator for PodEvaluator {
         let started = Instant::now();
         let image = resolve_image(&request.image, &self.prefix);
         spans::claim("pod");
-        let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
-        let _release = Release {
-            shared: self.shared.clone(),
-            id,
+        let lease = self.lease(&image).instrument(spans::pod_wait(&image));
+        let lease = match request.timeout {
+            Some(t) => tokio::time::timeout(t, lease)
+                .await
+                .map_err(|_| EvalError::Timeout {
+                    image: request.image.clone(),
+                    after: t,
+                })??,
+            None => lease.await?,
         };
-        let acquire = self.acquire(id, &image).instrument(spans::pod_wait(&image));
-        let assignment = match request.timeout {
-            Some(t) => {
-                tokio::time::timeout(t, acquire)
-                    .await
-                    .map_err(|_| EvalError::Timeout {
-                        image: request.image.clone(),
-                        after: t,
-                    })??
-            }
-            None => acquire.await?,
-        };
-        let mut client = self
-            .pool
-            .client(&assignment.pod_name, &assignment.endpoint)
-            .map_err(|e| {
-                EvalError::Unavailable(format!(
+        let assignment = &lease.assignment;
+        let mut client = match self.pool.client(&assignment.pod_name, &assignment.endpoint) {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(EvalError::Unavailable(format!(
                     "unable to get the grpc client to the pod for {image}: {e}"
-                ))
-            })?;
+                )));
+            }
+        };
         let mut call = tonic::Request::new(EvaluateFunctionRequest {
             resource_list: request.resource_list,
             image: request.image.clone(),
@@ -390,57 +446,52 @@ impl FunctionEvaluator for PodEvaluator {
                     after: request.timeout.unwrap_or_default(),
                 })
             }
-            Err(status) => Err(self.call_error(
-                &request.image,
-                request.timeout,
-                &assignment.pod_name,
-                &status,
-            )),
+            Err(status) => {
+                let pod = lease.assignment.pod_name.clone();
+                let (error, lost) = call_error(&request.image, request.timeout, &pod, &status);
+                if lost {
+                    self.pool.remove(&pod);
+                    lease.unavailable();
+                }
+                Err(error)
+            }
         }
     }
 }
 
-impl PodEvaluator {
-    /// Maps a failed wrapper call; UNAVAILABLE or a broken connection (the
-    /// wrapper or its pod is gone) also evicts the pod.
-    fn call_error(
-        &self,
-        image: &str,
-        timeout: Option<Duration>,
-        pod: &str,
-        status: &tonic::Status,
-    ) -> EvalError {
-        let message = status.message();
-        // tonic reports a connection that broke mid-call as UNKNOWN with the
-        // transport error as its source; a status sent by the wrapper has none.
-        let lost = status.code() == Code::Unavailable
-            || (status.code() == Code::Unknown && std::error::Error::source(status).is_some());
-        match status.code() {
-            _ if lost => {
-                self.pool.remove(pod);
-                self.shared.handle(Msg::Unavailable {
-                    pod_name: pod.to_string(),
-                });
-                EvalError::Unavailable(format!(
-                    "unable to evaluate {image} with pod evaluator: function pod {pod} is unavailable ({message}); the pod was evicted and the next call starts a fresh one"
-                ))
-            }
-            Code::DeadlineExceeded => EvalError::Timeout {
-                image: image.to_string(),
-                after: timeout.unwrap_or_default(),
-            },
-            Code::Cancelled => EvalError::Cancelled {
-                image: image.to_string(),
-            },
-            Code::InvalidArgument => EvalError::InvalidInput(message.to_string()),
-            Code::ResourceExhausted => EvalError::Exhausted(format!(
-                "unable to evaluate {image} with pod evaluator: {message}"
-            )),
-            code => EvalError::Internal(format!(
-                "unable to evaluate {image} with pod evaluator: rpc error: code = {code:?} desc = {message}"
-            )),
-        }
-    }
+/// Maps a failed wrapper call; also says whether the pod did not answer
+/// (UNAVAILABLE, or a connection that broke mid-call), which drains it.
+fn call_error(
+    image: &str,
+    timeout: Option<Duration>,
+    pod: &str,
+    status: &tonic::Status,
+) -> (EvalError, bool) {
+    let message = status.message();
+    // tonic reports a connection that broke mid-call as UNKNOWN with the
+    // transport error as its source; a status sent by the wrapper has none.
+    let lost = status.code() == Code::Unavailable
+        || (status.code() == Code::Unknown && std::error::Error::source(status).is_some());
+    let error = match status.code() {
+        _ if lost => EvalError::Unavailable(format!(
+            "unable to evaluate {image} with pod evaluator: function pod {pod} is unavailable ({message}); the pod was evicted from this runner and the next call gets another pod"
+        )),
+        Code::DeadlineExceeded => EvalError::Timeout {
+            image: image.to_string(),
+            after: timeout.unwrap_or_default(),
+        },
+        Code::Cancelled => EvalError::Cancelled {
+            image: image.to_string(),
+        },
+        Code::InvalidArgument => EvalError::InvalidInput(message.to_string()),
+        Code::ResourceExhausted => EvalError::Exhausted(format!(
+            "unable to evaluate {image} with pod evaluator: {message}"
+        )),
+        code => EvalError::Internal(format!(
+            "unable to evaluate {image} with pod evaluator: rpc error: code = {code:?} desc = {message}"
+        )),
+    };
+    (error, lost)
 }
 
 #[cfg(test)]

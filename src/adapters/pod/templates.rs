@@ -95,7 +95,8 @@ impl TemplateFeed {
     /// The templates of ConfigMap `namespace/name` (keys `template` and
     /// `serviceTemplate`, version = its `resourceVersion`; Porch Gen B
     /// `--function-pod-template`), re-read every `period` (the scan
-    /// interval; zero: read once). Needs a Tokio runtime.
+    /// interval; zero: read once). One read at a time, each given up after
+    /// `period`. Needs a Tokio runtime.
     ///
     /// Errors: the first read fails or its templates are unusable (Porch's
     /// messages). Later failures keep the last good templates and are logged.
@@ -119,7 +120,20 @@ impl TemplateFeed {
                     _ = tick.tick() => {}
                     () = publisher.closed() => return,
                 }
-                match read_config_map(&*platform, &namespace, &name).await {
+                // One read at a time, each bounded by the period: a read
+                // that hangs (the API server stopped) is given up when the
+                // next is due, so reads never pile up.
+                let read = tokio::time::timeout(
+                    period,
+                    read_config_map(&*platform, &namespace, &name),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "no answer from the API server within the scan interval ({period:?})"
+                    ))
+                });
+                match read {
                     Ok(t) => {
                         let version = t.version.clone();
                         if publisher.publish(t) {

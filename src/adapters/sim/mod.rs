@@ -2,19 +2,30 @@
 //!
 //! [`SimCluster`] is a plain, synchronous struct: pods, services, ConfigMaps
 //! and pull secrets of one namespace, with a configurable pod start latency
-//! distribution ([`StartLatency`]), random failure rates ([`FailureRates`])
-//! and scripted failures ([`SimCluster::inject`]). Time moves only when the
-//! caller says so ([`SimCluster::advance_to`]), so property tests and the
-//! policy simulator step it deterministically from a seed.
+//! distribution ([`StartLatency`]), random failure rates ([`FailureRates`]),
+//! scripted failures ([`SimCluster::inject`]), wrappers that take calls, and
+//! an [`Audit`] of what must never happen. Time moves only when the caller
+//! says so ([`SimCluster::advance_to`]), so property tests and the policy
+//! simulator step it deterministically from a seed.
+//!
+//! [`Harness`] carries out the pod-cache commands of N replicas on a
+//! `SimCluster` with API latency, outages, slow listings, watch gaps and
+//! clock skew: the one executor of the simulator ([`replay`]) and the
+//! property tests.
 //!
 //! [`SimPlatform`] wraps a shared `SimCluster` behind the async
-//! [`PodPlatform`](crate::ports::PodPlatform) port, for testing the driver
-//! exactly as it will run against Kubernetes.
+//! [`PodPlatform`](crate::ports::PodPlatform) port, on explicit virtual time
+//! or on tokio's (paused) clock ([`TokioClock`]), for running the real
+//! driver exactly as it runs against Kubernetes.
 
 mod cluster;
+pub mod harness;
 mod platform;
 pub mod replay;
 
-pub use cluster::{FailureRates, Operation, SimCluster, SimStats, StartLatency};
-pub use platform::SimPlatform;
+pub use cluster::{
+    Audit, CallError, ClusterEvent, FailureRates, Operation, SimCluster, SimStats, StartLatency,
+};
+pub use harness::{Harness, HarnessConfig, Logged};
+pub use platform::{Outage, SimPlatform, TokioClock};
 pub use replay::{ReplayOptions, replay};

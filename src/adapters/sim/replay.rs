@@ -1,52 +1,63 @@
 //! The policy simulator's replay: a request trace driven through the real
-//! pod-cache state machine ([`PodCache`]) against the simulated cluster
-//! ([`SimCluster`]) on virtual time.
+//! pod-cache state machine ([`PodCache`](crate::domain::pod_cache::PodCache))
+//! of N runner replicas against the simulated cluster on virtual time, on
+//! the [`Harness`] the property tests use too.
 //!
-//! Every request of the trace becomes an [`Input::Request`] at its arrival
-//! time; a successful reply schedules [`Input::CallFinished`] after the
-//! request's run time; the machine's commands are carried out on the
-//! simulated cluster (pods become ready after the configured start latency),
-//! and GC runs every scan interval over the cluster's pod list, exactly as the
-//! Kubernetes driver will do it.
+//! Requests of the trace go to the replicas in turn, at their arrival
+//! time; a successful reply starts the call, which ends after the request's
+//! run time (or when the caller's deadline passes); the machine's commands
+//! are carried out on the simulated cluster with the configured API
+//! latency and faults, and the replicas' GC lists the pods every scan
+//! interval, as the Kubernetes driver does.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::time::Duration;
 
 use super::cluster::{FailureRates, SimCluster, StartLatency};
-use crate::domain::pod_cache::template::{
-    PodBuild, TemplateOverrides, build_pod, build_service, default_pod_template,
-    default_service_template, observe_pod,
-};
-use crate::domain::pod_cache::{
-    Command, IMAGE_LABEL, INLINE_TEMPLATE_VERSION, Input, ObservedPhase, PodCache,
-    RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, UnixTime,
-};
+use super::harness::{Harness, HarnessConfig};
+use crate::domain::pod_cache::{Input, UnixTime};
 use crate::domain::simulation::report::{PolicyReport, Sample, percentile};
 use crate::domain::simulation::{SimPolicy, TraceEntry};
-use crate::ports::PodEvent;
 
 /// Namespace of the simulated pods.
 const NAMESPACE: &str = "porch-fn-system";
 /// Virtual start time (any fixed instant; reclaim-after values are Unix seconds).
 const START: UnixTime = UnixTime::from_secs(1_800_000_000);
 
-/// How the simulated cluster behaves.
+/// How the simulated cluster and runner replicas behave.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayOptions {
     /// Pod start latency.
     pub start_latency: StartLatency,
-    /// Random pod failures.
+    /// Random pod and API failures.
     pub failures: FailureRates,
     /// Seed of every random draw.
     pub seed: u64,
-    /// Number of timeline samples kept for plots.
+    /// Number of timeline buckets kept for plots (at least 1 s each).
     pub samples: usize,
+    /// Runner replicas sharing the namespace; requests go to them in turn.
+    pub replicas: usize,
+    /// Each API call takes a latency drawn from zero to this.
+    pub api_latency: Duration,
+    /// Probability that a GC listing arrives [`slow_list_latency`](Self::slow_list_latency) late.
+    pub slow_list: f64,
+    /// How late a slow listing arrives.
+    pub slow_list_latency: Duration,
+    /// Probability per pod change and replica that its watch breaks for
+    /// [`watch_gap_length`](Self::watch_gap_length).
+    pub watch_gap: f64,
+    /// How long a watch gap lasts.
+    pub watch_gap_length: Duration,
+    /// Largest clock offset between a replica and true time; the replicas'
+    /// offsets are spread evenly over `[-skew, +skew]`.
+    pub skew: Duration,
+    /// Callers give up after this long (the request's gRPC deadline):
+    /// a request still waiting is cancelled, a running call is cut.
+    pub deadline: Option<Duration>,
 }
 
 impl Default for ReplayOptions {
     /// Log-normal start latency around 3 s (image pull and readiness), no
-    /// failures, seed 1, 600 samples.
+    /// failures, seed 1, 600 samples, one replica, instant API, no deadline.
     fn default() -> Self {
         Self {
             start_latency: StartLatency::LogNormal {
@@ -56,6 +67,14 @@ impl Default for ReplayOptions {
             failures: FailureRates::default(),
             seed: 1,
             samples: 600,
+            replicas: 1,
+            api_latency: Duration::ZERO,
+            slow_list: 0.0,
+            slow_list_latency: Duration::ZERO,
+            watch_gap: 0.0,
+            watch_gap_length: Duration::from_secs(30),
+            skew: Duration::ZERO,
+            deadline: None,
         }
     }
 }
@@ -70,259 +89,106 @@ pub struct ReplayError {
     pub message: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Timer {
-    CallDone(RequestId),
-}
-
-struct Pending {
-    arrival: UnixTime,
-    run: Duration,
-}
-
-/// Turns the cluster's pod events into pod-cache inputs: a pod being
-/// created that became ready or failed, or a running pod that failed.
-fn pod_events(
-    cluster: &mut SimCluster,
-    creating: &mut HashMap<String, SlotId>,
-    inputs: &mut Vec<Input>,
-) {
-    for event in cluster.drain_events() {
-        let PodEvent::Applied(pod) = event else {
-            continue;
-        };
-        let Some(seen) = observe_pod(&pod) else {
-            continue;
-        };
-        match seen.phase {
-            ObservedPhase::Ready { endpoint } => {
-                if let Some(slot) = creating.remove(&seen.name) {
-                    inputs.push(Input::PodReady { slot, endpoint });
-                }
-            }
-            ObservedPhase::Failed => match creating.remove(&seen.name) {
-                Some(slot) => inputs.push(Input::PodFailed {
-                    slot,
-                    reason: "pod failed to start".into(),
-                }),
-                None => inputs.push(Input::PodGone {
-                    pod_name: seen.name,
-                    failed: true,
-                }),
-            },
-            _ => {}
-        }
+/// The replicas' clock offsets, in milliseconds, spread over `[-skew, +skew]`.
+fn skews(replicas: usize, skew: Duration) -> Vec<i64> {
+    let max = i64::try_from(skew.as_millis()).unwrap_or(i64::MAX);
+    if replicas < 2 {
+        return vec![0; replicas];
     }
+    (0..replicas)
+        .map(|i| -max + 2 * max * i as i64 / (replicas as i64 - 1))
+        .collect()
 }
 
 /// Replays `trace` (sorted by arrival) under `policy` and reports what happened.
 ///
-/// Errors: the policy cannot be turned into a pod-cache policy, or the
-/// default pod template cannot be built (neither happens with valid input).
+/// Errors: the policy cannot be turned into a pod-cache policy (an invalid
+/// replica token; never with valid input).
 pub fn replay(
     trace: &[TraceEntry],
     policy: &SimPolicy,
     options: &ReplayOptions,
 ) -> Result<PolicyReport, ReplayError> {
+    let wall = std::time::Instant::now();
     let fail = |message: String| ReplayError {
         policy: policy.name.clone(),
         message,
     };
-    let mut cache = PodCache::new(
-        policy.pod_cache_policy().map_err(|e| fail(e.to_string()))?,
-        INLINE_TEMPLATE_VERSION,
-    );
-    let mut cluster = SimCluster::new(NAMESPACE, START, options.seed)
+    let mut cache_policy = policy.pod_cache_policy().map_err(|e| fail(e.to_string()))?;
+    cache_policy.scan_interval = policy.scan_interval;
+    let cluster = SimCluster::new(NAMESPACE, START, options.seed)
         .with_latency(options.start_latency.clone())
         .with_failures(options.failures.clone());
-    let pod_template = default_pod_template("wrapper-server:sim");
-    let service_template = default_service_template();
-    let entrypoint = vec!["/usr/local/bin/function".to_string()];
+    let replicas = options.replicas.max(1);
+    let config = HarnessConfig {
+        replicas,
+        api_latency: options.api_latency,
+        slow_list: options.slow_list,
+        slow_list_latency: options.slow_list_latency,
+        watch_gap: options.watch_gap,
+        watch_gap_length: options.watch_gap_length,
+        skew_ms: skews(replicas, options.skew),
+        ..HarnessConfig::default()
+    };
+    let mut h = Harness::new(config, cache_policy, cluster);
+    h.forget_done_requests();
+    let span = trace.last().map(|e| e.at).unwrap_or_default();
+    let bucket = (span / options.samples.max(1) as u32).max(Duration::from_secs(1));
+    h.sample(START, bucket);
+    if policy.warm_up {
+        for r in 0..replicas {
+            let images = policy.config.warm_up_images();
+            h.feed(r, Input::WarmUp { images });
+        }
+    }
+    for (i, e) in trace.iter().enumerate() {
+        h.run_until(START + e.at);
+        h.submit(i % replicas, &e.image, e.run, options.deadline);
+    }
+    // Every call ends; give up a day after the last arrival.
+    h.drain(START + span + Duration::from_secs(86_400));
 
-    let mut report = PolicyReport {
+    let stats = h.cluster().stats();
+    let outcomes = h.outcomes();
+    let mut waits = outcomes.waits.clone();
+    waits.sort_unstable();
+    let wall_s = wall.elapsed().as_secs_f64().max(1e-9);
+    let bucket_s = bucket.as_secs_f64();
+    Ok(PolicyReport {
         policy: policy.name.clone(),
         requests: trace.len() as u64,
-        ..PolicyReport::default()
-    };
-    let mut waits = Vec::with_capacity(trace.len());
-    let mut pending: HashMap<RequestId, Pending> = HashMap::new();
-    let mut timers: BinaryHeap<Reverse<(UnixTime, Timer)>> = BinaryHeap::new();
-    let mut creating: HashMap<String, SlotId> = HashMap::new();
-    let mut cluster_change: Option<UnixTime> = None;
-    let span = trace.last().map(|e| e.at).unwrap_or_default();
-    let sample_every = (span / options.samples.max(1) as u32).max(Duration::from_secs(1));
-    let mut next_sample = START;
-    let mut next_gc = START + policy.scan_interval;
-    let mut next_arrival = 0usize;
-    let mut now = START;
-    let mut inputs: Vec<Input> = Vec::new();
-    if policy.warm_up {
-        inputs.push(Input::WarmUp {
-            images: policy.config.warm_up_images(),
-        });
-    }
-
-    loop {
-        // Feed the inputs due now and carry out the commands they cause.
-        while let Some(input) = inputs.pop() {
-            cache.handle(now, input);
-            while let Some(cmd) = cache.poll_command() {
-                match cmd {
-                    Command::CreatePod(c) => {
-                        cluster.advance_to(now);
-                        let overrides = TemplateOverrides::from_settings(&c.settings);
-                        let pod = build_pod(
-                            &pod_template,
-                            &PodBuild::for_creation(
-                                &c,
-                                NAMESPACE,
-                                &entrypoint,
-                                &overrides,
-                                6 << 20,
-                            ),
-                        )
-                        .map_err(|e| fail(e.to_string()))?;
-                        match cluster.create_pod(pod) {
-                            Ok(_) => {
-                                let _ = cluster.create_service(build_service(
-                                    &service_template,
-                                    &c.pod_name,
-                                    NAMESPACE,
-                                ));
-                                creating.insert(c.pod_name.clone(), c.slot);
-                                cluster_change = cluster.next_change();
-                            }
-                            Err(e) => inputs.push(Input::PodFailed {
-                                slot: c.slot,
-                                reason: e.to_string(),
-                            }),
-                        }
-                    }
-                    Command::Reply { request, result } => {
-                        let Some(p) = pending.remove(&request) else {
-                            continue;
-                        };
-                        match result {
-                            Ok(_) => {
-                                let wait = now.saturating_since(p.arrival);
-                                if !wait.is_zero() {
-                                    report.cold_starts += 1;
-                                }
-                                waits.push(wait);
-                                timers.push(Reverse((now + p.run, Timer::CallDone(request))));
-                            }
-                            Err(_) => report.rejected += 1,
-                        }
-                    }
-                    Command::DeletePod { pod_name } => {
-                        creating.remove(&pod_name);
-                        cluster.advance_to(now);
-                        let _ = cluster.delete_pod(&pod_name);
-                        let _ = cluster.delete_service(&pod_name);
-                        cluster_change = cluster.next_change();
-                    }
-                    Command::PersistReclaimAfter {
-                        pod_name,
-                        reclaim_after,
-                    } => {
-                        let annotation = BTreeMap::from([(
-                            RECLAIM_AFTER_ANNOTATION.to_string(),
-                            reclaim_after.to_annotation(),
-                        )]);
-                        let _ = cluster.patch_pod_annotations(&pod_name, annotation);
-                    }
-                }
-            }
-            // Pod state changes caused by the commands become inputs.
-            pod_events(&mut cluster, &mut creating, &mut inputs);
-        }
-
-        // Sample the timeline.
-        while next_sample <= now {
-            report.timeline.push(Sample {
-                at_s: next_sample.saturating_since(START).as_secs_f64(),
-                pods: cluster.pods().count(),
-                queued: pending.len(),
-            });
-            next_sample = next_sample + sample_every;
-        }
-
-        // The next thing that happens.
-        let arrival = trace.get(next_arrival).map(|e| START + e.at);
-        let timer = timers.peek().map(|Reverse((t, _))| *t);
-        let busy = arrival.is_some() || timer.is_some() || !pending.is_empty();
-        let candidates = [
-            arrival,
-            timer,
-            cluster_change,
-            cache.poll_timeout(),
-            busy.then_some(next_gc),
-        ];
-        let Some(next) = candidates.into_iter().flatten().min() else {
-            break;
-        };
-        now = now.max(next);
-
-        if cluster_change.is_some_and(|t| t <= now) {
-            cluster.advance_to(now);
-            cluster_change = cluster.next_change();
-            pod_events(&mut cluster, &mut creating, &mut inputs);
-        }
-        while let Some(Reverse((t, Timer::CallDone(request)))) = timers.peek().copied() {
-            if t > now {
-                break;
-            }
-            timers.pop();
-            inputs.push(Input::CallFinished { request });
-        }
-        while let Some(e) = trace.get(next_arrival).filter(|e| START + e.at <= now) {
-            let request = RequestId(next_arrival as u64);
-            pending.insert(
-                request,
-                Pending {
-                    arrival: START + e.at,
-                    run: e.run,
-                },
-            );
-            inputs.push(Input::Request {
-                request,
-                image: e.image.clone(),
-            });
-            next_arrival += 1;
-        }
-        if cache.poll_timeout().is_some_and(|t| t <= now) {
-            inputs.push(Input::Tick);
-        }
-        if next_gc <= now {
-            // What a label-selected list returns, read in place.
-            let observed = cluster
-                .pods()
-                .filter(|p| {
-                    p.metadata
-                        .labels
-                        .as_ref()
-                        .is_some_and(|l| l.contains_key(IMAGE_LABEL))
-                })
-                .filter_map(observe_pod)
-                .collect();
-            inputs.push(Input::Gc { observed });
-            next_gc = now + policy.scan_interval;
-        }
-        // Inputs are handled last-in first-out; keep arrivals in order.
-        inputs.reverse();
-    }
-
-    cluster.advance_to(now);
-    let stats = cluster.stats();
-    waits.sort_unstable();
-    report.wait_p50_s = percentile(&waits, 50.0);
-    report.wait_p95_s = percentile(&waits, 95.0);
-    report.wait_p99_s = percentile(&waits, 99.0);
-    report.pods_created = stats.pods_created;
-    report.pods_deleted = stats.pods_deleted;
-    report.peak_pods = stats.peak_pods;
-    report.pod_seconds = stats.pod_seconds;
-    Ok(report)
+        replicas,
+        cold_starts: outcomes.cold,
+        rejected: outcomes.rejected,
+        cancelled: outcomes.cancelled,
+        call_failures: outcomes.call_failures,
+        wait_p50_s: percentile(&waits, 50.0),
+        wait_p95_s: percentile(&waits, 95.0),
+        wait_p99_s: percentile(&waits, 99.0),
+        pods_created: stats.pods_created,
+        pods_deleted: stats.pods_deleted,
+        peak_pods: stats.peak_pods,
+        pod_seconds: stats.pod_seconds,
+        api_calls: stats.api_calls,
+        api_errors: stats.api_errors,
+        violations: h.violations(),
+        decisions: h.decisions(),
+        wall_s,
+        decisions_per_s: h.decisions() as f64 / wall_s,
+        requests_per_s: trace.len() as f64 / wall_s,
+        bucket_s,
+        timeline: h
+            .timeline()
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Sample {
+                at_s: i as f64 * bucket_s,
+                pods: b.pods,
+                waiting: b.waiting,
+                calls: b.calls,
+            })
+            .collect(),
+    })
 }
 
 #[cfg(test)]
@@ -357,6 +223,7 @@ mod tests {
         assert_eq!(r.pods_created, 1);
         assert_eq!(r.wait_p99_s, 3.0);
         assert_eq!(r.wait_p50_s, 0.0);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
     }
 
     #[test]
@@ -387,6 +254,27 @@ mod tests {
         .unwrap();
         assert_eq!(r.peak_pods, 4);
         assert_eq!(r.rejected, 0);
+        assert_eq!(
+            r.timeline.iter().map(|s| s.pods).max(),
+            Some(4),
+            "the timeline keeps the most pods of each bucket"
+        );
+    }
+
+    #[test]
+    fn caller_deadlines_cancel_waiting_requests() {
+        // A 10 s start and callers that wait 2 s: both give up.
+        let trace = [entry(0, "a:v1", 100), entry(1, "a:v1", 100)];
+        let options = ReplayOptions {
+            deadline: Some(Duration::from_secs(2)),
+            ..fixed(10)
+        };
+        let r = replay(&trace, &policy("podTTL: 30m\n"), &options).unwrap();
+        assert_eq!((r.cancelled, r.rejected, r.cold_starts), (2, 0, 0));
+        assert_eq!(
+            r.pods_created, 1,
+            "the pod still starts, for the next caller"
+        );
     }
 
     #[test]
@@ -408,5 +296,50 @@ mod tests {
         assert!(r.cold_starts + r.rejected <= r.requests);
         assert!(r.pods_created >= 20);
         assert!(!r.timeline.is_empty());
+        assert!(r.decisions >= 2 * r.requests, "{} decisions", r.decisions);
+    }
+
+    #[test]
+    fn replicas_under_faults_keep_the_invariants() {
+        let spec = TraceSpec {
+            duration: Duration::from_secs(2 * 3600),
+            requests: 4_000,
+            functions: 10,
+            ..TraceSpec::default()
+        };
+        let trace = generate(&spec).unwrap();
+        let options = ReplayOptions {
+            replicas: 3,
+            api_latency: Duration::from_millis(500),
+            slow_list: 0.2,
+            slow_list_latency: Duration::from_secs(40),
+            watch_gap: 0.01,
+            watch_gap_length: Duration::from_secs(20),
+            skew: Duration::from_secs(1),
+            failures: FailureRates {
+                patch_error: 0.2,
+                delete_error: 0.1,
+                list_error: 0.1,
+                create_lost: 0.05,
+                unavailable: 0.5,
+                unavailable_load: 1,
+                ..FailureRates::default()
+            },
+            ..ReplayOptions::default()
+        };
+        let r = replay(
+            &trace,
+            &policy("podTTL: 2m\nmaxParallelPodsPerFunction: 2\nscanInterval: 10s\n"),
+            &options,
+        )
+        .unwrap();
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert!(
+            r.api_errors > 0 && r.call_failures > 0,
+            "faults happened: {} API errors, {} failed calls",
+            r.api_errors,
+            r.call_failures
+        );
+        assert!(r.pods_deleted > 0);
     }
 }

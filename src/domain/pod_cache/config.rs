@@ -89,6 +89,37 @@ impl Default for FunctionSettings {
 }
 
 impl FunctionSettings {
+    /// The global settings from the runner's flags, read the way Porch
+    /// reads them: `--pod-ttl` (zero means the default 30 min),
+    /// `--max-waitlist-length` and `--max-parallel-pods-per-function`
+    /// (zero or negative mean the defaults 2 and 1), and
+    /// `--max-load-per-pod`. The one reading of these flags, shared by
+    /// `serve` and the policy simulator, so that `maxWaitlistLength: 0`
+    /// means the same in both.
+    pub fn from_flags(
+        ttl: Duration,
+        max_waitlist_length: i64,
+        max_parallel_pods: i64,
+        max_load_per_pod: u32,
+    ) -> Self {
+        let d = Self::default();
+        let positive = |v: i64, default: u32| {
+            if v <= 0 {
+                default
+            } else {
+                u32::try_from(v).unwrap_or(u32::MAX)
+            }
+        };
+        Self {
+            ttl: if ttl.is_zero() { d.ttl } else { ttl },
+            max_waitlist: positive(max_waitlist_length, d.max_waitlist),
+            max_parallel_pods: positive(max_parallel_pods, d.max_parallel_pods),
+            max_load_per_pod,
+            ..d
+        }
+        .normalised()
+    }
+
     /// Clamps the values to what the state machine needs: TTL at least one
     /// second, every limit at least 1, and `max_load_per_pod >= max_waitlist`.
     pub fn normalised(mut self) -> Self {
@@ -348,8 +379,32 @@ pub struct PodCachePolicy {
     /// as failed (Porch: `podReadyTimeout`, fixed 60 s — spec §10 item 28).
     pub pod_ready_timeout: Duration,
     /// Short token naming this runner replica inside pod names, so that two
-    /// replicas never pick the same pod name (1–8 of `[a-z0-9]`).
+    /// replicas never pick the same pod name (1–8 of `[a-z0-9]`). It should
+    /// also differ between two starts of the same replica (the default one
+    /// does); when it does not, a name already taken is skipped (see
+    /// [`instance`](Self::instance)).
     pub replica_token: String,
+    /// Identifies this process start (any string, unique per start); every
+    /// pod it creates records `<instance>-<slot>` in
+    /// [`CREATION_ANNOTATION`](super::CREATION_ANNOTATION), so that an
+    /// AlreadyExists answer is taken as this creation's own earlier attempt
+    /// only when the existing pod carries exactly that value — never a pod
+    /// of another replica or an earlier run.
+    pub instance: String,
+    /// Garbage-collection period (Porch `--scan-interval`, default 1 min):
+    /// the machine asks for a listing of the pods and services this often;
+    /// zero disables GC.
+    pub scan_interval: Duration,
+    /// Whether a ready pod also needs its service to publish it as a ready
+    /// endpoint before it takes calls (service address mode): the machine
+    /// then emits [`Command::AwaitEndpoint`](super::Command::AwaitEndpoint).
+    pub await_endpoints: bool,
+    /// First delay before a failed reclaim-after patch or pod deletion is
+    /// retried; it doubles per failure up to
+    /// [`retry_backoff_max`](Self::retry_backoff_max).
+    pub retry_backoff: Duration,
+    /// Longest delay between retries.
+    pub retry_backoff_max: Duration,
 }
 
 impl PodCachePolicy {
@@ -374,7 +429,29 @@ impl PodCachePolicy {
             function_configs: None,
             pod_ready_timeout: Duration::from_secs(60),
             replica_token: replica_token.to_string(),
+            instance: replica_token.to_string(),
+            scan_interval: Duration::from_secs(60),
+            await_endpoints: false,
+            retry_backoff: Duration::from_secs(1),
+            retry_backoff_max: Duration::from_secs(30),
         })
+    }
+
+    /// Takes the per-function part (defaults, entries, FunctionConfigs) of
+    /// `other`; everything that belongs to the process (replica token,
+    /// instance, timeouts, GC period, retries) is kept.
+    pub fn set_settings_from(&mut self, other: PodCachePolicy) {
+        self.defaults = other.defaults;
+        self.functions = other.functions;
+        self.function_configs = other.function_configs;
+    }
+
+    /// The delay before retry number `attempt` (1-based) of a failed
+    /// platform write: [`retry_backoff`](Self::retry_backoff) doubled per
+    /// earlier failure, at most [`retry_backoff_max`](Self::retry_backoff_max).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        (self.retry_backoff * factor).min(self.retry_backoff_max.max(self.retry_backoff))
     }
 
     /// Adds (or replaces) the per-function entries of `config`.

@@ -1,412 +1,155 @@
 //! The pod-cache state machine: inputs in, commands out, no I/O.
 //!
 //! Semantics of Porch's current generation (spec §5.2–5.8, §5.12), with the
-//! defects of spec §10 fixed by construction:
+//! defects of spec §10 fixed by construction, and every decision the driver
+//! used to make on its own (creation and readiness, "is this outcome still
+//! mine", orphaned services, what a failed call does to its pod, when to
+//! list for GC) made here, where the property tests and the simulator see
+//! it:
 //! - outcomes name the slot they belong to ([`SlotId`]), never "the first
-//!   pending slot" (item 6);
+//!   pending slot" (item 6); an outcome for a slot given up deletes what
+//!   it created;
+//! - a creation goes through sub-states: creating (the objects are being
+//!   made), starting (they exist; the watch reports readiness), publishing
+//!   (service mode: the service must publish the pod); each ends at the
+//!   slot's deadline at the latest (items 15, 28);
 //! - the machine counts each slot's load itself and every exit path (reply
 //!   with an error, call finished, cancelled) gives the unit back (items 4–5);
 //! - waiters of a failed creation are moved to another slot of the image
 //!   (counted and really queued) or get the error, never lost (item 5);
-//! - pod names never repeat a live pod's name (items 7–8, [`naming`](super::naming));
-//! - a pending slot has a creation deadline (items 15, 28);
+//! - pod names never repeat a live pod's name (items 7–8, [`naming`](super::naming)),
+//!   and an AlreadyExists answer is taken as this creation's own pod only
+//!   when the pod carries this creation's
+//!   [`CREATION_ANNOTATION`](super::CREATION_ANNOTATION) (item 29);
 //! - once an image has all its pods and each carries `max_load_per_pod`
 //!   requests, further requests are rejected with a RESOURCE_EXHAUSTED-class
 //!   error (item 33) — the driver never blocks on the machine (item 27);
 //! - pods built from an older template are replaced on their next use and
-//!   reclaimed by GC like any other pod, never orphaned (items 11, 29);
-//! - expiry lives in the pod's reclaim-after annotation, extended on use at
-//!   most once per half-TTL, and GC deletes only labelled pods whose
-//!   reclaim-after has passed and that this replica does not use (item 25's
-//!   silent disable is the driver's concern: it sends [`Input::Gc`]).
+//!   reclaimed by GC like any other pod, never orphaned (items 11, 29).
+//!
+//! Pods are shared by the runner replicas through their reclaim-after
+//! annotation. The safety rules that keep a pod from being deleted while a
+//! replica has a call in it:
+//! - **persist before extend**: a slot counts on a new reclaim-after only
+//!   once the patch that wrote it succeeded ([`Input::Persisted`]); a
+//!   failed patch is retried with backoff while the pod is in use;
+//! - **reuse margin**: a ready pod takes a new call only while the
+//!   reclaim-after it counts on is at least [`reuse_margin`] ahead, which
+//!   covers a call started just before another replica's GC may act, the
+//!   API latency and the clock skew between replicas;
+//! - **listing age**: GC judges a listing by the time it asked for it, so a
+//!   listing that arrives late never deletes a pod another replica extended
+//!   after the listing was taken; and it deletes with a precondition on the
+//!   listed `resourceVersion`, so a write in between makes the delete fail;
+//! - **drain before delete**: a call that finds its pod unavailable never
+//!   deletes the pod (other calls, of this or another replica, may be in
+//!   it); the pod takes no new call here and is forgotten once idle here,
+//!   and GC reclaims it by its annotation;
+//! - **resync**: a pod missing from a listing taken after this replica knew
+//!   it was deleted (a watch may miss deletions during an outage): its slot
+//!   is dropped and its waiters move on.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::fmt;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::{FunctionSettings, PodCachePolicy};
+use super::io::{
+    Assignment, Command, CreateFailure, DeleteFailure, DeletePrecondition, DeleteReason, Input,
+    Listing, ListingId, ObservedPhase, ObservedPod, PodCacheError, PodCreation, RequestId, SlotId,
+    SlotState, SlotView,
+};
 use super::naming;
 use super::time::UnixTime;
 use crate::domain::image::ImageRef;
 
-/// Identifies one connection request; chosen by the driver, unique among the
-/// requests it has not released yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RequestId(pub u64);
+/// How often a creation may pick another name after an AlreadyExists for a
+/// pod that is not its own, before it fails.
+const MAX_RENAMES: u32 = 3;
 
-impl fmt::Display for RequestId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "request#{}", self.0)
-    }
+/// How often a failed deletion is retried before it is left to the next GC.
+const MAX_DELETE_ATTEMPTS: u32 = 5;
+
+/// How far ahead a ready pod's reclaim-after must be for the pod to take a
+/// new request: a quarter of its TTL, at most 30 s. Another replica's GC
+/// reads the annotation; the margin covers a call started just before the
+/// annotation passes, the latency of the patch that extends it and the
+/// clock skew between replicas, so a pod is never picked just before
+/// another replica may delete it.
+pub fn reuse_margin(ttl: Duration) -> Duration {
+    (ttl / 4).min(Duration::from_secs(30))
 }
 
-/// Identifies one pod slot; allocated by the machine, never reused. Pod
-/// outcomes ([`Input::PodReady`], [`Input::PodFailed`]) carry it, so an
-/// outcome always reaches the slot whose creation produced it (spec §10 item 6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SlotId(pub u64);
-
-impl fmt::Display for SlotId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "slot#{}", self.0)
-    }
+/// The reclaim-after written when a pod is used at `now`: `now + 1.5 × ttl`,
+/// rounded up to a whole second. Writing half a TTL ahead lets the next write
+/// wait half a TTL while still guaranteeing `reclaim-after >= last use + ttl`.
+fn extended(now: UnixTime, ttl: Duration) -> UnixTime {
+    (now + ttl + ttl / 2).ceil_secs()
 }
 
-/// A pod as the platform reports it (from a pod list or watch), reduced to
-/// what the pod cache decides on. Build it from a k8s `Pod` with
-/// [`template::observe_pod`](super::template::observe_pod).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservedPod {
-    /// Pod name (also its service's name).
-    pub name: String,
-    /// The image of its `function` container.
-    pub image: String,
-    /// Whether it carries the [`IMAGE_LABEL`](super::IMAGE_LABEL) label; GC
-    /// never touches pods without it.
-    pub labelled: bool,
-    /// Its [`TEMPLATE_VERSION_ANNOTATION`](super::TEMPLATE_VERSION_ANNOTATION), if any.
-    pub template_version: Option<String>,
-    /// Its [`SETTINGS_VERSION_ANNOTATION`](super::SETTINGS_VERSION_ANNOTATION), if any.
-    pub settings_version: Option<String>,
-    /// Its raw [`RECLAIM_AFTER_ANNOTATION`](super::RECLAIM_AFTER_ANNOTATION), if any.
-    pub reclaim_after: Option<String>,
-    /// Where it is in its life.
-    pub phase: ObservedPhase,
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    /// A pending slot's creation deadline.
+    Deadline(SlotId),
+    /// A busy slot's reclaim-after is due for extension.
+    Renew(SlotId),
+    /// Retry a failed reclaim-after patch.
+    PersistRetry(SlotId),
+    /// Retry a failed deletion.
+    DeleteRetry(String),
+    /// Ask for a GC listing.
+    Gc,
 }
 
-/// The life stage of an observed pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ObservedPhase {
-    /// Not ready yet (scheduling, pulling, starting).
-    Pending,
-    /// Running and ready; its service answers at `endpoint` (`host:port`).
-    Ready {
-        /// The wrapper's address, `<service>.<namespace>.svc.cluster.local:9446`.
-        endpoint: String,
+/// How far a pending slot's creation has come.
+#[derive(Debug)]
+enum Step {
+    /// [`Command::CreatePod`] is out; `seen` holds the pod's endpoint and IP
+    /// if the watch reported it ready before the answer.
+    Creating {
+        seen: Option<(String, Option<String>)>,
     },
-    /// Phase `Failed`: it will never serve again.
-    Failed,
-    /// Has a deletion timestamp: already on its way out.
-    Terminating,
+    /// The objects exist; waiting for the watch to report the pod ready.
+    Starting,
+    /// [`Command::AwaitEndpoint`] is out.
+    Publishing,
+    /// An adopted pod: its claim ([`Command::PersistReclaimAfter`]) is out
+    /// or waits for its retry; it serves at `endpoint` once the claim
+    /// succeeded.
+    Claiming { endpoint: String },
 }
 
-/// An input to [`PodCache::handle`]. Every input comes with the time it is
-/// handled at, so the machine never reads a clock.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Input {
-    /// A caller needs a pod for `image` (Porch's connection request). Answered
-    /// by exactly one [`Command::Reply`] for `request`, now or later.
-    Request {
-        /// Fresh id chosen by the driver.
-        request: RequestId,
-        /// The image as the evaluator resolved it (Porch Gen C resolves short
-        /// names before this point); per-function settings are looked up by
-        /// this exact string.
-        image: String,
-    },
-    /// The call made with an assignment returned, successfully or not: the
-    /// slot's load goes down by one. Unknown ids are ignored.
-    CallFinished {
-        /// The request whose call finished.
-        request: RequestId,
-    },
-    /// The caller went away. A request still waiting for a pod is removed
-    /// from its waitlist and answered with [`PodCacheError::Cancelled`]; an
-    /// assigned request is released as by [`Input::CallFinished`].
-    Cancelled {
-        /// The request that was cancelled.
-        request: RequestId,
-    },
-    /// The pod created for `slot` is ready and its service answers at
-    /// `endpoint`.
-    PodReady {
-        /// The slot named in the [`Command::CreatePod`].
-        slot: SlotId,
-        /// `<service>.<namespace>.svc.cluster.local:9446`.
-        endpoint: String,
-    },
-    /// Creating the pod for `slot` failed (API error, readiness timeout in the
-    /// driver, image metadata error…).
-    PodFailed {
-        /// The slot named in the [`Command::CreatePod`].
-        slot: SlotId,
-        /// What went wrong, for the waiters' error message.
-        reason: String,
-    },
-    /// The platform reports a pod deleted (`failed: false`) or in phase
-    /// `Failed` (`failed: true`), e.g. from a watch. Its slot, if any, is
-    /// evicted at once and never handed out again.
-    PodGone {
-        /// The pod's name.
-        pod_name: String,
-        /// True if the pod failed rather than disappeared.
-        failed: bool,
-    },
-    /// Time passed: expire creation deadlines and keep the reclaim-after of
-    /// busy pods ahead of time. Send it at [`PodCache::poll_timeout`] and at
-    /// least every half of the shortest TTL (the GC period, 1 min by default,
-    /// is fine), so that a pod in use never reaches its reclaim-after.
-    Tick,
-    /// Garbage collection over every pod the platform lists with our label
-    /// (Porch `--scan-interval`, default 1 min). Includes a [`Input::Tick`].
-    Gc {
-        /// The current pod list of the pod namespace.
-        observed: Vec<ObservedPod>,
-    },
-    /// Adopt ready pods of the current template version left by an earlier
-    /// run or another replica (Porch's `retrieveFunctionPods`), up to each
-    /// image's pod limit. Pods not adopted are left for GC, never orphaned.
-    Adopt {
-        /// The current pod list of the pod namespace.
-        observed: Vec<ObservedPod>,
-    },
-    /// Start one pod for each image that has none yet (Porch warm-up).
-    WarmUp {
-        /// Images to warm, e.g. [`PodCacheConfig::warm_up_images`](super::PodCacheConfig::warm_up_images).
-        images: Vec<String>,
-    },
-    /// The pod template changed: new pods get `version`; pods of older
-    /// versions are replaced on their next use.
-    TemplateChanged {
-        /// The new template version (the template object's `resourceVersion`).
-        version: String,
-    },
-    /// The per-function settings changed (a FunctionConfig was created,
-    /// changed or deleted): every function takes its settings from
-    /// `policy` from now on. TTL and limits apply to existing pods at once
-    /// (pods beyond a lowered limit take no new calls). A function whose
-    /// pods would now be built differently (overrides, resources, or a
-    /// different or no configuring object) gets new pods: the old ones take
-    /// no new calls and, no longer used, are reclaimed by GC once their
-    /// reclaim-after passes, like any idle pod — never deleted while
-    /// another replica may still use them.
-    PolicyChanged {
-        /// The new policy (its replica token and pod-ready timeout are kept
-        /// from the old one).
-        policy: Box<PodCachePolicy>,
-    },
-    /// The runner is stopping: waiters get [`PodCacheError::ShuttingDown`] and
-    /// new requests are refused. Pods are left for other replicas and GC.
-    Shutdown,
-}
-
-/// What the driver must do; drained with [`PodCache::poll_command`].
-// Commands are drained as soon as an input is handled, a few at a time:
-// boxing the creation would cost more than the queue's spare bytes.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    /// Create the pod (and its service) for a new slot, then report
-    /// [`Input::PodReady`] or [`Input::PodFailed`] for `creation.slot`.
-    CreatePod(PodCreation),
-    /// Answer a connection request. Exactly one per [`Input::Request`].
-    Reply {
-        /// The request answered.
-        request: RequestId,
-        /// The pod to call, or why there is none.
-        result: Result<Assignment, PodCacheError>,
-    },
-    /// Delete the pod and the service of the same name (not-found is fine).
-    DeletePod {
-        /// Name of both the pod and its service.
-        pod_name: String,
-    },
-    /// Patch the pod's [`RECLAIM_AFTER_ANNOTATION`](super::RECLAIM_AFTER_ANNOTATION)
-    /// to `reclaim_after` (as [`UnixTime::to_annotation`]). In the background:
-    /// no reply waits for it.
-    PersistReclaimAfter {
-        /// The pod to patch.
-        pod_name: String,
-        /// The new expiry.
-        reclaim_after: UnixTime,
-    },
-}
-
-/// Everything the driver needs to create one function pod.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PodCreation {
-    /// The slot to report the outcome for.
-    pub slot: SlotId,
-    /// Name of the pod and its service, also the [`IMAGE_LABEL`](super::IMAGE_LABEL)
-    /// value. A fixed name, never `generateName`.
-    pub pod_name: String,
-    /// The function image.
-    pub image: String,
-    /// The template version to build from and record on the pod.
-    pub template_version: String,
-    /// The settings version to record on the pod
-    /// ([`FunctionSettings::pod_version`] of `settings`).
-    pub settings_version: Option<String>,
-    /// The image's settings (resources go on the `function` container).
-    pub settings: FunctionSettings,
-    /// Initial reclaim-after annotation.
-    pub reclaim_after: UnixTime,
-    /// When the machine gives up on this creation (it then emits a
-    /// [`Command::DeletePod`] and fails or moves the waiters); the driver may
-    /// stop waiting then too.
-    pub deadline: UnixTime,
-}
-
-/// A successful reply: call the wrapper at `endpoint`, then send
-/// [`Input::CallFinished`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Assignment {
-    /// The slot serving the request.
-    pub slot: SlotId,
-    /// The pod's name.
-    pub pod_name: String,
-    /// The wrapper's address.
-    pub endpoint: String,
-}
-
-/// Why a request got no pod.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PodCacheError {
-    /// Every pod the image may have is at its load limit (spec §10 item 33).
-    #[error(
-        "no capacity for {image:?}: its {pods} pod(s) each already carry {max_load_per_pod} requests; retry later, or raise maxParallelPodsPerFunction or maxLoadPerPod for this function"
-    )]
-    Exhausted {
-        /// The image.
-        image: String,
-        /// Pods the image has (its limit).
-        pods: u32,
-        /// The per-pod load limit.
-        max_load_per_pod: u32,
-    },
-    /// The pod the request waited for could not be created, and no other pod
-    /// of the image could take the request.
-    #[error("unable to create a function pod {pod} for {image:?}: {reason}")]
-    CreationFailed {
-        /// The image.
-        image: String,
-        /// The pod that was being created.
-        pod: String,
-        /// The driver's reason.
-        reason: String,
-    },
-    /// The pod was not ready before its creation deadline.
-    #[error(
-        "function pod {pod} for {image:?} was not ready within {}s; examine the pod and its events in the pod namespace",
-        after.as_secs()
-    )]
-    CreationTimedOut {
-        /// The image.
-        image: String,
-        /// The pod.
-        pod: String,
-        /// The pod-ready timeout.
-        after: Duration,
-    },
-    /// The pod the request waited for was deleted or failed before it was ready.
-    #[error("function pod {pod} for {image:?} {} before it was ready", if *failed { "failed" } else { "was deleted" })]
-    PodGone {
-        /// The image.
-        image: String,
-        /// The pod.
-        pod: String,
-        /// True if it failed rather than disappeared.
-        failed: bool,
-    },
-    /// The image string is not a valid reference.
-    #[error("unable to parse image reference {image:?}: {reason}")]
-    InvalidImage {
-        /// The image as given.
-        image: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The runner is shutting down.
-    #[error("the function runner is shutting down; retry on another replica")]
-    ShuttingDown,
-    /// The request was cancelled while it waited for a pod.
-    #[error("the request for {image:?} was cancelled while waiting for a pod")]
-    Cancelled {
-        /// The image.
-        image: String,
-    },
-    /// The driver reused a request id that is still active.
-    #[error("{request} is already in use; the driver must give every request a fresh id")]
-    DuplicateRequest {
-        /// The id.
-        request: RequestId,
-    },
-}
-
-/// The gRPC status class of a [`PodCacheError`], for the one place that maps
-/// errors to status codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// `RESOURCE_EXHAUSTED`: capacity reached, retry later.
-    ResourceExhausted,
-    /// `UNAVAILABLE`: the platform could not provide a pod; retrying may help.
-    Unavailable,
-    /// `DEADLINE_EXCEEDED`: a pod did not start in time.
-    DeadlineExceeded,
-    /// `CANCELLED`.
-    Cancelled,
-    /// `INVALID_ARGUMENT`: the request itself is wrong.
-    InvalidArgument,
-    /// `INTERNAL`: a bug in the caller of the machine.
-    Internal,
-}
-
-impl PodCacheError {
-    /// The status class the caller should see.
-    pub fn class(&self) -> ErrorClass {
-        match self {
-            PodCacheError::Exhausted { .. } => ErrorClass::ResourceExhausted,
-            PodCacheError::CreationFailed { .. }
-            | PodCacheError::PodGone { .. }
-            | PodCacheError::ShuttingDown => ErrorClass::Unavailable,
-            PodCacheError::CreationTimedOut { .. } => ErrorClass::DeadlineExceeded,
-            PodCacheError::Cancelled { .. } => ErrorClass::Cancelled,
-            PodCacheError::InvalidImage { .. } => ErrorClass::InvalidArgument,
-            PodCacheError::DuplicateRequest { .. } => ErrorClass::Internal,
-        }
-    }
-}
-
-/// Whether a slot's pod is usable yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotState {
-    /// Creation in flight; requests queue on its waitlist.
-    Pending,
-    /// The pod answers; requests are handed out at once.
-    Ready,
-}
-
-/// A read-only view of one slot, for tests, metrics and the simulator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotView<'a> {
-    /// The slot.
-    pub id: SlotId,
-    /// Its image.
-    pub image: &'a str,
-    /// Its pod's name.
-    pub pod_name: &'a str,
-    /// Pending or ready.
-    pub state: SlotState,
-    /// Requests assigned and not finished (queued and running), Porch's counter.
-    pub load: u32,
-    /// Requests on the waitlist of a pending slot.
-    pub waiting: usize,
-    /// The template version its pod is built from.
-    pub template_version: &'a str,
-    /// The latest reclaim-after this replica persisted or observed.
-    pub reclaim_after: UnixTime,
-    /// When a request was last assigned to it, or it became ready.
-    pub last_used: UnixTime,
+#[derive(Debug)]
+struct Creation {
+    deadline: UnixTime,
+    waitlist: VecDeque<RequestId>,
+    step: Step,
+    /// The [`CREATION_ANNOTATION`](super::CREATION_ANNOTATION) value.
+    nonce: String,
+    /// Names tried before this one.
+    renames: u32,
+    /// The reclaim-after the pod is created with.
+    reclaim_after: UnixTime,
 }
 
 #[derive(Debug)]
 enum Phase {
-    Pending {
-        deadline: UnixTime,
-        waitlist: VecDeque<RequestId>,
+    Pending(Box<Creation>),
+    Ready { endpoint: String },
+}
+
+/// Where the slot's reclaim-after patch is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Persist {
+    Idle,
+    InFlight {
+        value: UnixTime,
+        attempt: u32,
     },
-    Ready {
-        endpoint: String,
+    /// The last patch failed; a [`Timer::PersistRetry`] is set.
+    Failed {
+        attempt: u32,
     },
 }
 
@@ -421,28 +164,44 @@ struct Slot {
     phase: Phase,
     load: u32,
     last_used: UnixTime,
-    reclaim_after: UnixTime,
-}
-
-/// How far ahead a ready pod's reclaim-after must be for the pod to take a
-/// new request: a quarter of its TTL, at most 30 s. Another replica's GC
-/// reads the annotation, and the extension a new use triggers is written in
-/// the background; the margin covers that write's latency and clock skew
-/// between replicas, so a pod is never picked just before another replica
-/// may delete it.
-fn reuse_margin(ttl: Duration) -> Duration {
-    (ttl / 4).min(Duration::from_secs(30))
+    /// The reclaim-after known to be on the pod: written by a patch that
+    /// succeeded, or observed. Never raised by a patch still in flight.
+    confirmed: UnixTime,
+    persist: Persist,
+    /// Since when the pod is known to exist (creation answered, adopted or
+    /// observed); a listing taken later without it proves it gone.
+    known_since: Option<UnixTime>,
+    /// A call found it unavailable: out of its function's slots, forgotten
+    /// once its load here is zero.
+    draining: bool,
+    uid: Option<String>,
+    renew_at: Option<UnixTime>,
 }
 
 impl Slot {
-    /// A ready slot may take new requests only while its reclaim-after is
-    /// at least [`reuse_margin`] ahead: once it has passed, another
-    /// replica's GC may delete the pod.
+    fn is_ready(&self) -> bool {
+        matches!(self.phase, Phase::Ready { .. })
+    }
+
+    /// A ready slot may take new requests only while the reclaim-after it
+    /// counts on is at least [`reuse_margin`] ahead: once it has passed,
+    /// another replica's GC may delete the pod.
     fn usable(&self, now: UnixTime) -> bool {
-        match self.phase {
-            Phase::Pending { .. } => true,
-            Phase::Ready { .. } => self.reclaim_after > now + reuse_margin(self.ttl),
-        }
+        !self.draining
+            && match self.phase {
+                Phase::Pending(_) => true,
+                Phase::Ready { .. } => self.confirmed > now + reuse_margin(self.ttl),
+            }
+    }
+
+    /// Whether the reclaim-after should be extended now: the pod is in use,
+    /// or was used less than a TTL before the reclaim-after it counts on…
+    /// and that reclaim-after is less than a TTL ahead.
+    fn wants_extension(&self, now: UnixTime) -> bool {
+        self.is_ready()
+            && !self.draining
+            && (self.load > 0 || self.last_used + self.ttl > self.confirmed)
+            && self.confirmed <= now.max(self.last_used) + self.ttl
     }
 }
 
@@ -465,12 +224,22 @@ struct Request {
     waiting: bool,
 }
 
+#[derive(Debug)]
+struct Deletion {
+    precondition: DeletePrecondition,
+    reason: DeleteReason,
+    attempt: u32,
+    in_flight: bool,
+}
+
 /// The pod cache of one runner replica, as a sans-IO state machine.
 ///
 /// Feed inputs with [`handle`](Self::handle), then drain commands with
-/// [`poll_command`](Self::poll_command) until it returns `None`. Handling an
-/// input costs O(pods of that image), independent of other images (except
-/// [`Input::Tick`]/[`Input::Gc`], which look at every slot).
+/// [`poll_command`](Self::poll_command) until it returns `None`, and send
+/// [`Input::Tick`] at [`poll_timeout`](Self::poll_timeout). Handling an
+/// input costs O(pods of that image) and O(log timers), independent of
+/// other images, except listings ([`Input::Listed`], [`Input::Resync`],
+/// [`Input::Adopt`]), which look at every pod listed.
 #[derive(Debug)]
 pub struct PodCache {
     policy: PodCachePolicy,
@@ -479,9 +248,19 @@ pub struct PodCache {
     slots: HashMap<SlotId, Slot>,
     by_name: HashMap<String, SlotId>,
     requests: HashMap<RequestId, Request>,
-    deadlines: BTreeSet<(UnixTime, SlotId)>,
-    abandoned: HashMap<SlotId, String>,
+    timers: BinaryHeap<Reverse<(UnixTime, Timer)>>,
+    /// Slots given up while their creation was out: what it created is
+    /// deleted when its answer comes.
+    abandoned: HashMap<SlotId, (String, String)>,
+    /// Names of pods seen that this replica's naming could produce.
     observed_names: HashSet<String>,
+    /// `-<replica token>`, to recognise such names.
+    token_suffix: String,
+    deleting: HashMap<String, Deletion>,
+    /// The listing out, and when it was asked for.
+    listing: Option<(ListingId, UnixTime)>,
+    next_listing: u64,
+    gc_started: bool,
     commands: VecDeque<Command>,
     next_slot: u64,
     next_seq: u64,
@@ -489,16 +268,10 @@ pub struct PodCache {
     shutting_down: bool,
 }
 
-/// The reclaim-after written when a pod is used at `now`: `now + 1.5 × ttl`,
-/// rounded up to a whole second. Writing half a TTL ahead lets the next write
-/// wait half a TTL while still guaranteeing `reclaim-after >= last use + ttl`.
-fn extended(now: UnixTime, ttl: Duration) -> UnixTime {
-    (now + ttl + ttl / 2).ceil_secs()
-}
-
 impl PodCache {
     /// An empty pod cache; new pods are built from `template_version`.
     pub fn new(policy: PodCachePolicy, template_version: impl Into<String>) -> Self {
+        let token_suffix = format!("-{}", policy.replica_token);
         Self {
             policy,
             template_version: template_version.into(),
@@ -506,9 +279,14 @@ impl PodCache {
             slots: HashMap::new(),
             by_name: HashMap::new(),
             requests: HashMap::new(),
-            deadlines: BTreeSet::new(),
+            timers: BinaryHeap::new(),
             abandoned: HashMap::new(),
             observed_names: HashSet::new(),
+            token_suffix,
+            deleting: HashMap::new(),
+            listing: None,
+            next_listing: 1,
+            gc_started: false,
             commands: VecDeque::new(),
             next_slot: 1,
             next_seq: 1,
@@ -517,7 +295,7 @@ impl PodCache {
         }
     }
 
-    /// The policy the cache was built with.
+    /// The policy the cache runs with.
     pub fn policy(&self) -> &PodCachePolicy {
         &self.policy
     }
@@ -531,24 +309,40 @@ impl PodCache {
     /// [`poll_command`](Self::poll_command). Never fails: problems become
     /// error replies.
     pub fn handle(&mut self, now: UnixTime, input: Input) {
+        if !self.gc_started {
+            self.gc_started = true;
+            if !self.policy.scan_interval.is_zero() {
+                self.timers
+                    .push(Reverse((now + self.policy.scan_interval, Timer::Gc)));
+            }
+        }
         match input {
             Input::Request { request, image } => self.on_request(now, request, &image),
             Input::CallFinished { request } | Input::Cancelled { request } => {
-                self.on_release(now, request)
+                self.on_release(now, request, false)
             }
-            Input::PodReady { slot, endpoint } => self.on_ready(now, slot, endpoint),
-            Input::PodFailed { slot, reason } => self.on_failed(now, slot, reason),
-            Input::PodGone { pod_name, failed } => self.on_gone(now, &pod_name, failed),
+            Input::CallUnavailable { request } => self.on_release(now, request, true),
+            Input::Created { slot, result } => self.on_created(now, slot, result),
+            Input::EndpointReady { slot, result } => self.on_endpoint(now, slot, result),
+            Input::Persisted {
+                pod_name,
+                reclaim_after,
+                result,
+            } => self.on_persisted(now, &pod_name, reclaim_after, result),
+            Input::Deleted { pod_name, result } => self.on_deleted(now, &pod_name, result),
+            Input::Listed { listing, result } => self.on_listed(now, listing, result),
+            Input::PodObserved { pod } => self.on_observed(now, &pod),
+            Input::PodDeleted { pod_name } => self.on_pod_deleted(now, &pod_name),
+            Input::Resync { observed, since } => self.on_resync(now, &observed, since),
             Input::Tick => self.on_tick(now),
-            Input::Gc { observed } => self.on_gc(now, observed),
-            Input::Adopt { observed } => self.on_adopt(now, observed),
+            Input::Adopt { observed } => self.on_adopt(now, &observed),
             Input::WarmUp { images } => {
                 for image in images {
                     self.on_warm_up(now, &image);
                 }
             }
             Input::TemplateChanged { version } => self.template_version = version,
-            Input::PolicyChanged { policy } => self.on_policy(now, policy),
+            Input::PolicyChanged { policy } => self.on_policy(now, *policy),
             Input::Shutdown => self.on_shutdown(),
         }
     }
@@ -558,10 +352,11 @@ impl PodCache {
         self.commands.pop_front()
     }
 
-    /// The earliest creation deadline, when the driver should send
-    /// [`Input::Tick`] at the latest.
+    /// When the driver should send [`Input::Tick`] at the latest: the
+    /// earliest timer (creation deadline, renewal, retry, GC period). It may
+    /// name a timer that has become moot; the tick then does nothing.
     pub fn poll_timeout(&self) -> Option<UnixTime> {
-        self.deadlines.first().map(|(t, _)| *t)
+        self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
     /// Every slot, in no particular order.
@@ -569,7 +364,8 @@ impl PodCache {
         self.slots.iter().map(|(id, s)| view(*id, s))
     }
 
-    /// The slots of `image`, in selection order.
+    /// The slots of `image` that take calls, in selection order (draining
+    /// slots are not among them).
     pub fn slots_for<'a>(&'a self, image: &str) -> impl Iterator<Item = SlotView<'a>> + 'a {
         self.functions
             .get(image)
@@ -585,8 +381,22 @@ impl PodCache {
         self.requests.get(&request).map(|r| (r.slot, r.waiting))
     }
 
+    /// The state of slot `id`, or `None` once it is gone. O(1).
+    pub fn slot_state(&self, id: SlotId) -> Option<SlotState> {
+        self.slots.get(&id).map(|s| view(id, s).state)
+    }
+
+    /// The GC listing out, if any.
+    pub fn listing_out(&self) -> Option<ListingId> {
+        self.listing.map(|(id, _)| id)
+    }
+
     fn reply(&mut self, request: RequestId, result: Result<Assignment, PodCacheError>) {
         self.commands.push_back(Command::Reply { request, result });
+    }
+
+    fn schedule(&mut self, at: UnixTime, timer: Timer) {
+        self.timers.push(Reverse((at, timer)));
     }
 
     fn function_entry(&mut self, image: &str) -> &mut Function {
@@ -659,7 +469,7 @@ impl PodCache {
 
     /// Porch §5.5: least loaded, ties broken round-robin from the entry's
     /// index. Only usable slots count; with `fresh_only`, only slots of the
-    /// current template version.
+    /// current template version and settings.
     fn best_slot(&mut self, now: UnixTime, image: &str, fresh_only: bool) -> Option<(SlotId, u32)> {
         let f = self.functions.get_mut(image)?;
         let slots = &self.slots;
@@ -684,10 +494,10 @@ impl PodCache {
 
     /// Drops idle ready slots that must not take new requests: their pod is
     /// from an older template or was built with settings the function no
-    /// longer has (replaced on next use), their reclaim-after has passed, or
-    /// the function has more pods than its (lowered) limit. The pods are not
-    /// deleted here — another replica may use them; GC deletes them once
-    /// their reclaim-after has passed, which no use extends any more.
+    /// longer has (replaced on next use), their reclaim-after is too close,
+    /// or the function has more pods than its (lowered) limit. The pods are
+    /// not deleted here — another replica may use them; GC deletes them
+    /// once their reclaim-after has passed, which no use extends any more.
     fn retire_unusable(&mut self, now: UnixTime, image: &str) {
         let Some((shape, limit)) = self
             .functions
@@ -696,12 +506,12 @@ impl PodCache {
         else {
             return;
         };
-        let idle = |s: &Slot| matches!(s.phase, Phase::Ready { .. }) && s.load == 0;
         while let Some(id) = self.functions.get(image).and_then(|f| {
             let surplus = f.slots.len() > limit;
             f.slots.iter().copied().find(|id| {
                 self.slots.get(id).is_some_and(|s| {
-                    idle(s)
+                    s.is_ready()
+                        && s.load == 0
                         && (surplus
                             || s.template_version != self.template_version
                             || s.shape != shape
@@ -709,16 +519,21 @@ impl PodCache {
                 })
             })
         }) {
-            self.detach(id);
+            self.retire(id);
         }
     }
 
+    /// Forgets a slot without deleting its pod (left to GC).
+    fn retire(&mut self, id: SlotId) {
+        let (slot, _) = self.detach(id);
+        self.commands.push_back(Command::Forget {
+            pod_name: slot.pod_name,
+        });
+    }
+
     // New per-function settings: see [`Input::PolicyChanged`].
-    fn on_policy(&mut self, now: UnixTime, policy: Box<PodCachePolicy>) {
-        let mut policy = *policy;
-        policy.replica_token = std::mem::take(&mut self.policy.replica_token);
-        policy.pod_ready_timeout = self.policy.pod_ready_timeout;
-        self.policy = policy;
+    fn on_policy(&mut self, now: UnixTime, policy: PodCachePolicy) {
+        self.policy.set_settings_from(policy);
         let images: Vec<String> = self.functions.keys().cloned().collect();
         for image in images {
             let settings = self.policy.settings_for(&image);
@@ -754,28 +569,67 @@ impl PodCache {
         }
     }
 
+    /// Remembers `name` if this replica's naming could produce it, so that
+    /// it is never chosen for a new pod.
+    fn note_name(&mut self, name: &str) {
+        let ours = name
+            .rsplit_once('-')
+            .is_some_and(|(prefix, _)| prefix.ends_with(&self.token_suffix));
+        if ours && !self.observed_names.contains(name) {
+            self.observed_names.insert(name.to_string());
+        }
+    }
+
+    fn creation_command(&self, id: SlotId) -> Command {
+        let slot = &self.slots[&id];
+        let Phase::Pending(c) = &slot.phase else {
+            unreachable!("creation of a pending slot")
+        };
+        let f = &self.functions[&slot.image];
+        Command::CreatePod(PodCreation {
+            slot: id,
+            pod_name: slot.pod_name.clone(),
+            image: slot.image.clone(),
+            template_version: slot.template_version.clone(),
+            settings_version: f.pod_version.clone(),
+            creation: c.nonce.clone(),
+            settings: f.settings.clone(),
+            reclaim_after: c.reclaim_after,
+            deadline: c.deadline,
+        })
+    }
+
     /// Porch §5.4 step 5 (and warm-up): a new pending slot, with `waiter` on
     /// its waitlist if given, and a creation command.
     fn scale_out(&mut self, now: UnixTime, image: &str, waiter: Option<RequestId>) {
         let id = SlotId(self.next_slot);
         self.next_slot += 1;
         let pod_name = self.fresh_name(image);
-        let settings = self.functions[image].settings.clone();
+        let ttl = self.functions[image].settings.ttl;
         let deadline = now + self.policy.pod_ready_timeout;
-        let reclaim_after = extended(now, settings.ttl);
+        let creation = Creation {
+            deadline,
+            waitlist: waiter.into_iter().collect(),
+            step: Step::Creating { seen: None },
+            nonce: format!("{}-{}", self.policy.instance, id.0),
+            renames: 0,
+            reclaim_after: extended(now, ttl),
+        };
         let slot = Slot {
             image: image.to_string(),
             pod_name: pod_name.clone(),
             template_version: self.template_version.clone(),
             shape: self.functions[image].shape,
-            ttl: settings.ttl,
-            phase: Phase::Pending {
-                deadline,
-                waitlist: waiter.into_iter().collect(),
-            },
+            ttl,
+            phase: Phase::Pending(Box::new(creation)),
             load: u32::from(waiter.is_some()),
             last_used: now,
-            reclaim_after,
+            confirmed: UnixTime::EPOCH,
+            persist: Persist::Idle,
+            known_since: None,
+            draining: false,
+            uid: None,
+            renew_at: None,
         };
         if let Some(request) = waiter {
             self.requests.insert(
@@ -787,19 +641,11 @@ impl PodCache {
             );
         }
         self.slots.insert(id, slot);
-        self.by_name.insert(pod_name.clone(), id);
-        self.deadlines.insert((deadline, id));
+        self.by_name.insert(pod_name, id);
+        self.schedule(deadline, Timer::Deadline(id));
         self.function_entry(image).slots.push(id);
-        self.commands.push_back(Command::CreatePod(PodCreation {
-            slot: id,
-            pod_name,
-            image: image.to_string(),
-            template_version: self.template_version.clone(),
-            settings_version: self.functions[image].pod_version.clone(),
-            settings,
-            reclaim_after,
-            deadline,
-        }));
+        let cmd = self.creation_command(id);
+        self.commands.push_back(cmd);
     }
 
     /// Counts `request` on `slot` and replies at once if the pod is ready,
@@ -809,8 +655,8 @@ impl PodCache {
         slot.load += 1;
         slot.last_used = now;
         match &mut slot.phase {
-            Phase::Pending { waitlist, .. } => {
-                waitlist.push_back(request);
+            Phase::Pending(c) => {
+                c.waitlist.push_back(request);
                 self.requests.insert(
                     request,
                     Request {
@@ -838,25 +684,51 @@ impl PodCache {
         }
     }
 
-    /// Records a use of a ready slot: if its reclaim-after is less than a TTL
-    /// ahead, extend it to 1.5 TTL ahead and emit the persist command. Hence
-    /// at most one write per half-TTL per pod, and `reclaim-after >= now + ttl`
-    /// after every use.
+    /// Keeps a ready slot's reclaim-after ahead: if it wants an extension
+    /// and no patch is out or waiting for its retry, write `now + 1.5 TTL`.
+    /// Hence at most one write per half-TTL per pod, and, once the write
+    /// succeeded, `reclaim-after >= last use + ttl`. A busy slot that needs
+    /// nothing yet gets a renewal timer instead.
     fn touch(&mut self, now: UnixTime, id: SlotId) {
         let Some(slot) = self.slots.get_mut(&id) else {
             return;
         };
-        if !matches!(slot.phase, Phase::Ready { .. }) || slot.reclaim_after >= now + slot.ttl {
-            return;
+        if slot.persist == Persist::Idle && slot.wants_extension(now) {
+            self.issue_persist(now, id, 0);
+        } else {
+            self.schedule_renew(now, id);
         }
-        slot.reclaim_after = extended(now, slot.ttl);
+    }
+
+    fn issue_persist(&mut self, now: UnixTime, id: SlotId, attempt: u32) {
+        let slot = self.slots.get_mut(&id).expect("persist a live slot");
+        let value = extended(now, slot.ttl);
+        slot.persist = Persist::InFlight { value, attempt };
         self.commands.push_back(Command::PersistReclaimAfter {
             pod_name: slot.pod_name.clone(),
-            reclaim_after: slot.reclaim_after,
+            reclaim_after: value,
         });
     }
 
-    fn on_release(&mut self, now: UnixTime, request: RequestId) {
+    /// A renewal timer at the time a busy slot's reclaim-after becomes less
+    /// than a TTL ahead, unless an earlier one is set.
+    fn schedule_renew(&mut self, now: UnixTime, id: SlotId) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        if !slot.is_ready() || slot.draining || slot.load == 0 || slot.persist != Persist::Idle {
+            return;
+        }
+        let at = slot.confirmed.saturating_sub(slot.ttl);
+        if at <= now || slot.renew_at.is_some_and(|r| r <= at) {
+            // Due already: the next use or tick extends it.
+            return;
+        }
+        slot.renew_at = Some(at);
+        self.schedule(at, Timer::Renew(id));
+    }
+
+    fn on_release(&mut self, now: UnixTime, request: RequestId, unavailable: bool) {
         let Some(req) = self.requests.remove(&request) else {
             return;
         };
@@ -866,47 +738,212 @@ impl PodCache {
         debug_assert!(slot.load > 0, "load of {} would go negative", req.slot);
         slot.load = slot.load.saturating_sub(1);
         if req.waiting {
-            if let Phase::Pending { waitlist, .. } = &mut slot.phase {
-                waitlist.retain(|r| *r != request);
+            if let Phase::Pending(c) = &mut slot.phase {
+                c.waitlist.retain(|r| *r != request);
             }
             let image = slot.image.clone();
             self.reply(request, Err(PodCacheError::Cancelled { image }));
-        } else {
-            slot.last_used = now;
-            let idle = slot.load == 0;
-            self.touch(now, req.slot);
-            // A pod of outdated settings, or beyond a lowered limit, takes no
-            // new call once its last one has ended.
-            let stale = idle
-                .then(|| self.slots.get(&req.slot))
-                .flatten()
-                .filter(|s| {
-                    self.functions.get(&s.image).is_some_and(|f| {
-                        f.shape != s.shape || f.slots.len() > f.settings.max_parallel_pods as usize
-                    })
+            return;
+        }
+        slot.last_used = now;
+        if unavailable && !slot.draining {
+            self.drain(req.slot);
+        }
+        let slot = &self.slots[&req.slot];
+        if slot.draining {
+            if slot.load == 0 {
+                self.retire(req.slot);
+            }
+            return;
+        }
+        let idle = slot.load == 0;
+        self.touch(now, req.slot);
+        // A pod of outdated settings, or beyond a lowered limit, takes no
+        // new call once its last one has ended.
+        let stale = idle
+            .then(|| self.slots.get(&req.slot))
+            .flatten()
+            .filter(|s| {
+                self.functions.get(&s.image).is_some_and(|f| {
+                    f.shape != s.shape || f.slots.len() > f.settings.max_parallel_pods as usize
                 })
-                .map(|s| s.image.clone());
-            if let Some(image) = stale {
-                self.retire_unusable(now, &image);
+            })
+            .map(|s| s.image.clone());
+        if let Some(image) = stale {
+            self.retire_unusable(now, &image);
+        }
+    }
+
+    /// Takes a slot out of its function's slots: it gets no new call.
+    fn drain(&mut self, id: SlotId) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        slot.draining = true;
+        if let Some(f) = self.functions.get_mut(&slot.image) {
+            f.slots.retain(|s| *s != id);
+            if f.round_robin >= f.slots.len() {
+                f.round_robin = 0;
+            }
+        }
+    }
+
+    fn on_created(&mut self, now: UnixTime, id: SlotId, result: Result<(), CreateFailure>) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            // Given up while the creation was out: whatever it made exists
+            // now, so delete it rather than leave it behind.
+            if let Some((pod_name, nonce)) = self.abandoned.remove(&id)
+                && !matches!(result, Err(CreateFailure::Failed { .. }))
+            {
+                let precondition = DeletePrecondition {
+                    creation: Some(nonce),
+                    ..DeletePrecondition::default()
+                };
+                self.delete_with(pod_name, precondition, DeleteReason::CreationFailed);
+            }
+            return;
+        };
+        let Phase::Pending(c) = &mut slot.phase else {
+            return;
+        };
+        let Step::Creating { seen } = &mut c.step else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                let seen = seen.take();
+                self.on_objects_exist(now, id, seen);
+            }
+            Err(CreateFailure::AlreadyExists { existing }) => {
+                let ours = existing.as_ref().filter(|e| {
+                    e.labelled
+                        && e.creation.as_deref() == Some(c.nonce.as_str())
+                        && !matches!(
+                            e.phase,
+                            ObservedPhase::Failed { .. } | ObservedPhase::Terminating
+                        )
+                });
+                if let Some(e) = ours {
+                    // An earlier attempt of this same creation made it; its
+                    // service may be missing.
+                    slot.uid.clone_from(&e.uid);
+                    let seen = match &e.phase {
+                        ObservedPhase::Ready { endpoint } => Some((endpoint.clone(), e.ip.clone())),
+                        _ => seen.take(),
+                    };
+                    self.commands.push_back(Command::EnsureService {
+                        pod_name: slot.pod_name.clone(),
+                    });
+                    self.on_objects_exist(now, id, seen);
+                } else if c.renames < MAX_RENAMES && !self.shutting_down {
+                    c.renames += 1;
+                    let old = std::mem::take(&mut slot.pod_name);
+                    let image = slot.image.clone();
+                    self.by_name.remove(&old);
+                    self.observed_names.insert(old);
+                    let name = self.fresh_name(&image);
+                    self.by_name.insert(name.clone(), id);
+                    self.slots.get_mut(&id).expect("live slot").pod_name = name;
+                    let cmd = self.creation_command(id);
+                    self.commands.push_back(cmd);
+                } else {
+                    let err = PodCacheError::CreationFailed {
+                        image: slot.image.clone(),
+                        pod: slot.pod_name.clone(),
+                        reason: format!(
+                            "a pod named {} already exists and was not created by this runner (is --replica-token shared by two replicas?)",
+                            slot.pod_name
+                        ),
+                    };
+                    self.observed_names.insert(slot.pod_name.clone());
+                    // Not ours: never delete it.
+                    self.evict(now, id, err, None);
+                }
+            }
+            Err(CreateFailure::Failed { reason }) => {
+                let err = PodCacheError::CreationFailed {
+                    image: slot.image.clone(),
+                    pod: slot.pod_name.clone(),
+                    reason,
+                };
+                // The pod may exist (its service failed): delete it.
+                self.evict(now, id, err, Some(DeleteReason::CreationFailed));
+            }
+        }
+    }
+
+    /// The pod and service of a pending slot exist: wait for readiness, or
+    /// go on at once if the watch already reported it.
+    fn on_objects_exist(
+        &mut self,
+        now: UnixTime,
+        id: SlotId,
+        seen: Option<(String, Option<String>)>,
+    ) {
+        let slot = self.slots.get_mut(&id).expect("live slot");
+        let Phase::Pending(c) = &mut slot.phase else {
+            return;
+        };
+        c.step = Step::Starting;
+        slot.confirmed = slot.confirmed.max(c.reclaim_after);
+        slot.known_since.get_or_insert(now);
+        if let Some((endpoint, ip)) = seen {
+            self.on_pod_ready(now, id, endpoint, ip);
+        }
+    }
+
+    /// The pending slot's pod is ready: wait for its service to publish it
+    /// (service mode), or take calls now.
+    fn on_pod_ready(&mut self, now: UnixTime, id: SlotId, endpoint: String, ip: Option<String>) {
+        let await_endpoints = self.policy.await_endpoints;
+        let slot = self.slots.get_mut(&id).expect("live slot");
+        let Phase::Pending(c) = &mut slot.phase else {
+            return;
+        };
+        if await_endpoints {
+            c.step = Step::Publishing;
+            let cmd = Command::AwaitEndpoint {
+                slot: id,
+                pod_name: slot.pod_name.clone(),
+                pod_ip: ip,
+                deadline: c.deadline,
+            };
+            self.commands.push_back(cmd);
+        } else {
+            self.make_ready(now, id, endpoint);
+        }
+    }
+
+    fn on_endpoint(&mut self, now: UnixTime, id: SlotId, result: Result<String, String>) {
+        let Some(slot) = self.slots.get(&id) else {
+            return;
+        };
+        let Phase::Pending(c) = &slot.phase else {
+            return;
+        };
+        if !matches!(c.step, Step::Publishing) {
+            return;
+        }
+        match result {
+            Ok(endpoint) => self.make_ready(now, id, endpoint),
+            Err(reason) => {
+                let err = PodCacheError::CreationFailed {
+                    image: slot.image.clone(),
+                    pod: slot.pod_name.clone(),
+                    reason,
+                };
+                self.evict(now, id, err, Some(DeleteReason::CreationFailed));
             }
         }
     }
 
     // Porch §5.6 success path, matched by slot id (item 6).
-    fn on_ready(&mut self, now: UnixTime, id: SlotId, endpoint: String) {
-        let Some(slot) = self.slots.get_mut(&id) else {
-            // The slot was given up (deadline, shutdown race): its pod exists
-            // now, so delete it rather than leave it behind.
-            if let Some(pod_name) = self.abandoned.remove(&id) {
-                self.commands.push_back(Command::DeletePod { pod_name });
-            }
+    fn make_ready(&mut self, now: UnixTime, id: SlotId, endpoint: String) {
+        let slot = self.slots.get_mut(&id).expect("live slot");
+        let Phase::Pending(c) = &mut slot.phase else {
             return;
         };
-        let Phase::Pending { deadline, waitlist } = &mut slot.phase else {
-            return;
-        };
-        self.deadlines.remove(&(*deadline, id));
-        let waiters = std::mem::take(waitlist);
+        let waiters = std::mem::take(&mut c.waitlist);
         slot.phase = Phase::Ready {
             endpoint: endpoint.clone(),
         };
@@ -929,50 +966,92 @@ impl PodCache {
         }
     }
 
-    // Porch §5.6 error path: evict, move or fail the waiters (item 5), clean up.
-    fn on_failed(&mut self, now: UnixTime, id: SlotId, reason: String) {
-        let Some(slot) = self.slots.get(&id) else {
-            if let Some(pod_name) = self.abandoned.remove(&id) {
-                self.commands.push_back(Command::DeletePod { pod_name });
-            }
-            return;
-        };
-        let err = match slot.phase {
-            Phase::Pending { .. } => PodCacheError::CreationFailed {
-                image: slot.image.clone(),
-                pod: slot.pod_name.clone(),
-                reason,
-            },
-            Phase::Ready { .. } => PodCacheError::PodGone {
-                image: slot.image.clone(),
-                pod: slot.pod_name.clone(),
-                failed: true,
-            },
-        };
-        self.evict(now, id, err);
-    }
-
-    // Porch §5.7: a deleted or failed pod is evicted at once.
-    fn on_gone(&mut self, now: UnixTime, pod_name: &str, failed: bool) {
-        let Some(&id) = self.by_name.get(pod_name) else {
-            return;
-        };
-        let slot = &self.slots[&id];
-        let err = PodCacheError::PodGone {
-            image: slot.image.clone(),
-            pod: slot.pod_name.clone(),
-            failed,
-        };
-        self.evict(now, id, err);
-    }
-
-    /// Removes a slot, deletes its pod and moves or fails its waiters with `err`.
-    fn evict(&mut self, now: UnixTime, id: SlotId, err: PodCacheError) {
+    /// Removes a slot, deletes its pod if `delete` says why, and moves or
+    /// fails its waiters with `err`. A failed pod is deleted whoever uses
+    /// it (it serves nobody); a creation given up is deleted only if the
+    /// pod is still that creation's and unchanged since it is read (another
+    /// replica may have adopted and claimed it meanwhile).
+    fn evict(
+        &mut self,
+        now: UnixTime,
+        id: SlotId,
+        err: PodCacheError,
+        delete: Option<DeleteReason>,
+    ) {
         let (slot, waiters) = self.detach(id);
-        self.commands.push_back(Command::DeletePod {
+        self.commands.push_back(Command::Forget {
             pod_name: slot.pod_name.clone(),
         });
+        if let Some(reason) = delete {
+            let creation = match (&slot.phase, reason) {
+                (Phase::Pending(c), DeleteReason::CreationFailed) => Some(c.nonce.clone()),
+                _ => None,
+            };
+            let precondition = DeletePrecondition {
+                uid: slot.uid.clone(),
+                resource_version: None,
+                creation,
+            };
+            self.delete_with(slot.pod_name.clone(), precondition, reason);
+        }
         self.redistribute(now, &slot.image, waiters, err);
+    }
+
+    /// Asks for the deletion of failed pod `pod_name` (with a UID
+    /// precondition when known), unless one is out already.
+    fn delete_failed(&mut self, pod_name: String, uid: Option<String>) {
+        let precondition = DeletePrecondition {
+            uid,
+            ..DeletePrecondition::default()
+        };
+        self.delete_with(pod_name, precondition, DeleteReason::Failed);
+    }
+
+    fn delete_with(
+        &mut self,
+        pod_name: String,
+        precondition: DeletePrecondition,
+        reason: DeleteReason,
+    ) {
+        if self.deleting.contains_key(&pod_name) {
+            return;
+        }
+        self.deleting.insert(
+            pod_name.clone(),
+            Deletion {
+                precondition: precondition.clone(),
+                reason,
+                attempt: 0,
+                in_flight: true,
+            },
+        );
+        self.commands.push_back(Command::DeletePod {
+            pod_name,
+            precondition,
+            reason,
+        });
+    }
+
+    fn on_deleted(&mut self, now: UnixTime, pod_name: &str, result: Result<(), DeleteFailure>) {
+        let Some(d) = self.deleting.get_mut(pod_name) else {
+            return;
+        };
+        match result {
+            Ok(()) | Err(DeleteFailure::Conflict) => {
+                self.deleting.remove(pod_name);
+            }
+            Err(DeleteFailure::Failed { .. }) => {
+                d.attempt += 1;
+                d.in_flight = false;
+                if d.attempt >= MAX_DELETE_ATTEMPTS {
+                    // The next GC finds it again.
+                    self.deleting.remove(pod_name);
+                } else {
+                    let at = now + self.policy.backoff(d.attempt);
+                    self.schedule(at, Timer::DeleteRetry(pod_name.to_string()));
+                }
+            }
+        }
     }
 
     /// Takes a slot out of every index; returns it with its waitlist. Requests
@@ -987,10 +1066,7 @@ impl PodCache {
             }
         }
         let waiters = match &mut slot.phase {
-            Phase::Pending { deadline, waitlist } => {
-                self.deadlines.remove(&(*deadline, id));
-                std::mem::take(waitlist)
-            }
+            Phase::Pending(c) => std::mem::take(&mut c.waitlist),
             Phase::Ready { .. } => VecDeque::new(),
         };
         (slot, waiters)
@@ -1025,106 +1101,360 @@ impl PodCache {
         }
     }
 
+    fn on_persisted(
+        &mut self,
+        now: UnixTime,
+        pod_name: &str,
+        value: UnixTime,
+        result: Result<(), String>,
+    ) {
+        let Some(&id) = self.by_name.get(pod_name) else {
+            return;
+        };
+        let slot = self.slots.get_mut(&id).expect("indexed slot");
+        let ours = match slot.persist {
+            Persist::InFlight { value: v, attempt } if v == value => Some(attempt),
+            _ => None,
+        };
+        if let Phase::Pending(c) = &mut slot.phase
+            && let Step::Claiming { endpoint } = &mut c.step
+        {
+            match (result, ours) {
+                (Ok(()), Some(_)) => {
+                    slot.confirmed = slot.confirmed.max(value);
+                    slot.persist = Persist::Idle;
+                    let endpoint = std::mem::take(endpoint);
+                    self.make_ready(now, id, endpoint);
+                }
+                (Err(_), Some(attempt)) => {
+                    let attempt = attempt + 1;
+                    slot.persist = Persist::Failed { attempt };
+                    let at = now + self.policy.backoff(attempt);
+                    self.schedule(at, Timer::PersistRetry(id));
+                }
+                _ => {}
+            }
+            return;
+        }
+        match (result, ours) {
+            (Ok(()), ours) => {
+                // Persisted: only now does the slot count on it.
+                slot.confirmed = slot.confirmed.max(value);
+                if ours.is_some() {
+                    slot.persist = Persist::Idle;
+                    self.touch(now, id);
+                }
+            }
+            (Err(_), Some(attempt)) => {
+                let attempt = attempt + 1;
+                slot.persist = Persist::Failed { attempt };
+                let at = now + self.policy.backoff(attempt);
+                self.schedule(at, Timer::PersistRetry(id));
+            }
+            (Err(_), None) => {}
+        }
+    }
+
+    // Porch §5.7: what the watch reports about a pod.
+    fn on_observed(&mut self, now: UnixTime, pod: &ObservedPod) {
+        let Some(&id) = self.by_name.get(&pod.name) else {
+            return;
+        };
+        let slot = self.slots.get_mut(&id).expect("indexed slot");
+        if pod.uid.is_some() {
+            slot.uid.clone_from(&pod.uid);
+        }
+        match (&mut slot.phase, &pod.phase) {
+            (Phase::Pending(c), ObservedPhase::Ready { endpoint }) => match &mut c.step {
+                Step::Creating { seen } => *seen = Some((endpoint.clone(), pod.ip.clone())),
+                Step::Starting => {
+                    let (endpoint, ip) = (endpoint.clone(), pod.ip.clone());
+                    self.on_pod_ready(now, id, endpoint, ip);
+                }
+                Step::Publishing | Step::Claiming { .. } => {}
+            },
+            (Phase::Pending(_), ObservedPhase::Failed { reason }) => {
+                let err = PodCacheError::CreationFailed {
+                    image: slot.image.clone(),
+                    pod: slot.pod_name.clone(),
+                    reason: reason.clone(),
+                };
+                self.evict(now, id, err, Some(DeleteReason::Failed));
+            }
+            (Phase::Pending(c), ObservedPhase::Terminating) => {
+                if !matches!(c.step, Step::Creating { .. }) {
+                    let err = PodCacheError::PodGone {
+                        image: slot.image.clone(),
+                        pod: slot.pod_name.clone(),
+                        failed: false,
+                    };
+                    self.evict(now, id, err, None);
+                }
+            }
+            (Phase::Pending(c), ObservedPhase::Pending) => {
+                if !matches!(c.step, Step::Creating { .. }) {
+                    slot.known_since.get_or_insert(now);
+                }
+            }
+            (Phase::Ready { .. }, ObservedPhase::Failed { .. }) => {
+                let err = gone(slot, true);
+                self.evict(now, id, err, Some(DeleteReason::Failed));
+            }
+            (Phase::Ready { .. }, ObservedPhase::Terminating) => {
+                let err = gone(slot, false);
+                self.evict(now, id, err, None);
+            }
+            (Phase::Ready { .. }, _) => {
+                slot.known_since.get_or_insert(now);
+                if let Some(r) = pod
+                    .reclaim_after
+                    .as_deref()
+                    .and_then(UnixTime::parse_annotation)
+                {
+                    // Another replica's extension is on the pod: count on it.
+                    slot.confirmed = slot.confirmed.max(r);
+                }
+            }
+        }
+    }
+
+    // Porch §5.7: a deleted pod is evicted at once.
+    fn on_pod_deleted(&mut self, now: UnixTime, pod_name: &str) {
+        let Some(&id) = self.by_name.get(pod_name) else {
+            return;
+        };
+        let slot = &self.slots[&id];
+        if let Phase::Pending(c) = &slot.phase
+            && matches!(c.step, Step::Creating { .. })
+            && slot.known_since.is_none()
+        {
+            // A pod of this name went away before this creation made its
+            // own: not this slot's pod.
+            return;
+        }
+        let err = gone(slot, false);
+        self.evict(now, id, err, None);
+    }
+
+    /// Slots whose pod this replica knew of before `since` and that a
+    /// listing taken after `since` does not hold: the pod was deleted.
+    fn drop_vanished(&mut self, now: UnixTime, since: UnixTime, present: &HashSet<&str>) {
+        let vanished: Vec<String> = self
+            .slots
+            .values()
+            .filter(|s| s.known_since.is_some_and(|k| k <= since))
+            .filter(|s| !present.contains(s.pod_name.as_str()))
+            .map(|s| s.pod_name.clone())
+            .collect();
+        for name in vanished {
+            self.on_pod_deleted(now, &name);
+        }
+    }
+
+    fn on_resync(&mut self, now: UnixTime, observed: &[Arc<ObservedPod>], since: UnixTime) {
+        for o in observed {
+            self.on_observed(now, o);
+        }
+        let present: HashSet<&str> = observed.iter().map(|o| o.name.as_str()).collect();
+        self.drop_vanished(now, since, &present);
+    }
+
     fn on_tick(&mut self, now: UnixTime) {
-        while let Some(&(deadline, id)) = self.deadlines.first() {
-            if deadline > now {
+        while let Some(Reverse((at, _))) = self.timers.peek() {
+            if *at > now {
                 break;
             }
-            let slot = &self.slots[&id];
-            let err = PodCacheError::CreationTimedOut {
-                image: slot.image.clone(),
-                pod: slot.pod_name.clone(),
-                after: self.policy.pod_ready_timeout,
-            };
-            self.abandoned.insert(id, slot.pod_name.clone());
-            self.evict(now, id, err);
+            let Reverse((at, timer)) = self.timers.pop().expect("peeked");
+            match timer {
+                Timer::Deadline(id) => self.on_deadline(now, id),
+                Timer::Renew(id) => {
+                    if let Some(slot) = self.slots.get_mut(&id)
+                        && slot.renew_at == Some(at)
+                    {
+                        slot.renew_at = None;
+                        if slot.load > 0 {
+                            self.touch(now, id);
+                        }
+                    }
+                }
+                Timer::PersistRetry(id) => {
+                    if let Some(slot) = self.slots.get_mut(&id)
+                        && let Persist::Failed { attempt } = slot.persist
+                    {
+                        let claiming = matches!(
+                            &slot.phase,
+                            Phase::Pending(c) if matches!(c.step, Step::Claiming { .. })
+                        );
+                        if claiming || slot.wants_extension(now) {
+                            self.issue_persist(now, id, attempt);
+                        } else {
+                            slot.persist = Persist::Idle;
+                        }
+                    }
+                }
+                Timer::DeleteRetry(pod_name) => {
+                    if let Some(d) = self.deleting.get_mut(&pod_name)
+                        && !d.in_flight
+                    {
+                        d.in_flight = true;
+                        let cmd = Command::DeletePod {
+                            pod_name,
+                            precondition: d.precondition.clone(),
+                            reason: d.reason,
+                        };
+                        self.commands.push_back(cmd);
+                    }
+                }
+                Timer::Gc => {
+                    if self.listing.is_none() && !self.shutting_down {
+                        let listing = ListingId(self.next_listing);
+                        self.next_listing += 1;
+                        self.listing = Some((listing, now));
+                        self.commands.push_back(Command::ListPods { listing });
+                    }
+                    let next = now + self.policy.scan_interval;
+                    self.schedule(next, Timer::Gc);
+                }
+            }
         }
-        let busy: Vec<SlotId> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| s.load > 0 && matches!(s.phase, Phase::Ready { .. }))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in busy {
-            self.touch(now, id);
+    }
+
+    fn on_deadline(&mut self, now: UnixTime, id: SlotId) {
+        let Some(slot) = self.slots.get(&id) else {
+            return;
+        };
+        let Phase::Pending(c) = &slot.phase else {
+            return;
+        };
+        if c.deadline > now {
+            return;
+        }
+        let err = PodCacheError::CreationTimedOut {
+            image: slot.image.clone(),
+            pod: slot.pod_name.clone(),
+            after: self.policy.pod_ready_timeout,
+        };
+        if matches!(c.step, Step::Claiming { .. }) {
+            // Not ours to delete: left to GC.
+            return self.evict(now, id, err, None);
+        }
+        if matches!(c.step, Step::Creating { .. }) {
+            self.abandoned
+                .insert(id, (slot.pod_name.clone(), c.nonce.clone()));
+        }
+        self.evict(now, id, err, Some(DeleteReason::CreationFailed));
+    }
+
+    fn on_listed(&mut self, now: UnixTime, listing: ListingId, result: Result<Listing, String>) {
+        let Some((out, started)) = self.listing else {
+            return;
+        };
+        if out != listing {
+            return;
+        }
+        self.listing = None;
+        if let Ok(l) = result {
+            self.gc(now, started, &l);
         }
     }
 
     // Seeds / Gen A GC over the shared annotation, with Porch Gen B/C's
-    // "never while in use" on top.
-    fn on_gc(&mut self, now: UnixTime, observed: Vec<ObservedPod>) {
-        self.on_tick(now);
-        self.observed_names = observed.iter().map(|o| o.name.clone()).collect();
-        for o in observed {
+    // "never while in use" on top, judged at the time the listing was
+    // asked for (`started`), with deletions conditional on the pod being
+    // as listed.
+    fn gc(&mut self, now: UnixTime, started: UnixTime, listing: &Listing) {
+        for o in &listing.pods {
+            self.note_name(&o.name);
             if !o.labelled || o.phase == ObservedPhase::Terminating {
                 continue;
             }
             let local = self.by_name.get(&o.name).copied();
-            if o.phase == ObservedPhase::Failed {
+            if let ObservedPhase::Failed { .. } = o.phase {
                 match local {
                     Some(id) => {
-                        let err = PodCacheError::PodGone {
-                            image: o.image.clone(),
-                            pod: o.name.clone(),
-                            failed: true,
-                        };
-                        self.evict(now, id, err);
+                        let err = gone(&self.slots[&id], true);
+                        self.evict(now, id, err, Some(DeleteReason::Failed));
                     }
-                    None => self
-                        .commands
-                        .push_back(Command::DeletePod { pod_name: o.name }),
+                    None => self.delete_failed(o.name.clone(), o.uid.clone()),
                 }
                 continue;
             }
-            let ttl = match local {
-                Some(id) => self.slots[&id].ttl,
-                None => self.policy.settings_for(&o.image).ttl,
-            };
+            if let Some(id) = local
+                && matches!(self.slots[&id].phase, Phase::Pending(_))
+            {
+                continue;
+            }
             let Some(annotated) = o
                 .reclaim_after
                 .as_deref()
                 .and_then(UnixTime::parse_annotation)
             else {
                 // Missing or invalid annotation: grace, not deletion.
-                let reclaim_after = extended(now, ttl);
-                if let Some(slot) = local.and_then(|id| self.slots.get_mut(&id)) {
-                    slot.reclaim_after = slot.reclaim_after.max(reclaim_after);
+                match local {
+                    Some(id) => {
+                        if self.slots[&id].persist == Persist::Idle {
+                            self.issue_persist(now, id, 0);
+                        }
+                    }
+                    None => {
+                        let ttl = self.policy.settings_for(&o.image).ttl;
+                        self.commands.push_back(Command::PersistReclaimAfter {
+                            pod_name: o.name.clone(),
+                            reclaim_after: extended(now, ttl),
+                        });
+                    }
                 }
-                self.commands.push_back(Command::PersistReclaimAfter {
-                    pod_name: o.name,
-                    reclaim_after,
-                });
                 continue;
+            };
+            let precondition = DeletePrecondition {
+                uid: o.uid.clone(),
+                resource_version: o.resource_version.clone(),
+                creation: None,
             };
             match local {
                 Some(id) => {
                     let slot = self.slots.get_mut(&id).expect("indexed slot");
-                    slot.reclaim_after = slot.reclaim_after.max(annotated);
-                    let idle = slot.load == 0 && matches!(slot.phase, Phase::Ready { .. });
-                    if idle && slot.reclaim_after <= now {
-                        self.detach(id);
-                        self.commands
-                            .push_back(Command::DeletePod { pod_name: o.name });
+                    slot.confirmed = slot.confirmed.max(annotated);
+                    let idle = slot.load == 0 && slot.persist == Persist::Idle;
+                    if idle && slot.confirmed <= started && annotated <= started {
+                        self.retire(id);
+                        self.delete_with(o.name.clone(), precondition, DeleteReason::Expired);
                     }
                 }
-                None if annotated <= now => {
-                    self.commands
-                        .push_back(Command::DeletePod { pod_name: o.name });
+                None if annotated <= started => {
+                    self.delete_with(o.name.clone(), precondition, DeleteReason::Expired);
                 }
                 None => {}
+            }
+        }
+        let present: HashSet<&str> = listing.pods.iter().map(|o| o.name.as_str()).collect();
+        self.drop_vanished(now, started, &present);
+        // Function services whose pod is gone (a runner stopped between the
+        // two deletions, or the pod was deleted by hand). Porch never
+        // deletes these.
+        for s in &listing.services {
+            if s.selects_own_pod
+                && !present.contains(s.name.as_str())
+                && !self.by_name.contains_key(&s.name)
+            {
+                self.commands.push_back(Command::DeleteService {
+                    name: s.name.clone(),
+                });
             }
         }
         self.functions.retain(|_, f| !f.slots.is_empty());
     }
 
-    // Porch §5.9, safely: only ready pods of the current template whose
-    // reclaim-after is ahead, within the per-function limit (item 26); the
-    // rest is left to GC instead of being deleted or orphaned (item 11).
-    fn on_adopt(&mut self, now: UnixTime, observed: Vec<ObservedPod>) {
-        self.observed_names
-            .extend(observed.iter().map(|o| o.name.clone()));
+    // Porch §5.9, safely: only ready pods of the current template and
+    // settings whose reclaim-after is far enough ahead, within the
+    // per-function limit (item 26); the rest is left to GC instead of being
+    // deleted or orphaned (item 11).
+    fn on_adopt(&mut self, now: UnixTime, observed: &[Arc<ObservedPod>]) {
         for o in observed {
-            let ObservedPhase::Ready { endpoint } = o.phase else {
+            self.observed_names.insert(o.name.clone());
+        }
+        for o in observed {
+            let ObservedPhase::Ready { endpoint } = &o.phase else {
                 continue;
             };
             let Some(reclaim_after) = o
@@ -1135,8 +1465,9 @@ impl PodCache {
                 continue;
             };
             let current = o.template_version.as_deref() == Some(self.template_version.as_str());
-            if !o.labelled || !current || reclaim_after <= now || self.by_name.contains_key(&o.name)
-            {
+            let given_up = self.deleting.contains_key(&o.name)
+                || self.abandoned.values().any(|(n, _)| *n == o.name);
+            if !o.labelled || !current || given_up || self.by_name.contains_key(&o.name) {
                 continue;
             }
             let id = SlotId(self.next_slot);
@@ -1144,6 +1475,7 @@ impl PodCache {
             if f.invalid.is_some()
                 || f.slots.len() as u32 >= f.settings.max_parallel_pods
                 || o.settings_version != f.pod_version
+                || reclaim_after <= now + reuse_margin(f.settings.ttl)
             {
                 continue;
             }
@@ -1151,20 +1483,42 @@ impl PodCache {
             f.slots.push(id);
             self.next_slot += 1;
             self.by_name.insert(o.name.clone(), id);
+            let deadline = now + self.policy.pod_ready_timeout;
+            let claim = Creation {
+                deadline,
+                waitlist: VecDeque::new(),
+                step: Step::Claiming {
+                    endpoint: endpoint.clone(),
+                },
+                nonce: String::new(),
+                renames: 0,
+                reclaim_after,
+            };
             self.slots.insert(
                 id,
                 Slot {
-                    image: o.image,
-                    pod_name: o.name,
+                    image: o.image.clone(),
+                    pod_name: o.name.clone(),
                     template_version: self.template_version.clone(),
                     shape,
                     ttl,
-                    phase: Phase::Ready { endpoint },
+                    phase: Phase::Pending(Box::new(claim)),
                     load: 0,
                     last_used: now,
-                    reclaim_after,
+                    confirmed: reclaim_after,
+                    persist: Persist::Idle,
+                    known_since: Some(now),
+                    draining: false,
+                    uid: o.uid.clone(),
+                    renew_at: None,
                 },
             );
+            self.schedule(deadline, Timer::Deadline(id));
+            self.commands.push_back(Command::EnsureService {
+                pod_name: o.name.clone(),
+            });
+            // The claim: no call before this write has succeeded.
+            self.issue_persist(now, id, 0);
         }
     }
 
@@ -1183,9 +1537,9 @@ impl PodCache {
         self.shutting_down = true;
         let mut failed = Vec::new();
         for slot in self.slots.values_mut() {
-            if let Phase::Pending { waitlist, .. } = &mut slot.phase {
-                slot.load -= waitlist.len() as u32;
-                failed.extend(waitlist.drain(..));
+            if let Phase::Pending(c) = &mut slot.phase {
+                slot.load -= c.waitlist.len() as u32;
+                failed.extend(c.waitlist.drain(..));
             }
         }
         for request in failed {
@@ -1195,9 +1549,19 @@ impl PodCache {
     }
 }
 
+/// The error for the waiters of a slot whose pod is gone.
+fn gone(slot: &Slot, failed: bool) -> PodCacheError {
+    PodCacheError::PodGone {
+        image: slot.image.clone(),
+        pod: slot.pod_name.clone(),
+        failed,
+    }
+}
+
 fn view(id: SlotId, s: &Slot) -> SlotView<'_> {
     let (state, waiting) = match &s.phase {
-        Phase::Pending { waitlist, .. } => (SlotState::Pending, waitlist.len()),
+        Phase::Pending(c) => (SlotState::Pending, c.waitlist.len()),
+        Phase::Ready { .. } if s.draining => (SlotState::Draining, 0),
         Phase::Ready { .. } => (SlotState::Ready, 0),
     };
     SlotView {
@@ -1208,7 +1572,7 @@ fn view(id: SlotId, s: &Slot) -> SlotView<'_> {
         load: s.load,
         waiting,
         template_version: &s.template_version,
-        reclaim_after: s.reclaim_after,
+        reclaim_after: s.confirmed,
         last_used: s.last_used,
     }
 }

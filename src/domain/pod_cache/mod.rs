@@ -23,6 +23,7 @@
 //! holds the time (Unix seconds) after which any replica may delete the pod.
 
 pub mod config;
+mod io;
 mod machine;
 pub mod naming;
 pub mod template;
@@ -31,10 +32,12 @@ mod time;
 pub use config::{
     FunctionSettings, PodCacheConfig, PodCacheConfigEntry, PodCachePolicy, PolicyError,
 };
-pub use machine::{
-    Assignment, Command, ErrorClass, Input, ObservedPhase, ObservedPod, PodCache, PodCacheError,
-    PodCreation, RequestId, SlotId, SlotState, SlotView,
+pub use io::{
+    Assignment, Command, CreateFailure, DeleteFailure, DeletePrecondition, DeleteReason,
+    ErrorClass, Input, Listing, ListingId, ObservedPhase, ObservedPod, ObservedService,
+    PodCacheError, PodCreation, RequestId, SlotId, SlotState, SlotView,
 };
+pub use machine::{PodCache, reuse_margin};
 pub use time::UnixTime;
 
 /// Label on every function pod (and the selector of its service); its value
@@ -57,6 +60,12 @@ pub const SETTINGS_VERSION_ANNOTATION: &str = "fn.kpt.dev/settings-version";
 /// extends it on use and garbage-collects the pod once it has passed (Porch
 /// Gen A, as the published docs describe).
 pub const RECLAIM_AFTER_ANNOTATION: &str = "fn.kpt.dev/reclaim-after";
+
+/// Annotation identifying the creation that made a pod:
+/// `<instance>-<slot>`, unique per process start and slot
+/// ([`PodCreation::creation`]). A creation answered with AlreadyExists
+/// takes the existing pod as its own only if it carries this exact value.
+pub const CREATION_ANNOTATION: &str = "fn.kpt.dev/creation";
 
 /// Template version of the built-in (inline) pod template (Porch Gen A/B).
 pub const INLINE_TEMPLATE_VERSION: &str = "inline-v1";

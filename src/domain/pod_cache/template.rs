@@ -24,12 +24,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::machine::{ObservedPhase, ObservedPod, PodCreation};
+use super::io::{ObservedPhase, ObservedPod, ObservedService, PodCreation};
 use super::time::UnixTime;
 use super::{
-    FUNCTION_CONTAINER, FunctionSettings, IMAGE_LABEL, INLINE_TEMPLATE_VERSION,
-    RECLAIM_AFTER_ANNOTATION, SETTINGS_VERSION_ANNOTATION, TEMPLATE_VERSION_ANNOTATION,
-    WRAPPER_PORT,
+    CREATION_ANNOTATION, FUNCTION_CONTAINER, FunctionSettings, IMAGE_LABEL,
+    INLINE_TEMPLATE_VERSION, RECLAIM_AFTER_ANNOTATION, SETTINGS_VERSION_ANNOTATION,
+    TEMPLATE_VERSION_ANNOTATION, WRAPPER_PORT,
 };
 use crate::domain::codec;
 
@@ -217,6 +217,8 @@ pub struct PodBuild<'a> {
     pub template_version: &'a str,
     /// Settings version recorded in [`SETTINGS_VERSION_ANNOTATION`], if any.
     pub settings_version: Option<&'a str>,
+    /// Creation identity recorded in [`CREATION_ANNOTATION`], if any.
+    pub creation: Option<&'a str>,
     /// Initial [`RECLAIM_AFTER_ANNOTATION`].
     pub reclaim_after: UnixTime,
     /// Value of the wrapper's `--max-request-body-size`, in bytes.
@@ -252,6 +254,7 @@ impl<'a> PodBuild<'a> {
             entrypoint,
             template_version: &creation.template_version,
             settings_version: creation.settings_version.as_deref(),
+            creation: Some(&creation.creation),
             reclaim_after: creation.reclaim_after,
             max_request_body_size,
             wrapper_image: None,
@@ -730,6 +733,9 @@ pub fn build_pod(template: &Pod, b: &PodBuild<'_>) -> Result<Pod, TemplateError>
     if let Some(v) = b.settings_version {
         annotations.insert(SETTINGS_VERSION_ANNOTATION.to_string(), v.to_string());
     }
+    if let Some(v) = b.creation {
+        annotations.insert(CREATION_ANNOTATION.to_string(), v.to_string());
+    }
 
     let spec = pod.spec.as_mut().expect("inspected");
     let function = &mut spec.containers[layout.function];
@@ -809,7 +815,9 @@ pub fn has_template_version(pod: &Pod, version: &str) -> bool {
 
 /// Reduces a platform pod to what the pod cache decides on; `None` for a pod
 /// without a name. Ready means phase `Running` with condition `Ready=True`;
-/// phases `Failed` and `Succeeded` both mean it will never serve again.
+/// phases `Failed` and `Succeeded` both mean it will never serve again (the
+/// reason is taken from the status). The ready endpoint is the service's
+/// ([`service_endpoint`]).
 pub fn observe_pod(pod: &Pod) -> Option<ObservedPod> {
     let meta = &pod.metadata;
     let name = meta.name.clone()?;
@@ -833,7 +841,9 @@ pub fn observe_pod(pod: &Pod) -> Option<ObservedPod> {
     let phase = if meta.deletion_timestamp.is_some() {
         ObservedPhase::Terminating
     } else if phase == "Failed" || phase == "Succeeded" {
-        ObservedPhase::Failed
+        ObservedPhase::Failed {
+            reason: failure_reason(pod),
+        }
     } else if phase == "Running" && ready {
         let namespace = meta.namespace.as_deref().unwrap_or("default");
         ObservedPhase::Ready {
@@ -850,9 +860,47 @@ pub fn observe_pod(pod: &Pod) -> Option<ObservedPod> {
         template_version: annotation(TEMPLATE_VERSION_ANNOTATION),
         settings_version: annotation(SETTINGS_VERSION_ANNOTATION),
         reclaim_after: annotation(RECLAIM_AFTER_ANNOTATION),
+        creation: annotation(CREATION_ANNOTATION),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        ip: status.and_then(|s| s.pod_ip.clone()),
         image,
         name,
         phase,
+    })
+}
+
+/// Why a pod reached phase Failed, from its status: `pod phase <phase>`,
+/// then the status reason and message when set.
+pub fn failure_reason(pod: &Pod) -> String {
+    let status = pod.status.as_ref();
+    let mut parts = vec![format!(
+        "pod phase {}",
+        status.and_then(|s| s.phase.as_deref()).unwrap_or("Failed")
+    )];
+    if let Some(r) = status.and_then(|s| s.reason.as_deref()) {
+        parts.push(format!("reason {r}"));
+    }
+    if let Some(m) = status.and_then(|s| s.message.as_deref()) {
+        parts.push(m.to_string());
+    }
+    parts.join(", ")
+}
+
+/// Reduces a service to what GC decides on: its name and whether it is a
+/// function service (selects [`IMAGE_LABEL`] = its own name); `None`
+/// without a name.
+pub fn observe_service(service: &Service) -> Option<ObservedService> {
+    let name = service.metadata.name.clone()?;
+    let selects_own_pod = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .and_then(|s| s.get(IMAGE_LABEL))
+        .is_some_and(|v| *v == name);
+    Some(ObservedService {
+        name,
+        selects_own_pod,
     })
 }
 
@@ -873,6 +921,7 @@ mod tests {
             entrypoint,
             template_version: "42",
             settings_version: None,
+            creation: None,
             reclaim_after: UnixTime::from_secs(1_000),
             max_request_body_size: 6_291_456,
             wrapper_image: Some("wrapper:v2"),
@@ -1342,7 +1391,10 @@ mod tests {
             }
         );
         pod.status.as_mut().unwrap().phase = Some("Failed".into());
-        assert_eq!(observe_pod(&pod).unwrap().phase, ObservedPhase::Failed);
+        assert!(matches!(
+            observe_pod(&pod).unwrap().phase,
+            ObservedPhase::Failed { .. }
+        ));
         pod.metadata.labels = None;
         assert!(!observe_pod(&pod).unwrap().labelled);
         pod.metadata.name = None;

@@ -1,6 +1,7 @@
 //! Porch's pod-cache behaviours (spec §9.1–9.3) that still apply, and the
 //! defect fixes of spec §10, as plain unit tests of the state machine.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
@@ -12,16 +13,25 @@ fn t(secs: u64) -> UnixTime {
     UnixTime::from_secs(1_000_000 + secs)
 }
 
-fn cache(max_waitlist: u32, max_pods: u32) -> PodCache {
-    let settings = FunctionSettings {
+fn settings(max_waitlist: u32, max_pods: u32) -> FunctionSettings {
+    FunctionSettings {
         ttl: TTL,
         max_waitlist,
         max_parallel_pods: max_pods,
         max_load_per_pod: 4,
         resources: None,
         ..FunctionSettings::default()
-    };
-    PodCache::new(PodCachePolicy::new(settings, "r1").unwrap(), "v1")
+    }
+}
+
+fn test_policy(max_waitlist: u32, max_pods: u32) -> PodCachePolicy {
+    let mut p = PodCachePolicy::new(settings(max_waitlist, max_pods), "r1").unwrap();
+    p.scan_interval = Duration::from_secs(1);
+    p
+}
+
+fn cache(max_waitlist: u32, max_pods: u32) -> PodCache {
+    PodCache::new(test_policy(max_waitlist, max_pods), "v1")
 }
 
 fn drain(pc: &mut PodCache) -> Vec<Command> {
@@ -34,6 +44,16 @@ fn request(pc: &mut PodCache, now: UnixTime, id: u64, image: &str) -> Vec<Comman
         Input::Request {
             request: RequestId(id),
             image: image.to_string(),
+        },
+    );
+    drain(pc)
+}
+
+fn finish(pc: &mut PodCache, now: UnixTime, id: u64) -> Vec<Command> {
+    pc.handle(
+        now,
+        Input::CallFinished {
+            request: RequestId(id),
         },
     );
     drain(pc)
@@ -60,50 +80,152 @@ fn replies(cmds: &[Command]) -> Vec<(u64, Result<Assignment, PodCacheError>)> {
 fn deleted(cmds: &[Command]) -> Vec<String> {
     cmds.iter()
         .filter_map(|c| match c {
-            Command::DeletePod { pod_name } => Some(pod_name.clone()),
+            Command::DeletePod { pod_name, .. } => Some(pod_name.clone()),
             _ => None,
         })
         .collect()
 }
 
+fn persisted(cmds: &[Command]) -> Vec<(String, UnixTime)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::PersistReclaimAfter {
+                pod_name,
+                reclaim_after,
+            } => Some((pod_name.clone(), *reclaim_after)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn pod_name(pc: &PodCache, slot: SlotId) -> Option<String> {
+    pc.slots()
+        .find(|s| s.id == slot)
+        .map(|s| s.pod_name.to_string())
+}
+
+/// The pod of `slot` as the watch reports it in `phase`.
+fn seen(name: &str, phase: ObservedPhase) -> ObservedPod {
+    ObservedPod {
+        name: name.to_string(),
+        image: IMG.to_string(),
+        labelled: true,
+        template_version: Some("v1".to_string()),
+        uid: Some(format!("uid-{name}")),
+        phase,
+        ..ObservedPod::default()
+    }
+}
+
+/// The creation of `slot` succeeded and the watch reports its pod ready at
+/// `ep-<slot>`.
 fn ready(pc: &mut PodCache, now: UnixTime, slot: SlotId) -> Vec<Command> {
     pc.handle(
         now,
-        Input::PodReady {
+        Input::Created {
             slot,
-            endpoint: format!("ep-{}", slot.0),
+            result: Ok(()),
+        },
+    );
+    let mut cmds = drain(pc);
+    if let Some(name) = pod_name(pc, slot) {
+        let endpoint = format!("ep-{}", slot.0);
+        let pod = seen(&name, ObservedPhase::Ready { endpoint });
+        pc.handle(now, Input::PodObserved { pod });
+        cmds.extend(drain(pc));
+    }
+    cmds
+}
+
+/// The persist in `cmds` succeeded.
+fn ack(pc: &mut PodCache, now: UnixTime, cmds: &[Command]) -> Vec<Command> {
+    let mut out = Vec::new();
+    for (pod_name, reclaim_after) in persisted(cmds) {
+        pc.handle(
+            now,
+            Input::Persisted {
+                pod_name,
+                reclaim_after,
+                result: Ok(()),
+            },
+        );
+        out.extend(drain(pc));
+    }
+    out
+}
+
+fn failed(pc: &mut PodCache, now: UnixTime, slot: SlotId, reason: &str) -> Vec<Command> {
+    pc.handle(
+        now,
+        Input::Created {
+            slot,
+            result: Err(CreateFailure::Failed {
+                reason: reason.to_string(),
+            }),
         },
     );
     drain(pc)
+}
+
+/// A GC listing asked for at `started` and answered at `handled` with
+/// `observed` (and `services`).
+fn gc_listing(
+    pc: &mut PodCache,
+    started: UnixTime,
+    handled: UnixTime,
+    observed: Vec<ObservedPod>,
+    services: Vec<ObservedService>,
+) -> Vec<Command> {
+    pc.handle(started, Input::Tick);
+    let mut cmds = drain(pc);
+    let listing = cmds
+        .iter()
+        .find_map(|c| match c {
+            Command::ListPods { listing } => Some(*listing),
+            _ => None,
+        })
+        .or(pc.listing_out())
+        .expect("a GC listing is due");
+    cmds.retain(|c| !matches!(c, Command::ListPods { .. }));
+    let listing_result = Listing {
+        pods: observed.into_iter().map(Arc::new).collect(),
+        services,
+    };
+    pc.handle(
+        handled,
+        Input::Listed {
+            listing,
+            result: Ok(listing_result),
+        },
+    );
+    cmds.extend(drain(pc));
+    cmds
+}
+
+fn gc(pc: &mut PodCache, now: UnixTime, observed: Vec<ObservedPod>) -> Vec<Command> {
+    gc_listing(pc, now, now, observed, Vec::new())
 }
 
 fn loads(pc: &PodCache, image: &str) -> Vec<u32> {
     pc.slots_for(image).map(|s| s.load).collect()
 }
 
-/// A ready pod for IMG with one request served and finished.
+/// A ready pod for IMG with one request served and finished, its
+/// reclaim-after persisted.
 fn warm(pc: &mut PodCache) -> PodCreation {
     let c = created(&request(pc, t(0), 1, IMG)).remove(0);
-    ready(pc, t(1), c.slot);
-    pc.handle(
-        t(2),
-        Input::CallFinished {
-            request: RequestId(1),
-        },
-    );
-    drain(pc);
+    let cmds = ready(pc, t(1), c.slot);
+    ack(pc, t(1), &cmds);
+    let cmds = finish(pc, t(2), 1);
+    ack(pc, t(2), &cmds);
     c
 }
 
 fn observed(name: &str, reclaim_after: Option<&str>, phase: ObservedPhase) -> ObservedPod {
     ObservedPod {
-        name: name.to_string(),
-        image: IMG.to_string(),
-        labelled: true,
-        template_version: Some("v1".to_string()),
-        settings_version: None,
         reclaim_after: reclaim_after.map(str::to_string),
-        phase,
+        resource_version: Some("7".to_string()),
+        ..seen(name, phase)
     }
 }
 
@@ -113,14 +235,7 @@ fn observed(name: &str, reclaim_after: Option<&str>, phase: ObservedPhase) -> Ob
 fn stray_outcomes_are_ignored() {
     let mut pc = cache(2, 1);
     assert!(ready(&mut pc, t(0), SlotId(77)).is_empty());
-    pc.handle(
-        t(0),
-        Input::PodFailed {
-            slot: SlotId(78),
-            reason: "x".into(),
-        },
-    );
-    assert!(drain(&mut pc).is_empty());
+    assert!(failed(&mut pc, t(0), SlotId(78), "x").is_empty());
     let c = warm(&mut pc);
     assert!(
         ready(&mut pc, t(3), c.slot).is_empty(),
@@ -153,14 +268,7 @@ fn failed_creation_without_other_pods_fails_the_waiters() {
     let mut pc = cache(5, 1);
     let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
     request(&mut pc, t(0), 2, IMG);
-    pc.handle(
-        t(1),
-        Input::PodFailed {
-            slot: c.slot,
-            reason: "pods is forbidden: quota exceeded".into(),
-        },
-    );
-    let cmds = drain(&mut pc);
+    let cmds = failed(&mut pc, t(1), c.slot, "pods is forbidden: quota exceeded");
     let r = replies(&cmds);
     assert_eq!(r.len(), 2);
     for (_, res) in r {
@@ -185,14 +293,7 @@ fn failed_creation_moves_waiters_to_another_slot() {
     request(&mut pc, t(2), 4, IMG);
     assert_eq!(pc.request_slot(RequestId(3)), Some((a.slot, false)));
     assert_eq!(pc.request_slot(RequestId(4)), Some((b.slot, true)));
-    pc.handle(
-        t(3),
-        Input::PodFailed {
-            slot: b.slot,
-            reason: "boom".into(),
-        },
-    );
-    let r = replies(&drain(&mut pc));
+    let r = replies(&failed(&mut pc, t(3), b.slot, "boom"));
     assert_eq!(r.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [2, 4]);
     assert!(
         r.iter()
@@ -323,13 +424,13 @@ fn queueing_beyond_the_limit_is_rejected() {
 fn gone_pods_are_evicted_and_replaced() {
     let mut pc = cache(2, 1);
     let c = warm(&mut pc);
-    pc.handle(
-        t(3),
-        Input::PodGone {
-            pod_name: c.pod_name.clone(),
-            failed: true,
+    let pod = seen(
+        &c.pod_name,
+        ObservedPhase::Failed {
+            reason: "pod phase Failed".into(),
         },
     );
+    pc.handle(t(3), Input::PodObserved { pod });
     assert_eq!(deleted(&drain(&mut pc)), std::slice::from_ref(&c.pod_name));
     let cmds = request(&mut pc, t(4), 2, IMG);
     let next = created(&cmds);
@@ -382,7 +483,9 @@ fn load_returns_to_zero_on_finish_cancel_and_error() {
 // §10 items 15, 28: a pending slot has a deadline; a late pod is deleted.
 #[test]
 fn pending_slots_time_out() {
-    let mut pc = cache(2, 1);
+    let mut policy = test_policy(2, 1);
+    policy.scan_interval = Duration::ZERO;
+    let mut pc = PodCache::new(policy, "v1");
     let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
     assert_eq!(pc.poll_timeout(), Some(t(60)));
     pc.handle(t(59), Input::Tick);
@@ -393,7 +496,22 @@ fn pending_slots_time_out() {
     assert_eq!(e.class(), ErrorClass::DeadlineExceeded);
     assert_eq!(deleted(&cmds), std::slice::from_ref(&c.pod_name));
     assert_eq!(pc.poll_timeout(), None);
-    assert_eq!(deleted(&ready(&mut pc, t(61), c.slot)), [c.pod_name]);
+    // The creation's answer arrives late: what it made is deleted.
+    pc.handle(
+        t(60),
+        Input::Deleted {
+            pod_name: c.pod_name.clone(),
+            result: Ok(()),
+        },
+    );
+    pc.handle(
+        t(61),
+        Input::Created {
+            slot: c.slot,
+            result: Ok(()),
+        },
+    );
+    assert_eq!(deleted(&drain(&mut pc)), [c.pod_name]);
 }
 
 // §9.3 GC "Expired Pod Exists and cleaned up" / §9.2 TestGarbageCollectorUnit.
@@ -415,16 +533,26 @@ fn gc_deletes_idle_expired_pods() {
         Some(&annotation),
         ready_phase.clone(),
     )];
-    pc.handle(
-        t(2) + TTL,
-        Input::Gc {
-            observed: obs.clone(),
-        },
+    assert!(
+        deleted(&gc(&mut pc, t(2) + TTL, obs.clone())).is_empty(),
+        "fresh pod survives"
     );
-    assert!(deleted(&drain(&mut pc)).is_empty(), "fresh pod survives");
-    pc.handle(reclaim, Input::Gc { observed: obs });
-    assert_eq!(deleted(&drain(&mut pc)), [c.pod_name]);
+    let cmds = gc(&mut pc, reclaim, obs);
+    assert_eq!(deleted(&cmds), [c.pod_name.clone()]);
     assert_eq!(pc.slots().count(), 0);
+    // The deletion holds only if the pod is still as listed.
+    let precondition = cmds.iter().find_map(|c| match c {
+        Command::DeletePod { precondition, .. } => Some(precondition.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        precondition,
+        Some(DeletePrecondition {
+            uid: Some(format!("uid-{}", c.pod_name)),
+            resource_version: Some("7".into()),
+            creation: None,
+        })
+    );
 }
 
 // §9.3 "New Pod Exists and not cleaned up": GC never deletes a busy pod.
@@ -440,8 +568,7 @@ fn gc_keeps_busy_pods() {
             endpoint: "ep".into(),
         },
     )];
-    pc.handle(t(10_000), Input::Gc { observed: obs });
-    let cmds = drain(&mut pc);
+    let cmds = gc(&mut pc, t(10_000), obs);
     assert!(deleted(&cmds).is_empty());
     assert!(
         cmds.iter()
@@ -466,8 +593,8 @@ fn gc_grants_grace_to_unannotated_pods_and_ignores_unlabelled_ones() {
         observed("d", Some("1"), ObservedPhase::Terminating),
         unlabelled,
     ];
-    pc.handle(t(0), Input::Gc { observed: obs });
-    let cmds = drain(&mut pc);
+    pc.handle(t(0), Input::Tick);
+    let cmds = gc(&mut pc, t(1), obs);
     assert_eq!(deleted(&cmds), ["c"]);
     let persisted: Vec<_> = cmds
         .iter()
@@ -518,9 +645,8 @@ fn stale_template_pods_are_replaced_on_next_use() {
             endpoint: "ep".into(),
         },
     )];
-    pc.handle(t(4) + TTL * 2, Input::Gc { observed: obs });
     assert_eq!(
-        deleted(&drain(&mut pc)),
+        deleted(&gc(&mut pc, t(4) + TTL * 2, obs)),
         [old.pod_name],
         "GC reclaims it once expired"
     );
@@ -541,22 +667,13 @@ fn reclaim_after_is_persisted_at_most_once_per_half_ttl() {
             matches!(cmds[0], Command::Reply { .. }),
             "the reply comes first"
         );
-        pc.handle(
-            t(secs),
-            Input::CallFinished {
-                request: RequestId(id),
-            },
-        );
-        persisted.extend(
-            cmds.into_iter()
-                .chain(drain(&mut pc))
-                .filter_map(|c| match c {
-                    Command::PersistReclaimAfter { reclaim_after, .. } => {
-                        Some((secs, reclaim_after))
-                    }
-                    _ => None,
-                }),
-        );
+        ack(&mut pc, t(secs), &cmds);
+        let fin = finish(&mut pc, t(secs), id);
+        ack(&mut pc, t(secs), &fin);
+        persisted.extend(cmds.iter().chain(&fin).filter_map(|c| match c {
+            Command::PersistReclaimAfter { reclaim_after, .. } => Some((secs, *reclaim_after)),
+            _ => None,
+        }));
     }
     assert!(persisted.len() >= 2);
     for w in persisted.windows(2) {
@@ -581,11 +698,24 @@ fn adoption_respects_version_expiry_and_limit() {
         observed("good", Some(&future), ready_phase.clone()),
         observed("over-limit", Some(&future), ready_phase),
     ];
-    pc.handle(t(0), Input::Adopt { observed: obs });
-    assert!(drain(&mut pc).is_empty(), "adoption deletes nothing");
+    let observed = obs.into_iter().map(Arc::new).collect();
+    pc.handle(t(0), Input::Adopt { observed });
+    let cmds = drain(&mut pc);
+    assert!(deleted(&cmds).is_empty(), "adoption deletes nothing");
+    assert_eq!(
+        cmds[0],
+        Command::EnsureService {
+            pod_name: "good".into()
+        },
+        "an adopted pod gets its service back if it lost it"
+    );
+    let claim = persisted(&cmds);
+    assert_eq!(claim, [("good".to_string(), t(0) + TTL + TTL / 2)]);
     let names: Vec<_> = pc.slots().map(|s| s.pod_name.to_string()).collect();
     assert_eq!(names, ["good"]);
-    let r = replies(&request(&mut pc, t(1), 1, IMG));
+    // A call waits for the claim, then gets the adopted pod.
+    assert!(replies(&request(&mut pc, t(1), 1, IMG)).is_empty());
+    let r = replies(&ack(&mut pc, t(1), &cmds));
     assert_eq!(r[0].1.as_ref().unwrap().endpoint, "adopted-ep");
 }
 
@@ -774,8 +904,7 @@ fn pods_of_outdated_settings_take_no_new_calls_and_go_to_gc() {
             )
         })
         .collect();
-    pc.handle(late, Input::Gc { observed: obs });
-    let mut gone = deleted(&drain(&mut pc));
+    let mut gone = deleted(&gc(&mut pc, late, obs));
     gone.sort();
     let mut want = vec![idle.pod_name.clone(), busy[0].pod_name.clone()];
     want.sort();
@@ -852,7 +981,10 @@ fn adoption_requires_the_current_settings_version() {
     pc.handle(
         t(1),
         Input::Adopt {
-            observed: vec![pod("global", None), pod("current", version.clone())],
+            observed: vec![
+                Arc::new(pod("global", None)),
+                Arc::new(pod("current", version.clone())),
+            ],
         },
     );
     let names: Vec<&str> = pc.slots().map(|s| s.pod_name).collect();
@@ -870,4 +1002,477 @@ fn adoption_requires_the_current_settings_version() {
     let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
     assert_eq!(c.settings_version, version);
     assert_eq!(FunctionSettings::default().pod_version(), None);
+}
+
+/// Replica A's view of a pod created at t(0) (TTL 600 s: reclaim-after
+/// t(900)), in use from t(1) with its creation persisted.
+fn busy(pc: &mut PodCache) -> PodCreation {
+    let c = created(&request(pc, t(0), 1, IMG)).remove(0);
+    ready(pc, t(1), c.slot);
+    c
+}
+
+// Persist before extend (issue: reclaim-after lost on a failed patch): a
+// use that needs an extension counts on it only once the patch succeeded.
+// While the patch fails the pod takes new calls only until its old
+// reclaim-after is within the reuse margin; the patch is retried with
+// backoff while the pod is in use.
+#[test]
+fn a_failed_patch_extends_nothing_and_is_retried() {
+    let mut policy = test_policy(5, 1);
+    policy.scan_interval = Duration::ZERO;
+    let mut pc = PodCache::new(policy, "v1");
+    let c = busy(&mut pc);
+    assert_eq!(pc.slots().next().unwrap().reclaim_after, t(900));
+    // A use at t(400): less than a TTL ahead, so it is extended.
+    let cmds = request(&mut pc, t(400), 2, IMG);
+    let want = persisted(&cmds);
+    assert_eq!(want, [(c.pod_name.clone(), t(400) + TTL + TTL / 2)]);
+    pc.handle(
+        t(401),
+        Input::Persisted {
+            pod_name: c.pod_name.clone(),
+            reclaim_after: want[0].1,
+            result: Err("connection refused".into()),
+        },
+    );
+    assert!(drain(&mut pc).is_empty());
+    assert_eq!(
+        pc.slots().next().unwrap().reclaim_after,
+        t(900),
+        "nothing on the pod says t(1300)"
+    );
+    // Retried after the backoff (1 s), while the pod is in use.
+    pc.handle(t(401), Input::Tick);
+    assert!(persisted(&drain(&mut pc)).is_empty());
+    assert_eq!(pc.poll_timeout(), Some(t(402)));
+    pc.handle(t(402), Input::Tick);
+    let retry = persisted(&drain(&mut pc));
+    assert_eq!(retry.len(), 1, "{retry:?}");
+    // It fails again: the next retry waits twice as long.
+    pc.handle(
+        t(403),
+        Input::Persisted {
+            pod_name: c.pod_name.clone(),
+            reclaim_after: retry[0].1,
+            result: Err("connection refused".into()),
+        },
+    );
+    drain(&mut pc);
+    // Meanwhile the pod takes calls until t(900) - 30 s, not after.
+    let r = replies(&request(&mut pc, t(869), 3, IMG));
+    assert_eq!(r[0].1.as_ref().unwrap().pod_name, c.pod_name);
+    let cmds = request(&mut pc, t(870), 4, IMG);
+    let refused = replies(&cmds);
+    assert_eq!(
+        refused[0].1.clone().unwrap_err().class(),
+        ErrorClass::ResourceExhausted,
+        "at the pod limit, no call goes to a pod that may be reclaimed: {cmds:?}"
+    );
+    assert!(created(&cmds).is_empty());
+    // Once a retry succeeds the slot counts on it.
+    pc.handle(t(880), Input::Tick);
+    let retry = persisted(&drain(&mut pc));
+    assert_eq!(retry.len(), 1);
+    pc.handle(
+        t(880),
+        Input::Persisted {
+            pod_name: c.pod_name.clone(),
+            reclaim_after: retry[0].1,
+            result: Ok(()),
+        },
+    );
+    drain(&mut pc);
+    assert!(pc.slots().next().unwrap().reclaim_after >= t(880) + TTL);
+}
+
+// Listing age (issue: GC acts on a stale listing): a listing is judged by
+// the time it was asked for. Replica B lists at t(895), before A's
+// extension lands; the listing arrives at t(940), after the old
+// reclaim-after t(900) has passed: B deletes nothing.
+#[test]
+fn gc_judges_a_listing_by_the_time_it_was_asked_for() {
+    let mut b = cache(2, 1);
+    b.handle(t(0), Input::Tick);
+    let pod = observed(
+        "a-pod-of-another-replica",
+        Some(&t(900).to_annotation()),
+        ObservedPhase::Ready {
+            endpoint: "ep".into(),
+        },
+    );
+    let late = gc_listing(&mut b, t(895), t(940), vec![pod.clone()], Vec::new());
+    assert!(deleted(&late).is_empty(), "{late:?}");
+    // A listing asked for after t(900) with the same annotation deletes it.
+    let fresh = gc_listing(&mut b, t(941), t(941), vec![pod], Vec::new());
+    assert_eq!(deleted(&fresh), ["a-pod-of-another-replica"]);
+}
+
+// A listing that is not the one out (an old answer) is ignored, and only
+// one listing is out at a time.
+#[test]
+fn one_listing_at_a_time() {
+    let mut pc = cache(2, 1);
+    pc.handle(t(0), Input::Tick);
+    pc.handle(t(5), Input::Tick);
+    let first: Vec<_> = drain(&mut pc)
+        .into_iter()
+        .filter(|c| matches!(c, Command::ListPods { .. }))
+        .collect();
+    assert_eq!(first.len(), 1);
+    assert!(pc.listing_out().is_some());
+    pc.handle(t(10), Input::Tick);
+    assert!(
+        !drain(&mut pc)
+            .iter()
+            .any(|c| matches!(c, Command::ListPods { .. })),
+        "no second listing while one is out"
+    );
+    pc.handle(
+        t(11),
+        Input::Listed {
+            listing: ListingId(99),
+            result: Ok(Listing::default()),
+        },
+    );
+    assert!(
+        pc.listing_out().is_some(),
+        "an unknown listing changes nothing"
+    );
+    pc.handle(
+        t(11),
+        Input::Listed {
+            listing: ListingId(1),
+            result: Err("timeout".into()),
+        },
+    );
+    assert_eq!(pc.listing_out(), None);
+}
+
+// Drain before delete (issue: one failed call deletes a pod carrying other
+// calls): a call that finds its pod unavailable deletes nothing; the pod
+// takes no new call here, the next request gets another pod, and once the
+// last call here has ended the pod is forgotten (left to GC by its
+// annotation, since calls of other replicas may be in it).
+#[test]
+fn an_unavailable_pod_is_drained_not_deleted() {
+    let mut pc = cache(5, 2);
+    let c = busy(&mut pc);
+    request(&mut pc, t(2), 2, IMG);
+    assert_eq!(loads(&pc, IMG), [2]);
+    pc.handle(
+        t(3),
+        Input::CallUnavailable {
+            request: RequestId(1),
+        },
+    );
+    let cmds = drain(&mut pc);
+    assert!(deleted(&cmds).is_empty(), "{cmds:?}");
+    assert!(
+        pc.slots()
+            .any(|s| s.pod_name == c.pod_name && s.state == SlotState::Draining && s.load == 1)
+    );
+    let next = created(&request(&mut pc, t(4), 3, IMG));
+    assert_eq!(next.len(), 1, "a new pod for the next call");
+    assert_ne!(next[0].pod_name, c.pod_name);
+    let cmds = finish(&mut pc, t(5), 2);
+    assert!(deleted(&cmds).is_empty());
+    assert_eq!(
+        cmds,
+        [Command::Forget {
+            pod_name: c.pod_name.clone()
+        }]
+    );
+    assert!(pc.slots().all(|s| s.pod_name != c.pod_name));
+    // GC reclaims it by its annotation like any idle pod.
+    let obs = observed(
+        &c.pod_name,
+        Some(&t(900).to_annotation()),
+        ObservedPhase::Ready {
+            endpoint: "ep".into(),
+        },
+    );
+    let gone = deleted(&gc(&mut pc, t(900), vec![obs]));
+    assert!(gone.contains(&c.pod_name), "{gone:?}");
+}
+
+// Resync (issue: deletions missed during a watch outage): a pod known
+// before the watch was lost and missing from its re-list was deleted; its
+// slot is dropped and its waiters move on. A listing taken before the pod
+// was known proves nothing.
+#[test]
+fn a_relist_without_the_pod_drops_its_slot() {
+    let mut pc = cache(5, 1);
+    let c = busy(&mut pc);
+    pc.handle(
+        t(5),
+        Input::Resync {
+            observed: Vec::new(),
+            since: t(0),
+        },
+    );
+    assert!(
+        pc.slots().count() == 1,
+        "known at t(1), after the listing began"
+    );
+    pc.handle(
+        t(20),
+        Input::Resync {
+            observed: Vec::new(),
+            since: t(10),
+        },
+    );
+    let cmds = drain(&mut pc);
+    assert!(deleted(&cmds).is_empty());
+    assert_eq!(pc.slots().count(), 0);
+    let next = created(&request(&mut pc, t(21), 2, IMG));
+    assert_eq!(next.len(), 1);
+    assert_ne!(next[0].pod_name, c.pod_name);
+}
+
+// The same through GC: a listing asked for after the slot was known.
+#[test]
+fn gc_drops_slots_whose_pod_is_not_listed() {
+    let mut pc = cache(5, 1);
+    let waiting = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
+    pc.handle(
+        t(1),
+        Input::Created {
+            slot: waiting.slot,
+            result: Ok(()),
+        },
+    );
+    request(&mut pc, t(2), 2, IMG);
+    let cmds = gc(&mut pc, t(3), Vec::new());
+    let r = replies(&cmds);
+    assert_eq!(r.len(), 2, "both waiters are told: {cmds:?}");
+    assert!(r.iter().all(|(_, res)| res.is_err()));
+    assert_eq!(pc.slots().count(), 0);
+}
+
+// Naming (issue: a failed start-up listing must not make a creation
+// silently reuse an existing pod): an existing pod of the chosen name is
+// taken as this creation's only if it carries this creation's identity;
+// otherwise another name is picked, and the foreign pod is never deleted.
+#[test]
+fn already_exists_is_ours_only_with_our_creation_identity() {
+    let mut pc = cache(2, 1);
+    let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
+    assert_eq!(c.creation, format!("r1-{}", c.slot.0));
+    let foreign = ObservedPod {
+        creation: Some("someone-else-1".into()),
+        ..seen(
+            &c.pod_name,
+            ObservedPhase::Ready {
+                endpoint: "ep".into(),
+            },
+        )
+    };
+    pc.handle(
+        t(1),
+        Input::Created {
+            slot: c.slot,
+            result: Err(CreateFailure::AlreadyExists {
+                existing: Some(foreign),
+            }),
+        },
+    );
+    let cmds = drain(&mut pc);
+    assert!(deleted(&cmds).is_empty());
+    assert!(replies(&cmds).is_empty(), "the waiter keeps waiting");
+    let again = created(&cmds);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].slot, c.slot);
+    assert_ne!(again[0].pod_name, c.pod_name);
+    // An earlier attempt of this creation whose answer was lost: ours.
+    let mine = ObservedPod {
+        creation: Some(again[0].creation.clone()),
+        ..seen(&again[0].pod_name, ObservedPhase::Pending)
+    };
+    pc.handle(
+        t(2),
+        Input::Created {
+            slot: c.slot,
+            result: Err(CreateFailure::AlreadyExists {
+                existing: Some(mine),
+            }),
+        },
+    );
+    assert_eq!(
+        drain(&mut pc),
+        [Command::EnsureService {
+            pod_name: again[0].pod_name.clone()
+        }]
+    );
+    let endpoint = "ep-mine".to_string();
+    let pod = seen(&again[0].pod_name, ObservedPhase::Ready { endpoint });
+    pc.handle(t(3), Input::PodObserved { pod });
+    let r = replies(&drain(&mut pc));
+    assert_eq!(r[0].1.as_ref().unwrap().endpoint, "ep-mine");
+}
+
+// A failed deletion is retried with backoff; a precondition that no
+// longer holds is not (the next GC decides on a fresh listing). Pods in
+// phase Failed are deleted by GC whoever made them.
+#[test]
+fn failed_deletions_are_retried() {
+    let mut pc = cache(2, 1);
+    let c = busy(&mut pc);
+    let failed_pod = seen(
+        &c.pod_name,
+        ObservedPhase::Failed {
+            reason: "pod phase Failed".into(),
+        },
+    );
+    pc.handle(t(2), Input::PodObserved { pod: failed_pod });
+    let cmds = drain(&mut pc);
+    assert_eq!(deleted(&cmds), [c.pod_name.clone()]);
+    pc.handle(
+        t(3),
+        Input::Deleted {
+            pod_name: c.pod_name.clone(),
+            result: Err(DeleteFailure::Failed {
+                reason: "timeout".into(),
+            }),
+        },
+    );
+    assert!(drain(&mut pc).is_empty());
+    pc.handle(t(4), Input::Tick);
+    assert_eq!(deleted(&drain(&mut pc)), [c.pod_name.clone()]);
+    pc.handle(
+        t(4),
+        Input::Deleted {
+            pod_name: c.pod_name.clone(),
+            result: Err(DeleteFailure::Conflict),
+        },
+    );
+    assert!(deleted(&gc(&mut pc, t(100), Vec::new())).is_empty());
+    // GC deletes Failed pods it finds, local or not.
+    let other = observed(
+        "failed-elsewhere",
+        Some(&t(5000).to_annotation()),
+        ObservedPhase::Failed {
+            reason: "OOMKilled".into(),
+        },
+    );
+    assert_eq!(
+        deleted(&gc(&mut pc, t(101), vec![other])),
+        ["failed-elsewhere"]
+    );
+}
+
+// Orphan services: a function service whose pod is not listed is deleted;
+// one whose pod is listed, or is being created here, is not; other
+// services never are.
+#[test]
+fn gc_deletes_function_services_whose_pod_is_gone() {
+    let mut pc = cache(2, 1);
+    let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
+    let svc = |name: &str, ours: bool| ObservedService {
+        name: name.into(),
+        selects_own_pod: ours,
+    };
+    let listed = observed(
+        "alive",
+        Some(&t(5000).to_annotation()),
+        ObservedPhase::Pending,
+    );
+    let cmds = gc_listing(
+        &mut pc,
+        t(2),
+        t(2),
+        vec![listed],
+        vec![
+            svc("alive", true),
+            svc("orphan", true),
+            svc(&c.pod_name, true),
+            svc("other-service", false),
+        ],
+    );
+    let gone: Vec<&str> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::DeleteService { name } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(gone, ["orphan"]);
+}
+
+// Creation sub-states in service mode: the pod must be created, observed
+// ready and published by its service before the waiters get it, in
+// whatever order the watch and the answers arrive.
+#[test]
+fn in_service_mode_a_ready_pod_waits_for_its_endpoint() {
+    let mut policy = test_policy(2, 1);
+    policy.await_endpoints = true;
+    let mut pc = PodCache::new(policy, "v1");
+    let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
+    // The watch reports it ready before the creation's answer.
+    let ready_pod = ObservedPod {
+        ip: Some("10.0.0.9".into()),
+        ..seen(
+            &c.pod_name,
+            ObservedPhase::Ready {
+                endpoint: "ep".into(),
+            },
+        )
+    };
+    pc.handle(t(1), Input::PodObserved { pod: ready_pod });
+    assert!(drain(&mut pc).is_empty());
+    pc.handle(
+        t(2),
+        Input::Created {
+            slot: c.slot,
+            result: Ok(()),
+        },
+    );
+    assert_eq!(
+        drain(&mut pc),
+        [Command::AwaitEndpoint {
+            slot: c.slot,
+            pod_name: c.pod_name.clone(),
+            pod_ip: Some("10.0.0.9".into()),
+            deadline: c.deadline,
+        }]
+    );
+    assert_eq!(pc.slots().next().unwrap().state, SlotState::Pending);
+    pc.handle(
+        t(3),
+        Input::EndpointReady {
+            slot: c.slot,
+            result: Ok("svc-ep".into()),
+        },
+    );
+    let r = replies(&drain(&mut pc));
+    assert_eq!(r[0].1.as_ref().unwrap().endpoint, "svc-ep");
+}
+
+// A busy pod's reclaim-after is renewed when it becomes less than a TTL
+// ahead, on a timer the machine asks for, without the driver ticking
+// periodically.
+#[test]
+fn busy_pods_are_renewed_on_their_own_timer() {
+    let mut policy = test_policy(2, 1);
+    policy.scan_interval = Duration::ZERO;
+    let mut pc = PodCache::new(policy, "v1");
+    let c = busy(&mut pc);
+    let deadline_tick = pc.poll_timeout();
+    assert_eq!(deadline_tick, Some(t(60)), "the stale creation deadline");
+    pc.handle(t(60), Input::Tick);
+    drain(&mut pc);
+    // Created at t(0): reclaim-after t(900); due for renewal at t(300).
+    assert_eq!(pc.poll_timeout(), Some(t(300)));
+    pc.handle(t(300), Input::Tick);
+    let p = persisted(&drain(&mut pc));
+    assert_eq!(p, [(c.pod_name.clone(), t(300) + TTL + TTL / 2)]);
+    ack(
+        &mut pc,
+        t(301),
+        &[Command::PersistReclaimAfter {
+            pod_name: c.pod_name,
+            reclaim_after: p[0].1,
+        }],
+    );
+    assert_eq!(pc.poll_timeout(), Some(p[0].1.saturating_sub(TTL)));
 }

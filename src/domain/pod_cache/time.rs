@@ -53,6 +53,11 @@ impl UnixTime {
         self.0.saturating_sub(earlier.0)
     }
 
+    /// `self - d`, or the epoch if `d` is longer.
+    pub fn saturating_sub(self, d: Duration) -> UnixTime {
+        UnixTime(self.0.saturating_sub(d))
+    }
+
     /// Parses a reclaim-after annotation value: decimal Unix seconds, digits
     /// only (Porch Gen A writes `strconv.FormatInt(unix, 10)`).
     ///

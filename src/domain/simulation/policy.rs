@@ -50,8 +50,8 @@ pub struct SimPolicy {
 struct PolicyFile {
     #[serde(rename = "podTTL")]
     pod_ttl: Option<String>,
-    max_waitlist_length: Option<u32>,
-    max_parallel_pods_per_function: Option<u32>,
+    max_waitlist_length: Option<i64>,
+    max_parallel_pods_per_function: Option<i64>,
     max_load_per_pod: Option<u32>,
     scan_interval: Option<String>,
     warm_up_pod_cache: Option<bool>,
@@ -148,17 +148,14 @@ impl SimPolicy {
                  maxParallelPodsPerFunction, maxLoadPerPod, scanInterval, warmUpPodCache, podCacheConfig"
             ))
         })?;
-        let settings = FunctionSettings {
-            ttl: duration(path, "podTTL", file.pod_ttl, defaults.ttl)?,
-            max_waitlist: file.max_waitlist_length.unwrap_or(defaults.max_waitlist),
-            max_parallel_pods: file
-                .max_parallel_pods_per_function
-                .unwrap_or(defaults.max_parallel_pods),
-            max_load_per_pod: file.max_load_per_pod.unwrap_or(defaults.max_load_per_pod),
-            resources: None,
-            ..FunctionSettings::default()
-        }
-        .normalised();
+        // The runner's reading of its flags, so that 0 means what it means
+        // to `serve --max-waitlist-length=0`.
+        let settings = FunctionSettings::from_flags(
+            duration(path, "podTTL", file.pod_ttl, defaults.ttl)?,
+            file.max_waitlist_length.unwrap_or(0),
+            file.max_parallel_pods_per_function.unwrap_or(0),
+            file.max_load_per_pod.unwrap_or(defaults.max_load_per_pod),
+        );
         Ok(Self {
             name,
             defaults: settings,
@@ -173,11 +170,14 @@ impl SimPolicy {
         })
     }
 
-    /// The pod-cache policy the state machine runs with.
+    /// The pod-cache policy the state machine runs with (its GC period is
+    /// [`scan_interval`](Self::scan_interval)).
     ///
     /// Errors: only for an invalid replica token (the simulator uses a fixed one).
     pub fn pod_cache_policy(&self) -> Result<PodCachePolicy, PolicyError> {
-        Ok(PodCachePolicy::new(self.defaults.clone(), "sim")?.with_config(&self.config))
+        let mut p = PodCachePolicy::new(self.defaults.clone(), "sim")?.with_config(&self.config);
+        p.scan_interval = self.scan_interval;
+        Ok(p)
     }
 }
 
@@ -219,6 +219,20 @@ mod tests {
             p.pod_cache_policy().unwrap().settings_for("a:v1").ttl,
             Duration::from_secs(3600)
         );
+    }
+
+    // `maxWaitlistLength: 0` means what `serve --max-waitlist-length=0`
+    // means: Porch's default of 2.
+    #[test]
+    fn zero_limits_mean_the_runner_defaults() {
+        let p = SimPolicy::parse(
+            b"maxWaitlistLength: 0\nmaxParallelPodsPerFunction: 0\n",
+            "p.yaml",
+        )
+        .unwrap();
+        let runner = FunctionSettings::from_flags(Duration::from_secs(1800), 0, 0, 64);
+        assert_eq!(p.defaults, runner);
+        assert_eq!((runner.max_waitlist, runner.max_parallel_pods), (2, 1));
     }
 
     #[test]

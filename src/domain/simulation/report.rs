@@ -11,10 +11,17 @@ pub struct PolicyReport {
     pub policy: String,
     /// Requests in the trace.
     pub requests: u64,
+    /// Runner replicas the requests were spread over.
+    pub replicas: usize,
     /// Requests that waited for a pod to be created.
     pub cold_starts: u64,
-    /// Requests refused (queue limit, creation failure, timeout).
+    /// Requests refused (queue limit, creation failure, timeout), their
+    /// caller's deadline aside.
     pub rejected: u64,
+    /// Requests whose caller's deadline passed first.
+    pub cancelled: u64,
+    /// Calls that found their pod unavailable or lost it.
+    pub call_failures: u64,
     /// Wait for a pod (arrival to assignment), 50th percentile, seconds.
     pub wait_p50_s: f64,
     /// 95th percentile wait, seconds.
@@ -29,20 +36,39 @@ pub struct PolicyReport {
     pub peak_pods: usize,
     /// Sum of pod lifetimes, seconds (the cost).
     pub pod_seconds: f64,
-    /// Pods and queue depth over time, for plots.
-    #[serde(skip)]
+    /// API calls the replicas made.
+    pub api_calls: u64,
+    /// API calls that failed (injected faults).
+    pub api_errors: u64,
+    /// What must never happen and did (a pod deleted with a call in it, a
+    /// pod name created twice, a call sent to a pod known to be gone…).
+    pub violations: Vec<String>,
+    /// Inputs the replicas' pod caches handled.
+    pub decisions: u64,
+    /// Wall-clock time the replay took, seconds.
+    pub wall_s: f64,
+    /// Decisions per second of wall-clock time.
+    pub decisions_per_s: f64,
+    /// Requests replayed per second of wall-clock time.
+    pub requests_per_s: f64,
+    /// Length of one timeline bucket, seconds.
+    pub bucket_s: f64,
+    /// Per bucket, the most pods alive, requests waiting and calls running:
+    /// what the plot draws.
     pub timeline: Vec<Sample>,
 }
 
-/// One point of the timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// One bucket of the timeline: the highest values reached in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Sample {
-    /// Seconds from the start of the trace.
+    /// Start of the bucket, seconds from the start of the trace.
     pub at_s: f64,
-    /// Pods alive.
+    /// Most pods alive.
     pub pods: usize,
-    /// Requests waiting for a pod.
-    pub queued: usize,
+    /// Most requests waiting for a pod.
+    pub waiting: usize,
+    /// Most calls running.
+    pub calls: usize,
 }
 
 /// Nearest-rank percentile (`p` in 0–100) of `sorted` (ascending); 0 when empty.
@@ -61,6 +87,8 @@ pub fn table(reports: &[PolicyReport]) -> String {
         "requests",
         "cold",
         "rejected",
+        "cancelled",
+        "call fails",
         "wait p50",
         "wait p95",
         "wait p99",
@@ -68,6 +96,8 @@ pub fn table(reports: &[PolicyReport]) -> String {
         "deleted",
         "peak pods",
         "pod-hours",
+        "violations",
+        "decisions/s",
     ];
     let rows: Vec<Vec<String>> = reports
         .iter()
@@ -77,6 +107,8 @@ pub fn table(reports: &[PolicyReport]) -> String {
                 r.requests.to_string(),
                 r.cold_starts.to_string(),
                 r.rejected.to_string(),
+                r.cancelled.to_string(),
+                r.call_failures.to_string(),
                 format!("{:.3}s", r.wait_p50_s),
                 format!("{:.3}s", r.wait_p95_s),
                 format!("{:.3}s", r.wait_p99_s),
@@ -84,6 +116,8 @@ pub fn table(reports: &[PolicyReport]) -> String {
                 r.pods_deleted.to_string(),
                 r.peak_pods.to_string(),
                 format!("{:.1}", r.pod_seconds / 3600.0),
+                r.violations.len().to_string(),
+                format!("{:.0}", r.decisions_per_s),
             ]
         })
         .collect();

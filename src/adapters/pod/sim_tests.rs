@@ -1,0 +1,1 @@
+//! The real driver on the simulated platform under paused tokio time.
