@@ -130,7 +130,7 @@ async fn kube_platform_against_a_real_api_server() {
     let fresh = DeletePrecondition {
         uid: current.metadata.uid.clone(),
         resource_version: current.metadata.resource_version.clone(),
-        creation: None,
+        ..DeletePrecondition::default()
     };
     platform.delete_pod("fn-b", &fresh).await.unwrap();
     loop {

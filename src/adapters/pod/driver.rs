@@ -669,8 +669,9 @@ impl Driver {
 
 /// Deletes pod `name` under `precondition`; a creation precondition is
 /// resolved here: the pod is read, left alone (Conflict) unless it carries
-/// that creation's annotation, and deleted on the UID and resourceVersion
-/// read. A pod already gone is a success.
+/// that creation's annotation and still the reclaim-after the creation
+/// wrote (no replica claimed it), and deleted on the UID and
+/// resourceVersion read. A pod already gone is a success.
 async fn delete_pod(
     ctx: &Ctx,
     name: &str,
@@ -683,7 +684,10 @@ async fn delete_pod(
             Err(e) => return Err(e),
         };
         let seen = observe_pod(&pod);
-        if seen.as_ref().and_then(|o| o.creation.as_deref()) != Some(nonce.as_str()) {
+        if !seen
+            .as_ref()
+            .is_some_and(|o| precondition.creation_holds(&nonce, o))
+        {
             return Err(PlatformError::Conflict {
                 kind: "Pod",
                 name: name.to_string(),

@@ -1067,7 +1067,7 @@ mod tests {
         let stale = DeletePrecondition {
             uid: listed.uid.clone(),
             resource_version: listed.resource_version.clone(),
-            creation: None,
+            ..DeletePrecondition::default()
         };
         assert!(matches!(
             c.delete_pod("a", &stale),
@@ -1084,7 +1084,7 @@ mod tests {
         let current = DeletePrecondition {
             uid: fresh.uid.clone(),
             resource_version: fresh.resource_version.clone(),
-            creation: None,
+            ..DeletePrecondition::default()
         };
         c.delete_pod("a", &current).unwrap();
         assert_eq!(c.audit().deleted_in_use.len(), 1);

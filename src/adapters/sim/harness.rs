@@ -842,7 +842,7 @@ impl Harness {
                 let mut not_this_creation = false;
                 if let (Some(nonce), Some(o)) = (precondition.creation.take(), &seen) {
                     // Read, check, then delete what was read.
-                    not_this_creation = o.creation.as_deref() != Some(nonce.as_str());
+                    not_this_creation = !precondition.creation_holds(&nonce, o);
                     precondition.uid.clone_from(&o.uid);
                     precondition
                         .resource_version

@@ -162,6 +162,30 @@ pub struct DeletePrecondition {
     /// replica may have adopted meanwhile: that replica's first write (its
     /// claim, see [`Input::Adopt`]) makes the deletion fail.
     pub creation: Option<String>,
+    /// With `creation`: the pod must still carry this
+    /// [`RECLAIM_AFTER_ANNOTATION`](super::RECLAIM_AFTER_ANNOTATION), the
+    /// one its creation wrote. A replica that adopted the pod before it was
+    /// read has changed it with its claim (a claim always writes a later
+    /// value than the one it found), so the read itself shows the pod is no
+    /// longer only this creation's.
+    pub reclaim_after: Option<UnixTime>,
+}
+
+impl DeletePrecondition {
+    /// Whether `pod`, as read by whoever carries out the deletion, is still
+    /// what creation `nonce` (the value taken out of [`Self::creation`])
+    /// made and nobody else has written: it carries that
+    /// [`CREATION_ANNOTATION`](super::CREATION_ANNOTATION) and, if
+    /// [`Self::reclaim_after`] is set, exactly that reclaim-after.
+    pub fn creation_holds(&self, nonce: &str, pod: &ObservedPod) -> bool {
+        pod.creation.as_deref() == Some(nonce)
+            && self.reclaim_after.is_none_or(|r| {
+                pod.reclaim_after
+                    .as_deref()
+                    .and_then(UnixTime::parse_annotation)
+                    == Some(r)
+            })
+    }
 }
 
 /// Why a pod is deleted, for the log.

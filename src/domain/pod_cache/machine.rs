@@ -224,6 +224,15 @@ struct Request {
     waiting: bool,
 }
 
+/// A creation given up while its [`Command::CreatePod`] was out.
+#[derive(Debug)]
+struct Abandoned {
+    pod_name: String,
+    nonce: String,
+    /// The reclaim-after the creation wrote.
+    reclaim_after: UnixTime,
+}
+
 #[derive(Debug)]
 struct Deletion {
     precondition: DeletePrecondition,
@@ -251,7 +260,7 @@ pub struct PodCache {
     timers: BinaryHeap<Reverse<(UnixTime, Timer)>>,
     /// Slots given up while their creation was out: what it created is
     /// deleted when its answer comes.
-    abandoned: HashMap<SlotId, (String, String)>,
+    abandoned: HashMap<SlotId, Abandoned>,
     /// Names of pods seen that this replica's naming could produce.
     observed_names: HashSet<String>,
     /// `-<replica token>`, to recognise such names.
@@ -702,7 +711,10 @@ impl PodCache {
 
     fn issue_persist(&mut self, now: UnixTime, id: SlotId, attempt: u32) {
         let slot = self.slots.get_mut(&id).expect("persist a live slot");
-        let value = extended(now, slot.ttl);
+        // Always a later value than the one on the pod: a claim must change
+        // the annotation, or the deletion of a creation given up could not
+        // tell it from the creation's own value.
+        let value = extended(now, slot.ttl).max(slot.confirmed + Duration::from_secs(1));
         slot.persist = Persist::InFlight { value, attempt };
         self.commands.push_back(Command::PersistReclaimAfter {
             pod_name: slot.pod_name.clone(),
@@ -792,14 +804,15 @@ impl PodCache {
         let Some(slot) = self.slots.get_mut(&id) else {
             // Given up while the creation was out: whatever it made exists
             // now, so delete it rather than leave it behind.
-            if let Some((pod_name, nonce)) = self.abandoned.remove(&id)
+            if let Some(a) = self.abandoned.remove(&id)
                 && !matches!(result, Err(CreateFailure::Failed { .. }))
             {
                 let precondition = DeletePrecondition {
-                    creation: Some(nonce),
+                    creation: Some(a.nonce),
+                    reclaim_after: Some(a.reclaim_after),
                     ..DeletePrecondition::default()
                 };
-                self.delete_with(pod_name, precondition, DeleteReason::CreationFailed);
+                self.delete_with(a.pod_name, precondition, DeleteReason::CreationFailed);
             }
             return;
         };
@@ -983,14 +996,17 @@ impl PodCache {
             pod_name: slot.pod_name.clone(),
         });
         if let Some(reason) = delete {
-            let creation = match (&slot.phase, reason) {
-                (Phase::Pending(c), DeleteReason::CreationFailed) => Some(c.nonce.clone()),
-                _ => None,
+            let (creation, reclaim_after) = match (&slot.phase, reason) {
+                (Phase::Pending(c), DeleteReason::CreationFailed) => {
+                    (Some(c.nonce.clone()), Some(c.reclaim_after))
+                }
+                _ => (None, None),
             };
             let precondition = DeletePrecondition {
                 uid: slot.uid.clone(),
                 resource_version: None,
                 creation,
+                reclaim_after,
             };
             self.delete_with(slot.pod_name.clone(), precondition, reason);
         }
@@ -1339,8 +1355,12 @@ impl PodCache {
             return self.evict(now, id, err, None);
         }
         if matches!(c.step, Step::Creating { .. }) {
-            self.abandoned
-                .insert(id, (slot.pod_name.clone(), c.nonce.clone()));
+            let a = Abandoned {
+                pod_name: slot.pod_name.clone(),
+                nonce: c.nonce.clone(),
+                reclaim_after: c.reclaim_after,
+            };
+            self.abandoned.insert(id, a);
         }
         self.evict(now, id, err, Some(DeleteReason::CreationFailed));
     }
@@ -1409,7 +1429,7 @@ impl PodCache {
             let precondition = DeletePrecondition {
                 uid: o.uid.clone(),
                 resource_version: o.resource_version.clone(),
-                creation: None,
+                ..DeletePrecondition::default()
             };
             match local {
                 Some(id) => {
@@ -1466,7 +1486,7 @@ impl PodCache {
             };
             let current = o.template_version.as_deref() == Some(self.template_version.as_str());
             let given_up = self.deleting.contains_key(&o.name)
-                || self.abandoned.values().any(|(n, _)| *n == o.name);
+                || self.abandoned.values().any(|a| a.pod_name == o.name);
             if !o.labelled || !current || given_up || self.by_name.contains_key(&o.name) {
                 continue;
             }

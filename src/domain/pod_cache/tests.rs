@@ -550,7 +550,7 @@ fn gc_deletes_idle_expired_pods() {
         Some(DeletePrecondition {
             uid: Some(format!("uid-{}", c.pod_name)),
             resource_version: Some("7".into()),
-            creation: None,
+            ..DeletePrecondition::default()
         })
     );
 }
@@ -1475,4 +1475,66 @@ fn busy_pods_are_renewed_on_their_own_timer() {
         }],
     );
     assert_eq!(pc.poll_timeout(), Some(p[0].1.saturating_sub(TTL)));
+}
+
+// A creation given up (its pod not ready by the deadline) whose pod another
+// replica adopted and claimed before the deletion read it: the claim wrote
+// a later reclaim-after than the creation's, so the deletion's read sees
+// the pod is no longer only this creation's and deletes nothing.
+#[test]
+fn a_creation_given_up_never_deletes_a_pod_another_replica_claimed() {
+    let mut policy = test_policy(2, 1);
+    policy.scan_interval = Duration::ZERO;
+    let mut a = PodCache::new(policy, "v1");
+    let c = created(&request(&mut a, t(0), 1, IMG)).remove(0);
+    a.handle(
+        t(1),
+        Input::Created {
+            slot: c.slot,
+            result: Ok(()),
+        },
+    );
+    drain(&mut a);
+    // Replica B adopts the pod, ready, as soon as it sees it, and claims
+    // it: the claim writes a later value than the one on the pod even
+    // when the pod's is as far ahead as a fresh extension.
+    let mut b = cache(2, 1);
+    let mut pod = observed(
+        &c.pod_name,
+        Some(&c.reclaim_after.to_annotation()),
+        ObservedPhase::Ready {
+            endpoint: "ep".into(),
+        },
+    );
+    pod.creation = Some(c.creation.clone());
+    b.handle(
+        t(0),
+        Input::Adopt {
+            observed: vec![Arc::new(pod.clone())],
+        },
+    );
+    let claim = persisted(&drain(&mut b));
+    assert_eq!(claim.len(), 1);
+    assert!(claim[0].1 > c.reclaim_after, "{claim:?} vs {c:?}");
+    // A gives the creation up: its deletion is conditional on the pod
+    // still carrying the creation's own reclaim-after.
+    a.handle(t(60), Input::Tick);
+    let cmds = drain(&mut a);
+    let precondition = cmds
+        .iter()
+        .find_map(|cmd| match cmd {
+            Command::DeletePod { precondition, .. } => Some(precondition.clone()),
+            _ => None,
+        })
+        .expect("the creation's pod is deleted");
+    assert_eq!(precondition.reclaim_after, Some(c.reclaim_after));
+    assert!(precondition.creation_holds(&c.creation, &pod));
+    let claimed = ObservedPod {
+        reclaim_after: Some(claim[0].1.to_annotation()),
+        ..pod
+    };
+    assert!(
+        !precondition.creation_holds(&c.creation, &claimed),
+        "a claimed pod is not deleted"
+    );
 }
