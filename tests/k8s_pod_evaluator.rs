@@ -1064,21 +1064,235 @@ async fn two_replicas_share_the_namespace_under_load() {
     assert!(!a.log().contains("already exists") && !b.log().contains("already exists"));
     bed.assert_clean(&a).await;
 
-    // The API server's audit log: no pod was deleted while either replica
-    // had a call in it (each call's time in its pod comes from the
-    // replica's debug log), and no pod name was created twice at once.
-    let uses: Vec<(String, SystemTime, SystemTime)> = [a.log(), b.log()]
-        .iter()
-        .flat_map(|log| log.lines().filter_map(pod_use).collect::<Vec<_>>())
+    let (_, deletes, uses) = assert_no_pod_deleted_in_use(&bed, &[&a, &b]);
+    assert!(deletes > 0, "GC deleted the pods");
+    assert!(uses as u32 >= done, "{uses} uses for {done} calls");
+    drop(b);
+}
+
+/// Calls `image` on `runner` in a loop until `until`, each call recorded as
+/// (when it ended, whether it succeeded, the error if not).
+async fn keep_calling(
+    runner: &Runner,
+    image: &str,
+    worker: usize,
+    until: Instant,
+) -> Vec<(Instant, Result<(), tonic::Status>)> {
+    let mut calls = Vec::new();
+    while Instant::now() < until {
+        let ns = format!("w{worker}-{}", calls.len());
+        let r = tokio::time::timeout(
+            Duration::from_secs(20),
+            call(runner, image, set_namespace_rl(&ns)),
+        )
+        .await
+        .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer in 20 s")));
+        let r = r.map(|r| {
+            assert!(output(&r).contains(&format!("namespace: {ns}\n")));
+        });
+        if r.is_err() {
+            // Refused calls come back at once: do not spin.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        calls.push((Instant::now(), r));
+    }
+    calls
+}
+
+// Reclaim-after lost on a failed patch, on the real API server: two
+// replicas share one pod (the second adopts the first's) under load, and
+// the API server is frozen (SIGSTOP) for longer than the pod's whole
+// reclaim-after, across the extensions both replicas need. Calls go on
+// without the API server while the reclaim-after each replica has seen
+// acknowledged is far enough ahead, and are refused after that (no replica
+// counts on an extension the API server never took); once the API server
+// is back, the pod is extended or reclaimed and calls succeed again. From
+// the audit log: no pod was deleted while either replica had a call in it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_api_server_across_an_extension_deletes_no_pod_in_use() {
+    let bed = Bed::start().await;
+    let flags = [
+        "--pod-ttl=4s",
+        "--max-parallel-pods-per-function=1",
+        "--max-waitlist-length=4",
+        "--max-load-per-pod=8",
+        "--api-timeout=1s",
+        "--api-retries=1",
+        "--write-retry-backoff=200ms",
+    ];
+    let a = bed.runner(&flags);
+    let image = bed.image("set-namespace");
+    call(&a, &image, set_namespace_rl("first"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.log()));
+    let shared = bed.pod_names().await;
+    assert_eq!(shared.len(), 1);
+    let b = bed.runner(&flags);
+    eventually("the second replica to adopt the pod", PATIENCE, || async {
+        b.log().contains("adopted function pod").then_some(())
+    })
+    .await;
+
+    let start = Instant::now();
+    let until = start + Duration::from_secs(22);
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let runner = if w % 2 == 0 { &a } else { &b };
+            keep_calling(runner, &image, w, until)
+        })
         .collect();
-    assert!(
-        uses.len() as u32 >= done,
-        "{} uses for {done} calls",
-        uses.len()
+    let freeze = async {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        bed.plane.pause_apiserver();
+        let frozen = Instant::now();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        bed.plane.resume_apiserver();
+        (frozen, Instant::now())
+    };
+    let (calls, (frozen, resumed)) = tokio::join!(futures_join_all(workers), freeze);
+    let calls: Vec<_> = calls.into_iter().flatten().collect();
+    let ok = |from: Instant, to: Instant| {
+        calls
+            .iter()
+            .filter(|(at, r)| *at >= from && *at < to && r.is_ok())
+            .count()
+    };
+    let refused: Vec<_> = calls
+        .iter()
+        .filter_map(|(at, r)| r.as_ref().err().map(|e| (*at, e)))
+        .collect();
+    let before = ok(start, frozen);
+    let during = ok(frozen, resumed);
+    let after = ok(resumed + Duration::from_secs(6), until);
+    eprintln!(
+        "calls: {} ok before the freeze, {during} ok during it, {after} ok from 6 s after it, {} refused",
+        before,
+        refused.len()
     );
+    assert!(before > 0 && after > 0, "{refused:?}");
+    assert!(during > 0, "calls went on without the API server at first");
+    for (at, e) in &refused {
+        eprintln!(
+            "refused {:?} after the freeze began: {:?} {}",
+            at.duration_since(frozen),
+            e.code(),
+            e.message()
+        );
+        assert!(
+            *at > frozen && *at < resumed + Duration::from_secs(6),
+            "only calls during the freeze (and while the runners catch up) may be refused: {e} at {:?} after the start",
+            at.duration_since(start)
+        );
+        assert!(
+            matches!(
+                e.code(),
+                Code::ResourceExhausted | Code::Unavailable | Code::DeadlineExceeded
+            ),
+            "{e}"
+        );
+    }
+    bed.assert_clean(&a).await;
+    let (_, deletes, uses) = assert_no_pod_deleted_in_use(&bed, &[&a, &b]);
+    assert!(deletes > 0 && uses >= calls.len() - refused.len());
+    drop(b);
+}
+
+// Deletions missed during a watch outage, on the real API server: the
+// runner is frozen (so its pod watch cannot see anything), the API server
+// restarted (every watch breaks) and the runner's pod deleted; when the
+// runner goes on, its watch lists the pods again (the deletion itself is
+// never reported) and the runner drops the vanished pod: no call goes to
+// it, the next gets a new pod.
+// Then the API server is restarted again under load: calls on ready pods
+// go on, and from the audit log no pod was deleted with a call in it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_deleted_during_a_watch_outage_and_an_api_server_restart_under_load() {
+    let mut bed = Bed::start().await;
+    let runner = bed.runner(&["--pod-ttl=6s", "--api-timeout=2s"]);
+    let image = bed.image("set-namespace");
+    call(&runner, &image, set_namespace_rl("a"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+    let first = bed.pod_names().await;
+    assert_eq!(first.len(), 1);
+
+    let pid = runner.pid().to_string();
+    let signal = |sig: &str| {
+        let st = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    signal("-STOP");
+    bed.plane.restart_apiserver().await;
+    bed.kubelet.vanish(&first[0]).await;
+    eventually("the pod and its wrapper to be gone", PATIENCE, || async {
+        (bed.pod_names().await.is_empty() && bed.kubelet.processes() == 0).then_some(())
+    })
+    .await;
+    signal("-CONT");
+    eventually("the runner's pod watch to list again", PATIENCE, || async {
+        runner
+            .log()
+            .contains("the pod watch listed the pods again after an outage")
+            .then_some(())
+    })
+    .await;
+    let failures = std::sync::Mutex::new(Vec::new());
+    let served = eventually("a call to succeed on a new pod", PATIENCE, || async {
+        match call(&runner, &image, set_namespace_rl("b")).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                failures.lock().unwrap().push(e);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                None
+            }
+        }
+    })
+    .await;
+    let failures = failures.into_inner().unwrap();
+    assert!(output(&served).contains("namespace: b"));
+    assert!(
+        failures.is_empty(),
+        "a call went to the vanished pod: {failures:?}\n{}",
+        runner.log()
+    );
+    let second = bed.pod_names().await;
+    assert_eq!(second.len(), 1);
+    assert_ne!(second, first, "a new pod");
+    eprintln!(
+        "after the missed deletion: {} failed call(s) before a new pod served",
+        failures.len()
+    );
+
+    // The API server restarted under load.
+    let until = Instant::now() + Duration::from_secs(12);
+    let load = futures_join_all((0..3).map(|w| keep_calling(&runner, &image, w, until)).collect());
+    let restart = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        bed.plane.restart_apiserver().await;
+    };
+    let (calls, ()) = tokio::join!(load, restart);
+    let calls: Vec<_> = calls.into_iter().flatten().collect();
+    let ok = calls.iter().filter(|(_, r)| r.is_ok()).count();
+    eprintln!("under the restart: {ok} of {} calls ok", calls.len());
+    assert!(ok > 0);
+    bed.assert_clean(&runner).await;
+    assert_no_pod_deleted_in_use(&bed, &[&runner]);
+}
+
+/// The audit-log check: from the API server's audit log, no pod was
+/// deleted while one of `runners` had a call in it (each call's time in
+/// its pod comes from the replica's debug log), and no pod name was
+/// created twice. Returns (pods created, pods deleted, calls checked).
+fn assert_no_pod_deleted_in_use(bed: &Bed, runners: &[&Runner]) -> (usize, usize, usize) {
+    let uses: Vec<(String, SystemTime, SystemTime)> = runners
+        .iter()
+        .flat_map(|r| r.log().lines().filter_map(pod_use).collect::<Vec<_>>())
+        .collect();
     let audit = bed.plane.pod_audit();
     let deletes: Vec<_> = audit.iter().filter(|e| e.verb == "delete").collect();
-    assert!(!deletes.is_empty(), "GC deleted the pods: {audit:?}");
     for d in &deletes {
         let in_use = uses
             .iter()
@@ -1107,7 +1321,7 @@ async fn two_replicas_share_the_namespace_under_load() {
         deletes.len(),
         uses.len()
     );
-    drop(b);
+    (created.len(), deletes.len(), uses.len())
 }
 
 /// A pod's use by one call, from a runner's `evaluated in pod` debug line:

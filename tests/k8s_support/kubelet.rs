@@ -480,10 +480,32 @@ impl Inner {
     async fn run(self: Arc<Self>) {
         let config = watcher::Config::default().labels("fn.kpt.dev/image");
         let mut events = Box::pin(watcher(self.pods(), config).default_backoff());
+        // The pods of a (re)listing, to stop those it no longer holds: a
+        // deletion made while the watch was down is never reported.
+        let mut listed: Option<HashSet<String>> = None;
         while let Some(event) = events.next().await {
             match event {
+                Ok(watcher::Event::Init) => listed = Some(HashSet::new()),
+                Ok(watcher::Event::InitDone) => {
+                    let present = listed.take().unwrap_or_default();
+                    let vanished: Vec<String> = self
+                        .state
+                        .lock()
+                        .unwrap()
+                        .handled
+                        .iter()
+                        .filter(|n| !present.contains(*n))
+                        .cloned()
+                        .collect();
+                    for name in vanished {
+                        self.gone(&name).await;
+                    }
+                }
                 Ok(watcher::Event::Apply(pod)) | Ok(watcher::Event::InitApply(pod)) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
+                    if let Some(l) = &mut listed {
+                        l.insert(name.clone());
+                    }
                     if pod.metadata.deletion_timestamp.is_some() {
                         self.gone(&name).await;
                         continue;
@@ -498,7 +520,6 @@ impl Inner {
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     self.gone(&name).await;
                 }
-                Ok(_) => {}
                 Err(e) => eprintln!("test kubelet: watch error: {e}"),
             }
         }

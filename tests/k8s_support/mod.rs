@@ -55,6 +55,16 @@ struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Proc {
+    /// SIGTERM, then SIGKILL after 10 s; nothing if it has exited already.
+    fn stop(&mut self) {
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
         let _ = Command::new("kill")
             .args(["-TERM", &self.0.id().to_string()])
             .status();
@@ -70,10 +80,30 @@ impl Drop for Proc {
     }
 }
 
+/// Starts kube-apiserver with `args`, appending its output to
+/// `apiserver.log` in `dir`.
+fn spawn_apiserver(args: &[String], dir: &std::path::Path) -> Proc {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("apiserver.log"))
+        .unwrap();
+    Proc(
+        Command::new(assets().join("kube-apiserver"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start kube-apiserver"),
+    )
+}
+
 /// A running etcd + kube-apiserver.
 pub struct ControlPlane {
     // Field order is drop order: the apiserver stops before etcd.
     apiserver: Proc,
+    /// Its flags, to start it again.
+    apiserver_args: Vec<String>,
     etcd: Proc,
     dir: tempfile::TempDir,
     /// `https://127.0.0.1:<port>`.
@@ -187,47 +217,41 @@ impl ControlPlane {
             None => AUDIT_POLICY.to_string(),
         };
         std::fs::write(&policy, rules).unwrap();
-        let apiserver = Proc(
-            Command::new(assets.join("kube-apiserver"))
-                .arg(format!("--etcd-servers={etcd_url}"))
-                .arg(format!("--secure-port={api_port}"))
-                .args([
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
-                    "--endpoint-reconciler-type=none",
-                ])
-                .arg(format!("--cert-dir={}", certs.display()))
-                .arg(format!("--token-auth-file={}", tokens.display()))
-                .args([
-                    "--authorization-mode=RBAC",
-                    "--disable-admission-plugins=ServiceAccount",
-                    "--allow-privileged=true",
-                ])
-                .arg("--service-cluster-ip-range=10.96.0.0/16")
-                .arg(format!("--service-account-issuer={url}/"))
-                .arg(format!("--service-account-key-file={}", sa_key.display()))
-                .arg(format!(
-                    "--service-account-signing-key-file={}",
-                    sa_key.display()
-                ))
-                .arg(format!("--audit-policy-file={}", policy.display()))
-                .arg(format!(
-                    "--audit-log-path={}",
-                    dir.path().join("audit.log").display()
-                ))
-                .arg("--v=1")
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(dir.path().join("apiserver.log")).unwrap())
-                .spawn()
-                .expect("start kube-apiserver"),
-        );
+        let apiserver_args: Vec<String> = vec![
+            format!("--etcd-servers={etcd_url}"),
+            format!("--secure-port={api_port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            "--endpoint-reconciler-type=none".into(),
+            format!("--cert-dir={}", certs.display()),
+            format!("--token-auth-file={}", tokens.display()),
+            "--authorization-mode=RBAC".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--allow-privileged=true".into(),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            format!("--service-account-issuer={url}/"),
+            format!("--service-account-key-file={}", sa_key.display()),
+            format!("--service-account-signing-key-file={}", sa_key.display()),
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", dir.path().join("audit.log").display()),
+            "--v=1".into(),
+        ];
+        let apiserver = spawn_apiserver(&apiserver_args, dir.path());
         let plane = ControlPlane {
             apiserver,
+            apiserver_args,
             etcd,
             dir,
             url,
             token: TOKEN.into(),
         };
+        plane.wait_ready().await;
+        plane
+    }
+
+    /// Waits (up to 60 s) until the API server answers.
+    async fn wait_ready(&self) {
+        let plane = self;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(client) = plane.client().await {
@@ -243,7 +267,6 @@ impl ControlPlane {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        plane
     }
 
     /// The pod creations and deletions the API server has audited so far
@@ -306,6 +329,15 @@ impl ControlPlane {
     /// [`resume_apiserver`](Self::resume_apiserver).
     pub fn pause_apiserver(&self) {
         self.signal_apiserver("-STOP");
+    }
+
+    /// Restarts the API server: stops it (SIGTERM, as a rollout would), so
+    /// every connection and watch to it breaks, starts it again with the
+    /// same flags on the same etcd and port, and waits until it answers.
+    pub async fn restart_apiserver(&mut self) {
+        self.apiserver.stop();
+        self.apiserver = spawn_apiserver(&self.apiserver_args, self.dir.path());
+        self.wait_ready().await;
     }
 
     /// Lets a paused API server go on (SIGCONT).

@@ -344,6 +344,9 @@ impl Driver {
                             .map(Arc::new)
                             .collect();
                         let mut d = shared.lock();
+                        if d.watch_lost.is_some() {
+                            tracing::info!(pods = list.len(), "the pod watch listed the pods again after an outage");
+                        }
                         d.feed(Input::Resync { observed, since: watch_since });
                         d.watch_lost = None;
                         d.update_health();
