@@ -1,1 +1,202 @@
-//! The real driver on the simulated platform under paused tokio time.
+//! The real driver on the simulated platform under paused tokio time: the
+//! pod runtime exactly as it runs against Kubernetes (its driver task,
+//! timers, background API calls and pod watch), on a [`SimPlatform`] shared
+//! by replicas, with API outages and watch gaps, checked against the
+//! simulated cluster's audit (no pod deleted with a call in it, no call to
+//! a pod that is gone).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::connections::DirectResolver;
+use super::*;
+use crate::adapters::sim::{Outage, SimCluster, SimPlatform, StartLatency, TokioClock};
+use crate::domain::pod_cache::template::inline_templates;
+use crate::domain::pod_cache::{FunctionSettings, PodCachePolicy, UnixTime};
+use crate::ports::{ImageMetadata, MockImageInspector};
+
+const NS: &str = "porch-fn-system";
+const IMG: &str = "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5";
+const TTL: Duration = Duration::from_secs(20);
+const ORIGIN: UnixTime = UnixTime::from_secs(1_700_000_000);
+
+fn inspector() -> Arc<dyn ImageInspector> {
+    let mut m = MockImageInspector::new();
+    m.expect_inspect().returning(|image| {
+        Ok(ImageMetadata {
+            image: image.to_string(),
+            registry: "ghcr.io".into(),
+            digest: "sha256:0123".into(),
+            platform_digest: "sha256:0123".into(),
+            entrypoint: vec!["/usr/local/bin/function".into()],
+        })
+    });
+    Arc::new(m)
+}
+
+/// A simulated cluster whose pods start within 0.2–1 s, on tokio's paused
+/// clock, with API calls taking 100 ms.
+fn platform() -> (SimPlatform, TokioClock) {
+    let cluster = SimCluster::new(NS, ORIGIN, 7).with_latency(StartLatency::Uniform {
+        min: Duration::from_millis(200),
+        max: Duration::from_secs(1),
+    });
+    let clock = TokioClock::new(ORIGIN);
+    let platform = SimPlatform::with_clock(cluster, clock.clone(), Duration::from_millis(100));
+    platform.spawn_kubelet();
+    (platform, clock)
+}
+
+/// Runner replica `client` (token `token`) on `platform`: one pod per
+/// function, TTL 20 s, GC every 2 s, pod-IP address mode.
+async fn replica(platform: &SimPlatform, client: usize, clock: &TokioClock, token: &str) -> PodEvaluator {
+    let defaults = FunctionSettings {
+        ttl: TTL,
+        max_waitlist: 4,
+        max_parallel_pods: 1,
+        max_load_per_pod: 8,
+        resources: None,
+        ..FunctionSettings::default()
+    };
+    let mut policy = PodCachePolicy::new(defaults, token).unwrap();
+    policy.pod_ready_timeout = Duration::from_secs(10);
+    policy.retry_backoff = Duration::from_millis(500);
+    policy.retry_backoff_max = Duration::from_secs(2);
+    let config = PodRuntimeConfig {
+        namespace: NS.into(),
+        policy,
+        templates: TemplateFeed::fixed(inline_templates("example.com/wrapper:test")),
+        wrapper_image: "example.com/wrapper:test".into(),
+        warm_up: Vec::new(),
+        scan_interval: Duration::from_secs(2),
+        address_mode: AddressMode::PodIp,
+        max_message_bytes: 6 << 20,
+        connect_timeout: Duration::from_secs(1),
+        api_timeout: Duration::from_secs(2),
+        default_image_prefix: "ghcr.io/kptdev/krm-functions-catalog".into(),
+        clock: Arc::new(clock.clone()),
+    };
+    let evaluator = PodEvaluator::start(
+        config,
+        Arc::new(platform.for_client(client)),
+        inspector(),
+        None,
+        Box::new(DirectResolver),
+    )
+    .await
+    .unwrap();
+    evaluator.ready().await;
+    evaluator
+}
+
+/// One call of `caller` through `runner`: a lease, `length` in the pod
+/// (counted by the simulated wrapper), release. The pod's name, or why
+/// there was none.
+async fn one_call(
+    platform: &SimPlatform,
+    runner: &PodEvaluator,
+    caller: usize,
+    length: Duration,
+) -> Result<String, String> {
+    let lease = runner.lease(IMG).await.map_err(|e| e.to_string())?;
+    let pod = lease.assignment.pod_name.clone();
+    platform
+        .with_cluster(|c| c.begin_call(&pod, caller))
+        .map_err(|e| format!("{pod}: {e:?}"))?;
+    tokio::time::sleep(length).await;
+    platform.with_cluster(|c| c.end_call(&pod));
+    drop(lease);
+    Ok(pod)
+}
+
+// The sequence on the real driver: two replicas share a pod;
+// replica A's API server connection fails for longer than the pod's whole
+// reclaim-after while A keeps calling it; replica B's GC reclaims the pod
+// once the annotation has passed. A never counts on an extension the API
+// server did not take: it stops handing the pod out before the annotation
+// it could not move passes, so B's deletion finds no call in it.
+#[tokio::test(start_paused = true)]
+async fn a_replica_that_cannot_extend_stops_using_the_pod_before_another_reclaims_it() {
+    let (platform, clock) = platform();
+    let a = replica(&platform, 0, &clock, "ra").await;
+    let first = one_call(&platform, &a, 0, Duration::from_millis(200)).await.unwrap();
+    let b = replica(&platform, 1, &clock, "rb").await;
+    let shared = one_call(&platform, &b, 1, Duration::from_millis(200)).await.unwrap();
+    assert_eq!(shared, first, "B adopted A's pod");
+
+    // A loses the API server (connection refused) for 90 s while it calls
+    // the pod every 300 ms.
+    let until = clock.now() + Duration::from_secs(90);
+    platform.set_outage(Some(0), until, Outage::Failing);
+    let mut refused = 0;
+    let mut served_on_first = 0;
+    let mut last_on_first = None;
+    while clock.now() < until {
+        match one_call(&platform, &a, 0, Duration::from_millis(300)).await {
+            Ok(pod) if pod == first => {
+                served_on_first += 1;
+                last_on_first = Some(clock.now());
+            }
+            Ok(pod) => panic!("A made {pod} without the API server"),
+            Err(_) => {
+                refused += 1;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    }
+    let audit = platform.with_cluster(|c| c.audit().clone());
+    assert!(audit.deleted_in_use.is_empty(), "{audit:?}");
+    assert!(audit.calls_to_missing.is_empty(), "{audit:?}");
+    let gone = platform.with_cluster(|c| c.observed_pod(&first).is_none());
+    assert!(gone, "B reclaimed the pod A could not extend");
+    assert!(served_on_first > 0 && refused > 0);
+    let reclaim = platform.with_cluster(|c| c.stats().pods_deleted);
+    assert!(reclaim >= 1);
+    eprintln!(
+        "A: {served_on_first} calls on the shared pod (the last at {:?}), {refused} refused during the outage",
+        last_on_first
+    );
+    // Once the API server is back, A gets a pod again.
+    one_call(&platform, &a, 0, Duration::from_millis(100)).await.unwrap();
+    let audit = platform.with_cluster(|c| c.audit().clone());
+    assert!(audit.deleted_in_use.is_empty(), "{audit:?}");
+}
+
+// A pod deleted while the replica's pod watch is down (the deletion is
+// never reported): when the watch lists the pods again the replica drops
+// the pod, and no call goes to it.
+#[tokio::test(start_paused = true)]
+async fn a_pod_deleted_during_a_watch_gap_gets_no_call() {
+    let (platform, clock) = platform();
+    let a = replica(&platform, 0, &clock, "ra").await;
+    let first = one_call(&platform, &a, 0, Duration::from_millis(100)).await.unwrap();
+    platform.break_watches(clock.now() + Duration::from_secs(3));
+    platform.with_cluster(|c| c.remove_pod(&first));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let second = one_call(&platform, &a, 0, Duration::from_millis(100)).await.unwrap();
+    assert_ne!(second, first);
+    let audit = platform.with_cluster(|c| c.audit().clone());
+    assert!(audit.calls_to_missing.is_empty(), "{audit:?}");
+}
+
+// One call finding its pod unavailable drains the pod on this replica but
+// never deletes it: the other call in it goes on; new calls get a new pod.
+#[tokio::test(start_paused = true)]
+async fn an_unavailable_call_does_not_delete_a_pod_carrying_other_calls() {
+    let (platform, clock) = platform();
+    let a = replica(&platform, 0, &clock, "ra").await;
+    let held = a.lease(IMG).await.unwrap();
+    let pod = held.assignment.pod_name.clone();
+    platform.with_cluster(|c| c.begin_call(&pod, 0)).unwrap();
+    let failing = a.lease(IMG).await.unwrap();
+    assert_eq!(failing.assignment.pod_name, pod);
+    failing.unavailable();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(platform.with_cluster(|c| c.observed_pod(&pod).is_some()));
+    assert_eq!(platform.with_cluster(|c| c.calls_in(&pod)), 1);
+    platform.with_cluster(|c| c.end_call(&pod));
+    drop(held);
+    let audit = platform.with_cluster(|c| c.audit().clone());
+    assert!(audit.deleted_in_use.is_empty(), "{audit:?}");
+    let _ = clock;
+}
