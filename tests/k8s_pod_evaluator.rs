@@ -164,7 +164,13 @@ impl Bed {
     /// Waits until the namespace has no pods and no services left (GC), then
     /// checks that no wrapper process is running.
     async fn assert_clean(&self, runner: &Runner) {
-        eventually("GC to remove every pod and service", PATIENCE, || async {
+        self.assert_clean_within(runner, PATIENCE).await;
+    }
+
+    /// As [`Bed::assert_clean`], waiting up to `within` for GC (pods live
+    /// 1.5 TTL after their last use).
+    async fn assert_clean_within(&self, runner: &Runner, within: Duration) {
+        eventually("GC to remove every pod and service", within, || async {
             (self.pods().await.is_empty() && self.services().await.is_empty()).then_some(())
         })
         .await;
@@ -1100,13 +1106,14 @@ async fn keep_calling(
 }
 
 // Reclaim-after lost on a failed patch, on the real API server: two
-// replicas share one pod (the second adopts the first's) under load, and
-// the API server is frozen (SIGSTOP) for longer than the pod's whole
-// reclaim-after, across the extensions both replicas need. Calls go on
-// without the API server while the reclaim-after each replica has seen
-// acknowledged is far enough ahead, and are refused after that (no replica
-// counts on an extension the API server never took); once the API server
-// is back, the pod is extended or reclaimed and calls succeed again. From
+// replicas share one pod (the second adopts the first's) under load; then
+// only the first calls it, and the API server is frozen (SIGSTOP) for
+// longer than the pod's whole reclaim-after, across the extensions the
+// first needs. Its calls go on without the API server while the
+// reclaim-after it has seen acknowledged is far enough ahead, and are
+// refused after that (it never counts on an extension the API server did
+// not take); once the API server is back, the second replica's GC may
+// reclaim the idle pod, a new one is made and calls succeed again. From
 // the audit log: no pod was deleted while either replica had a call in it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frozen_api_server_across_an_extension_deletes_no_pod_in_use() {
@@ -1133,12 +1140,17 @@ async fn a_frozen_api_server_across_an_extension_deletes_no_pod_in_use() {
     })
     .await;
 
+    // Both replicas call the pod for 4 s; then only A does, across the
+    // freeze, while B's GC keeps looking at the pod.
     let start = Instant::now();
     let until = start + Duration::from_secs(22);
     let workers: Vec<_> = (0..4)
         .map(|w| {
-            let runner = if w % 2 == 0 { &a } else { &b };
-            keep_calling(runner, &image, w, until)
+            if w % 2 == 0 {
+                keep_calling(&a, &image, w, until)
+            } else {
+                keep_calling(&b, &image, w, start + Duration::from_secs(4))
+            }
         })
         .collect();
     let freeze = async {
@@ -1208,7 +1220,9 @@ async fn a_frozen_api_server_across_an_extension_deletes_no_pod_in_use() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_deleted_during_a_watch_outage_and_an_api_server_restart_under_load() {
     let mut bed = Bed::start().await;
-    let runner = bed.runner(&["--pod-ttl=6s", "--api-timeout=2s"]);
+    // A TTL long enough that the pod is still far from its reclaim-after
+    // when the runner goes on: only the re-listing can tell it is gone.
+    let runner = bed.runner(&["--pod-ttl=20s", "--api-timeout=2s"]);
     let image = bed.image("set-namespace");
     call(&runner, &image, set_namespace_rl("a"))
         .await
@@ -1278,7 +1292,8 @@ async fn a_pod_deleted_during_a_watch_outage_and_an_api_server_restart_under_loa
     let ok = calls.iter().filter(|(_, r)| r.is_ok()).count();
     eprintln!("under the restart: {ok} of {} calls ok", calls.len());
     assert!(ok > 0);
-    bed.assert_clean(&runner).await;
+    bed.assert_clean_within(&runner, Duration::from_secs(75))
+        .await;
     assert_no_pod_deleted_in_use(&bed, &[&runner]);
 }
 
