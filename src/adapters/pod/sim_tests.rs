@@ -19,6 +19,8 @@ const NS: &str = "porch-fn-system";
 const IMG: &str = "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5";
 const TTL: Duration = Duration::from_secs(20);
 const ORIGIN: UnixTime = UnixTime::from_secs(1_700_000_000);
+/// The GC period of a replica unless a test says otherwise.
+const GC: Duration = Duration::from_secs(2);
 
 fn inspector() -> Arc<dyn ImageInspector> {
     let mut m = MockImageInspector::new();
@@ -48,8 +50,14 @@ fn platform() -> (SimPlatform, TokioClock) {
 }
 
 /// Runner replica `client` (token `token`) on `platform`: one pod per
-/// function, TTL 20 s, GC every 2 s, pod-IP address mode.
-async fn replica(platform: &SimPlatform, client: usize, clock: &TokioClock, token: &str) -> PodEvaluator {
+/// function, TTL 20 s, GC every `scan`, pod-IP address mode.
+async fn replica(
+    platform: &SimPlatform,
+    client: usize,
+    clock: &TokioClock,
+    token: &str,
+    scan: Duration,
+) -> PodEvaluator {
     let defaults = FunctionSettings {
         ttl: TTL,
         max_waitlist: 4,
@@ -68,7 +76,7 @@ async fn replica(platform: &SimPlatform, client: usize, clock: &TokioClock, toke
         templates: TemplateFeed::fixed(inline_templates("example.com/wrapper:test")),
         wrapper_image: "example.com/wrapper:test".into(),
         warm_up: Vec::new(),
-        scan_interval: Duration::from_secs(2),
+        scan_interval: scan,
         address_mode: AddressMode::PodIp,
         max_message_bytes: 6 << 20,
         connect_timeout: Duration::from_secs(1),
@@ -113,26 +121,28 @@ async fn one_call(
 // replica A's API server connection fails for longer than the pod's whole
 // reclaim-after while A keeps calling it; replica B's GC reclaims the pod
 // once the annotation has passed. A never counts on an extension the API
-// server did not take: it stops handing the pod out before the annotation
-// it could not move passes, so B's deletion finds no call in it.
+// server did not take (persist before extend), and stops handing the pod
+// out a reuse margin before the annotation it could not move passes, so
+// B's deletion finds no call in it.
 #[tokio::test(start_paused = true)]
 async fn a_replica_that_cannot_extend_stops_using_the_pod_before_another_reclaims_it() {
     let (platform, clock) = platform();
-    let a = replica(&platform, 0, &clock, "ra").await;
+    let a = replica(&platform, 0, &clock, "ra", GC).await;
     let first = one_call(&platform, &a, 0, Duration::from_millis(200)).await.unwrap();
-    let b = replica(&platform, 1, &clock, "rb").await;
+    // B's GC lists every 200 ms: it acts as soon as the annotation passes.
+    let b = replica(&platform, 1, &clock, "rb", Duration::from_millis(200)).await;
     let shared = one_call(&platform, &b, 1, Duration::from_millis(200)).await.unwrap();
     assert_eq!(shared, first, "B adopted A's pod");
 
     // A loses the API server (connection refused) for 90 s while it calls
-    // the pod every 300 ms.
+    // the pod back to back, each call 1 s long.
     let until = clock.now() + Duration::from_secs(90);
     platform.set_outage(Some(0), until, Outage::Failing);
     let mut refused = 0;
     let mut served_on_first = 0;
     let mut last_on_first = None;
     while clock.now() < until {
-        match one_call(&platform, &a, 0, Duration::from_millis(300)).await {
+        match one_call(&platform, &a, 0, Duration::from_secs(1)).await {
             Ok(pod) if pod == first => {
                 served_on_first += 1;
                 last_on_first = Some(clock.now());
@@ -168,7 +178,7 @@ async fn a_replica_that_cannot_extend_stops_using_the_pod_before_another_reclaim
 #[tokio::test(start_paused = true)]
 async fn a_pod_deleted_during_a_watch_gap_gets_no_call() {
     let (platform, clock) = platform();
-    let a = replica(&platform, 0, &clock, "ra").await;
+    let a = replica(&platform, 0, &clock, "ra", GC).await;
     let first = one_call(&platform, &a, 0, Duration::from_millis(100)).await.unwrap();
     platform.break_watches(clock.now() + Duration::from_secs(3));
     platform.with_cluster(|c| c.remove_pod(&first));
@@ -184,7 +194,7 @@ async fn a_pod_deleted_during_a_watch_gap_gets_no_call() {
 #[tokio::test(start_paused = true)]
 async fn an_unavailable_call_does_not_delete_a_pod_carrying_other_calls() {
     let (platform, clock) = platform();
-    let a = replica(&platform, 0, &clock, "ra").await;
+    let a = replica(&platform, 0, &clock, "ra", GC).await;
     let held = a.lease(IMG).await.unwrap();
     let pod = held.assignment.pod_name.clone();
     platform.with_cluster(|c| c.begin_call(&pod, 0)).unwrap();
