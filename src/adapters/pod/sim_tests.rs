@@ -134,26 +134,40 @@ async fn a_replica_that_cannot_extend_stops_using_the_pod_before_another_reclaim
     let shared = one_call(&platform, &b, 1, Duration::from_millis(200)).await.unwrap();
     assert_eq!(shared, first, "B adopted A's pod");
 
-    // A loses the API server (connection refused) for 90 s while it calls
-    // the pod back to back, each call 1 s long.
+    // A loses the API server (connection refused) for 90 s while two of
+    // its callers call the pod back to back, 1 s per call, half a second
+    // apart: at any moment a call that started less than 0.5 s before is
+    // in the pod.
     let until = clock.now() + Duration::from_secs(90);
     platform.set_outage(Some(0), until, Outage::Failing);
-    let mut refused = 0;
-    let mut served_on_first = 0;
-    let mut last_on_first = None;
-    while clock.now() < until {
-        match one_call(&platform, &a, 0, Duration::from_secs(1)).await {
-            Ok(pod) if pod == first => {
-                served_on_first += 1;
-                last_on_first = Some(clock.now());
+    let caller = |offset: Duration| {
+        let (platform, a, clock, first) = (&platform, &a, &clock, &first);
+        async move {
+            tokio::time::sleep(offset).await;
+            let (mut served, mut refused, mut last) = (0, 0, None);
+            while clock.now() < until {
+                match one_call(platform, a, 0, Duration::from_secs(1)).await {
+                    Ok(pod) if pod == *first => {
+                        served += 1;
+                        last = Some(clock.now());
+                    }
+                    Ok(pod) => panic!("A made {pod} without the API server"),
+                    Err(_) => {
+                        refused += 1;
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                }
             }
-            Ok(pod) => panic!("A made {pod} without the API server"),
-            Err(_) => {
-                refused += 1;
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
+            (served, refused, last)
         }
-    }
+    };
+    let (one, two) = tokio::join!(
+        caller(Duration::ZERO),
+        caller(Duration::from_millis(500))
+    );
+    let served_on_first = one.0 + two.0;
+    let refused = one.1 + two.1;
+    let last_on_first = one.2.max(two.2);
     let audit = platform.with_cluster(|c| c.audit().clone());
     assert!(audit.deleted_in_use.is_empty(), "{audit:?}");
     assert!(audit.calls_to_missing.is_empty(), "{audit:?}");
