@@ -1125,7 +1125,10 @@ async fn a_frozen_api_server_across_an_extension_deletes_no_pod_in_use() {
         "--max-load-per-pod=8",
         "--api-timeout=1s",
         "--api-retries=1",
-        "--write-retry-backoff=200ms",
+        // A failed extension is retried only 5 s later: after the freeze
+        // the other replica's GC (every second) sees the annotation as the
+        // first replica last managed to write it.
+        "--write-retry-backoff=5s",
     ];
     let a = bed.runner(&flags);
     let image = bed.image("set-namespace");
