@@ -4,8 +4,8 @@
 //! - `hit/<images>`: a request served by a ready pod, then its call
 //!   finished — two decisions — spread over 10 or 2,000 images with two
 //!   pods each; equal figures for both sizes show the O(1) claim.
-//! - `cold`: request → create pod → pod ready → call finished → pod gone, a
-//!   cold start with its eviction — four decisions.
+//! - `cold`: request → create pod → created → pod ready (watch) → call
+//!   finished → pod gone, a cold start with its eviction — five decisions.
 //!
 //! - `simulate/day-1m-200fn`: the policy simulator replaying a generated
 //!   24-hour trace of 1,000,000 requests over 200 functions (target: under
@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use krm_fn_runner::domain::pod_cache::{
-    Command, FunctionSettings, Input, PodCache, PodCachePolicy, RequestId, SlotId, UnixTime,
+    Command, FunctionSettings, Input, ObservedPhase, ObservedPod, PodCache, PodCachePolicy,
+    RequestId, SlotId, UnixTime,
 };
 
 fn policy() -> PodCachePolicy {
@@ -46,6 +47,28 @@ fn drain(cache: &mut PodCache) -> Option<(SlotId, String)> {
     created
 }
 
+/// The creation of `slot` succeeded and the watch reports pod `name` ready
+/// at `endpoint`: two decisions.
+fn make_ready(cache: &mut PodCache, now: UnixTime, slot: SlotId, name: &str, endpoint: &str) {
+    cache.handle(
+        now,
+        Input::Created {
+            slot,
+            result: Ok(()),
+        },
+    );
+    drain(cache);
+    let pod = ObservedPod {
+        name: name.to_string(),
+        labelled: true,
+        phase: ObservedPhase::Ready {
+            endpoint: endpoint.to_string(),
+        },
+        ..ObservedPod::default()
+    };
+    cache.handle(now, Input::PodObserved { pod });
+}
+
 /// A cache with two ready pods for each of `n` images.
 fn warm_cache(n: usize) -> (PodCache, Vec<String>, UnixTime) {
     let mut cache = PodCache::new(policy(), "v1");
@@ -65,9 +88,9 @@ fn warm_cache(n: usize) -> (PodCache, Vec<String>, UnixTime) {
                     image: image.clone(),
                 },
             );
-            if let Some((slot, _)) = drain(&mut cache) {
+            if let Some((slot, name)) = drain(&mut cache) {
                 let endpoint = format!("{}.ns.svc.cluster.local:9446", slot.0);
-                cache.handle(now, Input::PodReady { slot, endpoint });
+                make_ready(&mut cache, now, slot, &name, &endpoint);
                 drain(&mut cache);
             }
         }
@@ -108,7 +131,7 @@ fn hits(c: &mut Criterion) {
 
 fn cold(c: &mut Criterion) {
     let mut group = c.benchmark_group("cold");
-    group.throughput(Throughput::Elements(4));
+    group.throughput(Throughput::Elements(5));
     let (mut cache, _, start) = warm_cache(200);
     let mut i = 0u64;
     group.bench_function("start-serve-evict", |b| {
@@ -119,23 +142,11 @@ fn cold(c: &mut Criterion) {
             let image = format!("example.com/cold/fn-{}:v1", i % 1000);
             cache.handle(now, Input::Request { request, image });
             let (slot, pod_name) = drain(&mut cache).expect("a cold start creates a pod");
-            cache.handle(
-                now,
-                Input::PodReady {
-                    slot,
-                    endpoint: "ep:9446".into(),
-                },
-            );
+            make_ready(&mut cache, now, slot, &pod_name, "ep:9446");
             drain(&mut cache);
             cache.handle(now, Input::CallFinished { request });
             drain(&mut cache);
-            cache.handle(
-                now,
-                Input::PodGone {
-                    pod_name,
-                    failed: false,
-                },
-            );
+            cache.handle(now, Input::PodDeleted { pod_name });
             drain(&mut cache);
         })
     });

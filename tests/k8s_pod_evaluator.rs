@@ -1285,7 +1285,11 @@ async fn a_pod_deleted_during_a_watch_outage_and_an_api_server_restart_under_loa
 
     // The API server restarted under load.
     let until = Instant::now() + Duration::from_secs(12);
-    let load = futures_join_all((0..3).map(|w| keep_calling(&runner, &image, w, until)).collect());
+    let load = futures_join_all(
+        (0..3)
+            .map(|w| keep_calling(&runner, &image, w, until))
+            .collect(),
+    );
     let restart = async {
         tokio::time::sleep(Duration::from_secs(3)).await;
         bed.plane.restart_apiserver().await;

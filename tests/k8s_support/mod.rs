@@ -233,7 +233,10 @@ impl ControlPlane {
             format!("--service-account-key-file={}", sa_key.display()),
             format!("--service-account-signing-key-file={}", sa_key.display()),
             format!("--audit-policy-file={}", policy.display()),
-            format!("--audit-log-path={}", dir.path().join("audit.log").display()),
+            format!(
+                "--audit-log-path={}",
+                dir.path().join("audit.log").display()
+            ),
             "--v=1".into(),
         ];
         let apiserver = spawn_apiserver(&apiserver_args, dir.path());

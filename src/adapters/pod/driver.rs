@@ -57,7 +57,7 @@ pub(super) enum Msg {
     /// cancelled); `unavailable` when the pod did not answer.
     Release { id: RequestId, unavailable: bool },
     /// The outcome of background work, for the machine.
-    Outcome(Input),
+    Outcome(Box<Input>),
     /// The template feed has new templates.
     Template(Arc<Templates>),
     /// New per-function settings (FunctionConfig generation).
@@ -457,7 +457,7 @@ impl Driver {
     /// Posts the outcome of background work to the driver task.
     fn report(tx: &mpsc::UnboundedSender<Msg>, input: Input) {
         // Gone only when the runtime stopped: nothing to report to.
-        let _ = tx.send(Msg::Outcome(input));
+        let _ = tx.send(Msg::Outcome(Box::new(input)));
     }
 
     fn execute(&mut self, cmd: Command) {
@@ -652,7 +652,7 @@ impl Driver {
                 };
                 self.feed(input);
             }
-            Msg::Outcome(input) => self.feed(input),
+            Msg::Outcome(input) => self.feed(*input),
             Msg::Template(t) => {
                 if t.version != self.templates.version {
                     tracing::info!(version = %t.version, "new function pods use the changed pod template");
@@ -747,7 +747,8 @@ async fn create_pod_and_service(
                 .bounded("get pod", ctx.platform.get_pod(&c.pod_name))
                 .await
                 .ok()
-                .and_then(|p| ctx.observe(&p));
+                .and_then(|p| ctx.observe(&p))
+                .map(Box::new);
             return Err(CreateFailure::AlreadyExists { existing });
         }
         Err(e) => return Err(failed(format!("unable to apply the pod: {e}"))),

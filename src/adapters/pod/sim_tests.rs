@@ -128,10 +128,14 @@ async fn one_call(
 async fn a_replica_that_cannot_extend_stops_using_the_pod_before_another_reclaims_it() {
     let (platform, clock) = platform();
     let a = replica(&platform, 0, &clock, "ra", GC).await;
-    let first = one_call(&platform, &a, 0, Duration::from_millis(200)).await.unwrap();
+    let first = one_call(&platform, &a, 0, Duration::from_millis(200))
+        .await
+        .unwrap();
     // B's GC lists every 200 ms: it acts as soon as the annotation passes.
     let b = replica(&platform, 1, &clock, "rb", Duration::from_millis(200)).await;
-    let shared = one_call(&platform, &b, 1, Duration::from_millis(200)).await.unwrap();
+    let shared = one_call(&platform, &b, 1, Duration::from_millis(200))
+        .await
+        .unwrap();
     assert_eq!(shared, first, "B adopted A's pod");
 
     // A loses the API server (connection refused) for 90 s while two of
@@ -161,10 +165,7 @@ async fn a_replica_that_cannot_extend_stops_using_the_pod_before_another_reclaim
             (served, refused, last)
         }
     };
-    let (one, two) = tokio::join!(
-        caller(Duration::ZERO),
-        caller(Duration::from_millis(500))
-    );
+    let (one, two) = tokio::join!(caller(Duration::ZERO), caller(Duration::from_millis(500)));
     let served_on_first = one.0 + two.0;
     let refused = one.1 + two.1;
     let last_on_first = one.2.max(two.2);
@@ -181,7 +182,9 @@ async fn a_replica_that_cannot_extend_stops_using_the_pod_before_another_reclaim
         last_on_first
     );
     // Once the API server is back, A gets a pod again.
-    one_call(&platform, &a, 0, Duration::from_millis(100)).await.unwrap();
+    one_call(&platform, &a, 0, Duration::from_millis(100))
+        .await
+        .unwrap();
     let audit = platform.with_cluster(|c| c.audit().clone());
     assert!(audit.deleted_in_use.is_empty(), "{audit:?}");
 }
@@ -193,11 +196,15 @@ async fn a_replica_that_cannot_extend_stops_using_the_pod_before_another_reclaim
 async fn a_pod_deleted_during_a_watch_gap_gets_no_call() {
     let (platform, clock) = platform();
     let a = replica(&platform, 0, &clock, "ra", GC).await;
-    let first = one_call(&platform, &a, 0, Duration::from_millis(100)).await.unwrap();
+    let first = one_call(&platform, &a, 0, Duration::from_millis(100))
+        .await
+        .unwrap();
     platform.break_watches(clock.now() + Duration::from_secs(3));
     platform.with_cluster(|c| c.remove_pod(&first));
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let second = one_call(&platform, &a, 0, Duration::from_millis(100)).await.unwrap();
+    let second = one_call(&platform, &a, 0, Duration::from_millis(100))
+        .await
+        .unwrap();
     assert_ne!(second, first);
     let audit = platform.with_cluster(|c| c.audit().clone());
     assert!(audit.calls_to_missing.is_empty(), "{audit:?}");

@@ -985,7 +985,7 @@ impl Harness {
                 existing: self
                     .cluster
                     .observed_pod(&c.pod_name)
-                    .map(|o| (**o).clone()),
+                    .map(|o| Box::new((**o).clone())),
             }),
             Err(e) => Err(CreateFailure::Failed {
                 reason: format!("unable to apply the pod: {e}"),

@@ -121,7 +121,7 @@ pub enum CreateFailure {
     /// picks another name.
     AlreadyExists {
         /// The pod found under the name.
-        existing: Option<ObservedPod>,
+        existing: Option<Box<ObservedPod>>,
     },
     /// Anything else (API error, image metadata error, template error…).
     Failed {

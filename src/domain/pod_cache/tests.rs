@@ -538,7 +538,7 @@ fn gc_deletes_idle_expired_pods() {
         "fresh pod survives"
     );
     let cmds = gc(&mut pc, reclaim, obs);
-    assert_eq!(deleted(&cmds), [c.pod_name.clone()]);
+    assert_eq!(deleted(&cmds), std::slice::from_ref(&c.pod_name));
     assert_eq!(pc.slots().count(), 0);
     // The deletion holds only if the pod is still as listed.
     let precondition = cmds.iter().find_map(|c| match c {
@@ -1273,7 +1273,7 @@ fn already_exists_is_ours_only_with_our_creation_identity() {
         Input::Created {
             slot: c.slot,
             result: Err(CreateFailure::AlreadyExists {
-                existing: Some(foreign),
+                existing: Some(Box::new(foreign)),
             }),
         },
     );
@@ -1294,7 +1294,7 @@ fn already_exists_is_ours_only_with_our_creation_identity() {
         Input::Created {
             slot: c.slot,
             result: Err(CreateFailure::AlreadyExists {
-                existing: Some(mine),
+                existing: Some(Box::new(mine)),
             }),
         },
     );
@@ -1326,7 +1326,7 @@ fn failed_deletions_are_retried() {
     );
     pc.handle(t(2), Input::PodObserved { pod: failed_pod });
     let cmds = drain(&mut pc);
-    assert_eq!(deleted(&cmds), [c.pod_name.clone()]);
+    assert_eq!(deleted(&cmds), std::slice::from_ref(&c.pod_name));
     pc.handle(
         t(3),
         Input::Deleted {
@@ -1338,7 +1338,7 @@ fn failed_deletions_are_retried() {
     );
     assert!(drain(&mut pc).is_empty());
     pc.handle(t(4), Input::Tick);
-    assert_eq!(deleted(&drain(&mut pc)), [c.pod_name.clone()]);
+    assert_eq!(deleted(&drain(&mut pc)), std::slice::from_ref(&c.pod_name));
     pc.handle(
         t(4),
         Input::Deleted {
