@@ -323,7 +323,12 @@ impl Driver {
                 let grace = d.ctx.config.policy.pod_ready_timeout;
                 (
                     d.sleeping_until.map(|t| ctx.instant_at(t)),
-                    d.watch_lost.map(|t| ctx.instant_at(t + grace)),
+                    // Only while still healthy: once the check has marked
+                    // the runtime unhealthy, a timer in the past would
+                    // fire at once, every time round.
+                    d.watch_lost
+                        .map(|t| ctx.instant_at(t + grace))
+                        .filter(|_| *d.health.borrow()),
                 )
             };
             let wake = timer.unwrap_or_else(|| Instant::now() + far);

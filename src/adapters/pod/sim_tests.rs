@@ -231,3 +231,24 @@ async fn an_unavailable_call_does_not_delete_a_pod_carrying_other_calls() {
     assert!(audit.deleted_in_use.is_empty(), "{audit:?}");
     let _ = clock;
 }
+
+// Health follows the pod runtime after start: NOT_SERVING once the pod
+// watch has been down for longer than the pod-ready timeout (the runtime
+// cannot see its pods start or go), SERVING again once the watch has
+// listed the pods again.
+#[tokio::test(start_paused = true)]
+async fn health_follows_the_pod_watch() {
+    let (platform, clock) = platform();
+    let a = replica(&platform, 0, &clock, "ra", GC).await;
+    assert!(*a.health().borrow());
+    platform.break_watches(clock.now() + Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(*a.health().borrow(), "a short outage changes nothing");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        !*a.health().borrow(),
+        "down for longer than the pod-ready timeout (10 s)"
+    );
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(*a.health().borrow(), "listed again");
+}
