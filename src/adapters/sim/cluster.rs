@@ -700,12 +700,21 @@ impl SimCluster {
                 message: "the precondition of the deletion does not hold".into(),
             });
         }
-        let p = self.pods.remove(name).expect("checked above");
-        if p.calls > 0 {
+        let calls = self.remove(name);
+        if calls > 0 {
             self.audit
                 .deleted_in_use
-                .push((self.now, name.to_string(), p.calls));
+                .push((self.now, name.to_string(), calls));
         }
+        Ok(())
+    }
+
+    /// Removes pod `name`, if any: counts it, reports the deletion to
+    /// watchers and returns the calls that were in it.
+    fn remove(&mut self, name: &str) -> u32 {
+        let Some(p) = self.pods.remove(name) else {
+            return 0;
+        };
         self.stats.pods_deleted += 1;
         self.stats.pod_seconds += self.now.saturating_since(p.created_at).as_secs_f64();
         self.events.push(ClusterEvent {
@@ -713,23 +722,14 @@ impl SimCluster {
             observed: p.observed,
             pod: p.pod,
         });
-        Ok(())
+        p.calls
     }
 
     /// Deletes pod `name` and its service by hand, behind the runner's back:
     /// no API fault applies and nothing is audited (whoever does it ends the
     /// calls in it). A watch reports the deletion.
     pub fn remove_pod(&mut self, name: &str) {
-        if let Some(mut p) = self.pods.remove(name) {
-            p.calls = 0;
-            self.stats.pods_deleted += 1;
-            self.stats.pod_seconds += self.now.saturating_since(p.created_at).as_secs_f64();
-            self.events.push(ClusterEvent {
-                deleted: true,
-                observed: p.observed,
-                pod: p.pod,
-            });
-        }
+        self.remove(name);
         self.services.remove(name);
     }
 
