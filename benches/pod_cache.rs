@@ -1,4 +1,4 @@
-//! Decisions per second of the pod-cache state machine (issue 4: target
+//! Decisions per second of the pod-cache state machine (target
 //! ≥ 500,000/s on one core, cost independent of the pods of other images).
 //!
 //! - `hit/<images>`: a request served by a ready pod, then its call

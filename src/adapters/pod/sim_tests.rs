@@ -117,7 +117,7 @@ async fn one_call(
     Ok(pod)
 }
 
-// The sequence on the real driver: two replicas share a pod;
+// The audited failure sequence on the real driver: two replicas share a pod;
 // replica A's API server connection fails for longer than the pod's whole
 // reclaim-after while A keeps calling it; replica B's GC reclaims the pod
 // once the annotation has passed. A never counts on an extension the API

@@ -1012,7 +1012,7 @@ fn busy(pc: &mut PodCache) -> PodCreation {
     c
 }
 
-// Persist before extend (issue: reclaim-after lost on a failed patch): a
+// Persist before extend (failure mode: reclaim-after lost on a failed patch): a
 // use that needs an extension counts on it only once the patch succeeded.
 // While the patch fails the pod takes new calls only until its old
 // reclaim-after is within the reuse margin; the patch is retried with
@@ -1086,7 +1086,7 @@ fn a_failed_patch_extends_nothing_and_is_retried() {
     assert!(pc.slots().next().unwrap().reclaim_after >= t(880) + TTL);
 }
 
-// Listing age (issue: GC acts on a stale listing): a listing is judged by
+// Listing age (failure mode: GC acts on a stale listing): a listing is judged by
 // the time it was asked for. Replica B lists at t(895), before A's
 // extension lands; the listing arrives at t(940), after the old
 // reclaim-after t(900) has passed: B deletes nothing.
@@ -1149,7 +1149,7 @@ fn one_listing_at_a_time() {
     assert_eq!(pc.listing_out(), None);
 }
 
-// Drain before delete (issue: one failed call deletes a pod carrying other
+// Drain before delete (failure mode: one failed call deletes a pod carrying other
 // calls): a call that finds its pod unavailable deletes nothing; the pod
 // takes no new call here, the next request gets another pod, and once the
 // last call here has ended the pod is forgotten (left to GC by its
@@ -1196,7 +1196,7 @@ fn an_unavailable_pod_is_drained_not_deleted() {
     assert!(gone.contains(&c.pod_name), "{gone:?}");
 }
 
-// Resync (issue: deletions missed during a watch outage): a pod known
+// Resync (failure mode: deletions missed during a watch outage): a pod known
 // before the watch was lost and missing from its re-list was deleted; its
 // slot is dropped and its waiters move on. A listing taken before the pod
 // was known proves nothing.
@@ -1250,7 +1250,7 @@ fn gc_drops_slots_whose_pod_is_not_listed() {
     assert_eq!(pc.slots().count(), 0);
 }
 
-// Naming (issue: a failed start-up listing must not make a creation
+// Naming (failure mode: a failed start-up listing must not make a creation
 // silently reuse an existing pod): an existing pod of the chosen name is
 // taken as this creation's only if it carries this creation's identity;
 // otherwise another name is picked, and the foreign pod is never deleted.
