@@ -11,10 +11,9 @@ use tracing::Instrument;
 
 use super::process::{self, ProcessError, ProcessLimits, ProcessSpec};
 use super::slots::FunctionSlots;
-use crate::adapters::parse_pool::parse_off_workers;
 use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{
-    EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure, log_excerpt,
+    EvalError, EvaluationRequest, EvaluationResponse, ExitReason, log_excerpt,
 };
 use crate::domain::exec_config::{BinaryCatalog, ExecTable};
 use crate::ports::FunctionEvaluator;
@@ -205,11 +204,7 @@ impl FunctionEvaluator for ExecEvaluator {
             .instrument(spans::function_run("exec", image))
             .await?;
         if out.exit != ExitReason::Code(0) {
-            let owned = image.to_string();
-            let failure = parse_off_workers(move || {
-                FunctionFailure::new(&owned, out.exit, out.stdout, out.stderr)
-            })
-            .await?;
+            let failure = out.into_failure(image.to_string()).await?;
             tracing::info!(image = %logged, exit = %failure.exit, "function failed");
             return Err(EvalError::FunctionFailed(Box::new(failure)));
         }

@@ -31,7 +31,8 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use crate::domain::evaluation::{ExitReason, Payload};
+use crate::adapters::parse_pool::parse_off_workers;
+use crate::domain::evaluation::{EvalError, ExitReason, FunctionFailure, Payload};
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +65,19 @@ pub struct ProcessOutput {
     pub stdout: Bytes,
     /// Everything written to stderr.
     pub stderr: Bytes,
+}
+
+impl ProcessOutput {
+    /// The failure of a run that did not exit 0, for the function named
+    /// `name`: its stdout's structured results and its stderr, read by
+    /// [`FunctionFailure::new`] on the parser pool (off the async workers,
+    /// as every parse of a function's output is).
+    ///
+    /// Errors: the parser pool's [`EvalError`] when it cannot take the work.
+    pub async fn into_failure(self, name: String) -> Result<FunctionFailure, EvalError> {
+        parse_off_workers(move || FunctionFailure::new(&name, self.exit, self.stdout, self.stderr))
+            .await
+    }
 }
 
 /// Why a run produced no [`ProcessOutput`].

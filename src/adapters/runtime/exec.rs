@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use crate::adapters::exec::ExecSettings;
 use crate::adapters::parse_pool::parse_off_workers;
-use crate::domain::evaluation::{EvalError, EvaluationRequest, ExitReason, FunctionFailure};
+use crate::domain::evaluation::{EvalError, EvaluationRequest, ExitReason};
 use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 
 /// Runs `exec:` functions: the command line is split shell-style (no shell
@@ -76,11 +76,7 @@ impl FunctionRuntime for ExecCommandRuntime {
         request.timeout = call.timeout;
         let out = self.settings.run(&program, &args, &request).await?;
         if out.exit != ExitReason::Code(0) {
-            let command = command.clone();
-            let failure = parse_off_workers(move || {
-                FunctionFailure::new(&command, out.exit, out.stdout, out.stderr)
-            })
-            .await?;
+            let failure = out.into_failure(command.clone()).await?;
             return Err(EvalError::FunctionFailed(Box::new(failure)));
         }
         let command = command.clone();
