@@ -10,7 +10,7 @@ mod otel_support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{Runner, catalog_dir, catalog_image, python, runner_binary, script};
+use common::{Runner, catalog_dir, catalog_image, python_evaluator_client, runner_binary, script};
 use otel_support::{Scrape, metrics_url};
 
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -108,24 +108,11 @@ fn probe(runner: &Runner, dir: &Path, images: &[String]) -> serde_json::Value {
         "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: probed\n",
     )
     .unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut cmd = Command::new(python());
-    cmd.arg(root.join("tests/python/evaluator_client.py"))
-        .arg("--proto")
-        .arg(root.join("proto"))
-        .args(["--address", &runner.address, "--input"])
-        .arg(&input);
-    for image in images {
-        cmd.args(["--probe", image]);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "python client failed: {}\nrunner log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        runner.log()
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let args: Vec<&str> = images
+        .iter()
+        .flat_map(|i| ["--probe", i.as_str()])
+        .collect();
+    python_evaluator_client(runner, &input, &args)
 }
 
 #[test]

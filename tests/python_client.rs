@@ -4,10 +4,7 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
-use common::{Runner, catalog_dir, catalog_image, python};
+use common::{Runner, catalog_dir, catalog_image, python_evaluator_client};
 
 fn call(runner: &Runner) -> serde_json::Value {
     call_with(runner, &[])
@@ -21,29 +18,10 @@ fn call_with(runner: &Runner, extra: &[&str]) -> serde_json::Value {
         "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: from-python\n",
     )
     .unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(python())
-        .arg(root.join("tests/python/evaluator_client.py"))
-        .arg("--proto")
-        .arg(root.join("proto"))
-        .args([
-            "--address",
-            &runner.address,
-            "--image",
-            &catalog_image("set-namespace"),
-        ])
-        .arg("--input")
-        .arg(&input)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python client failed: {}\nrunner log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        runner.log()
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let image = catalog_image("set-namespace");
+    let mut args = vec!["--image", image.as_str()];
+    args.extend_from_slice(extra);
+    python_evaluator_client(runner, &input, &args)
 }
 
 fn check(seen: serde_json::Value) {

@@ -61,6 +61,31 @@ pub fn python() -> String {
         .to_string()
 }
 
+/// Runs `tests/python/evaluator_client.py` (Python's grpcio, stubs
+/// generated from `proto/`) against `runner` with the ResourceList file
+/// `input` and the client's further `args` (`--image`, `--probe`, ...);
+/// asserts the client exits 0 (showing its stderr and the runner's log) and
+/// returns the JSON it prints.
+pub fn python_evaluator_client(runner: &Runner, input: &Path, args: &[&str]) -> serde_json::Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python())
+        .arg(root.join("tests/python/evaluator_client.py"))
+        .arg("--proto")
+        .arg(root.join("proto"))
+        .args(["--address", &runner.address, "--input"])
+        .arg(input)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python client failed: {}\nrunner log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        runner.log()
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The `krm-fn-runner` binary under test: this build's, or
 /// `KRM_FN_RUNNER_BIN` (to run a test against another build).
 pub fn runner_binary() -> PathBuf {
