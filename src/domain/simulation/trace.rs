@@ -149,13 +149,22 @@ pub struct TraceSpec {
     pub burst_length: Duration,
     /// Arrival-rate multiplier during a burst.
     pub burst_factor: f64,
+    /// Day/night curve: the arrival rate at the busiest hour of the day
+    /// divided by the rate at the quietest (1 = flat, 4 = a day four times
+    /// as busy as the night). The rate follows a 24-hour cosine between the
+    /// two ([`diurnal_rate`]).
+    pub diurnal_ratio: f64,
+    /// Hour of the day (0–24, from the start of the trace) when the rate
+    /// peaks; the trough is 12 hours later.
+    pub peak_hour: f64,
     /// Seed: the same spec and seed give the same trace.
     pub seed: u64,
 }
 
 impl Default for TraceSpec {
     /// 24 hours, 100,000 requests over 50 functions, Zipf 1.1, 0.5 s median
-    /// run time, 6 bursts of 10 minutes at 8x the base rate.
+    /// run time, 6 bursts of 10 minutes at 8x the base rate, a flat day
+    /// (diurnal ratio 1, peak at 14:00).
     fn default() -> Self {
         Self {
             duration: Duration::from_secs(24 * 3600),
@@ -166,6 +175,8 @@ impl Default for TraceSpec {
             bursts: 6,
             burst_length: Duration::from_secs(600),
             burst_factor: 8.0,
+            diurnal_ratio: 1.0,
+            peak_hour: 14.0,
             seed: 1,
         }
     }
@@ -176,11 +187,23 @@ impl Default for TraceSpec {
 #[error("invalid trace parameters: {0}")]
 pub struct TraceSpecError(String);
 
-/// Generates a synthetic trace: Poisson arrivals (heavier inside bursts),
-/// Zipf image popularity, log-normal run times. Images are named
-/// `example.com/sim/fn-NNN:v1`, rank 1 the most popular.
+/// The relative arrival rate of the day/night curve at `t_s` seconds from
+/// the start of a trace: a 24-hour cosine peaking at `peak_hour` with value
+/// 1, and `1 / ratio` twelve hours later (`ratio` ≥ 1; 1 is flat).
+pub fn diurnal_rate(t_s: f64, ratio: f64, peak_hour: f64) -> f64 {
+    let trough = 1.0 / ratio;
+    let phase = std::f64::consts::TAU * (t_s / 3600.0 - peak_hour) / 24.0;
+    trough + (1.0 - trough) * (1.0 + phase.cos()) / 2.0
+}
+
+/// Generates a synthetic trace: Poisson arrivals whose rate follows the
+/// day/night curve ([`diurnal_rate`]) and is heavier inside bursts, Zipf
+/// image popularity, log-normal run times. Images are named
+/// `example.com/sim/fn-NNN:v1`, rank 1 the most popular. The expected
+/// number of requests is `spec.requests` whatever the curve.
 ///
-/// Errors: zero duration or functions, a Zipf exponent ≤ 0, a burst factor < 1.
+/// Errors: zero duration or functions, a Zipf exponent ≤ 0, a burst factor
+/// < 1, a diurnal ratio < 1, a peak hour outside 0–24.
 pub fn generate(spec: &TraceSpec) -> Result<Vec<TraceEntry>, TraceSpecError> {
     let bad = |m: &str| Err(TraceSpecError(m.to_string()));
     if spec.duration.is_zero() {
@@ -195,6 +218,12 @@ pub fn generate(spec: &TraceSpec) -> Result<Vec<TraceEntry>, TraceSpecError> {
     if spec.burst_factor < 1.0 || spec.burst_factor.is_nan() {
         return bad("the burst factor must be at least 1");
     }
+    if !(spec.diurnal_ratio >= 1.0 && spec.diurnal_ratio.is_finite()) {
+        return bad("the diurnal ratio (busiest hour over quietest) must be at least 1");
+    }
+    if !(0.0..=24.0).contains(&spec.peak_hour) {
+        return bad("the peak hour must be between 0 and 24");
+    }
     let mut rng = StdRng::seed_from_u64(spec.seed);
     let total = spec.duration.as_secs_f64();
     let burst_len = spec.burst_length.as_secs_f64().min(total);
@@ -202,17 +231,30 @@ pub fn generate(spec: &TraceSpec) -> Result<Vec<TraceEntry>, TraceSpecError> {
         .map(|_| rng.random_range(0.0..(total - burst_len).max(f64::MIN_POSITIVE)))
         .collect();
     let in_burst = |t: f64| bursts.iter().any(|b| t >= *b && t < b + burst_len);
-    // Base rate so that, bursts included, the expected count is `requests`;
-    // bursts may overlap, so their covered time is the union of the windows.
+    let (ratio, peak) = (spec.diurnal_ratio, spec.peak_hour);
+    // Relative rate at t, at most the burst factor.
+    let weight =
+        |t: f64| diurnal_rate(t, ratio, peak) * if in_burst(t) { spec.burst_factor } else { 1.0 };
+    // Base rate so that the expected count is `requests`: the integral of
+    // the weight over the trace, from the curve's antiderivative; bursts
+    // may overlap, so they add over the union of their windows.
+    let trough = 1.0 / ratio;
+    let integral = |t: f64| {
+        let phase = std::f64::consts::TAU * (t / 3600.0 - peak) / 24.0;
+        trough * t + (1.0 - trough) / 2.0 * (t + 86_400.0 / std::f64::consts::TAU * phase.sin())
+    };
     let mut starts = bursts.clone();
     starts.sort_by(f64::total_cmp);
-    let (mut burst_time, mut covered_to) = (0.0_f64, 0.0_f64);
+    let (mut burst_mass, mut covered_to) = (0.0_f64, 0.0_f64);
     for b in starts {
         let end = (b + burst_len).min(total);
-        burst_time += (end - b.max(covered_to)).max(0.0);
+        let from = b.max(covered_to);
+        if end > from {
+            burst_mass += integral(end) - integral(from);
+        }
         covered_to = covered_to.max(end);
     }
-    let weighted = total - burst_time + burst_time * spec.burst_factor;
+    let weighted = (integral(total) - integral(0.0)) - burst_mass + burst_mass * spec.burst_factor;
     let base_rate = spec.requests as f64 / weighted;
     let max_rate = base_rate * spec.burst_factor;
     let popularity = Zipf::new(spec.functions as f64, spec.zipf_exponent)
@@ -227,7 +269,7 @@ pub fn generate(spec: &TraceSpec) -> Result<Vec<TraceEntry>, TraceSpecError> {
     if base_rate <= 0.0 {
         return Ok(out);
     }
-    // Thinning: draw at the peak rate, keep off-burst arrivals with p = 1/factor.
+    // Thinning: draw at the peak rate, keep an arrival with p = weight / factor.
     let gap = Exp::new(max_rate).map_err(|e| TraceSpecError(e.to_string()))?;
     let mut t = 0.0;
     loop {
@@ -235,7 +277,8 @@ pub fn generate(spec: &TraceSpec) -> Result<Vec<TraceEntry>, TraceSpecError> {
         if t >= total {
             break;
         }
-        if !in_burst(t) && rng.random::<f64>() >= 1.0 / spec.burst_factor {
+        let keep = weight(t) / spec.burst_factor;
+        if keep < 1.0 && rng.random::<f64>() >= keep {
             continue;
         }
         let rank = popularity.sample(&mut rng) as u64;
@@ -301,6 +344,59 @@ mod tests {
         assert!(hot > 10 * cold.max(1), "hot {hot} cold {cold}");
     }
 
+    /// A day four times as busy at 14:00 as at 02:00: the hourly counts
+    /// follow the cosine within Poisson noise, the total is the one asked
+    /// for, and a seed replays the same trace (another seed does not).
+    #[test]
+    fn diurnal_traces_follow_their_curve() {
+        let spec = TraceSpec {
+            requests: 96_000,
+            bursts: 0,
+            diurnal_ratio: 4.0,
+            peak_hour: 14.0,
+            seed: 7,
+            ..TraceSpec::default()
+        };
+        let a = generate(&spec).unwrap();
+        assert_eq!(a, generate(&spec).unwrap());
+        assert_ne!(
+            a,
+            generate(&TraceSpec {
+                seed: 8,
+                ..spec.clone()
+            })
+            .unwrap()
+        );
+        assert!((94_000..98_000).contains(&a.len()), "{}", a.len());
+        let mut hours = [0f64; 24];
+        for e in &a {
+            hours[(e.at.as_secs() / 3600) as usize] += 1.0;
+        }
+        let mean_rate: f64 = (0..24)
+            .map(|h| diurnal_rate((h as f64 + 0.5) * 3600.0, 4.0, 14.0))
+            .sum::<f64>()
+            / 24.0;
+        for (h, n) in hours.iter().enumerate() {
+            let expected = a.len() as f64 / 24.0
+                * diurnal_rate((h as f64 + 0.5) * 3600.0, 4.0, 14.0)
+                / mean_rate;
+            // Five standard deviations of a Poisson count.
+            assert!(
+                (n - expected).abs() < 5.0 * expected.sqrt(),
+                "hour {h}: {n} requests, expected about {expected:.0}"
+            );
+        }
+        let ratio = hours[14] / hours[2];
+        assert!((3.4..4.6).contains(&ratio), "peak/trough {ratio}");
+    }
+
+    #[test]
+    fn the_curve_peaks_and_troughs_where_asked() {
+        assert_eq!(diurnal_rate(14.0 * 3600.0, 4.0, 14.0), 1.0);
+        assert!((diurnal_rate(2.0 * 3600.0, 4.0, 14.0) - 0.25).abs() < 1e-12);
+        assert_eq!(diurnal_rate(5.0 * 3600.0, 1.0, 14.0), 1.0);
+    }
+
     #[test]
     fn invalid_specs_are_refused() {
         let spec = TraceSpec {
@@ -308,5 +404,13 @@ mod tests {
             ..TraceSpec::default()
         };
         assert!(generate(&spec).is_err());
+        for (ratio, peak) in [(0.5, 14.0), (f64::NAN, 14.0), (2.0, 25.0)] {
+            let spec = TraceSpec {
+                diurnal_ratio: ratio,
+                peak_hour: peak,
+                ..TraceSpec::default()
+            };
+            assert!(generate(&spec).is_err(), "{ratio} {peak}");
+        }
     }
 }
