@@ -231,6 +231,8 @@ pub struct SimCluster {
     events: Vec<ClusterEvent>,
     starting: BinaryHeap<Reverse<(UnixTime, String)>>,
     ever_created: HashSet<String>,
+    /// Pods with at least one call in them.
+    in_use: usize,
     next_id: u64,
     stats: SimStats,
     audit: Audit,
@@ -254,6 +256,7 @@ impl SimCluster {
             events: Vec::new(),
             starting: BinaryHeap::new(),
             ever_created: HashSet::new(),
+            in_use: 0,
             next_id: 1,
             stats: SimStats::default(),
             audit: Audit::default(),
@@ -428,6 +431,9 @@ impl SimCluster {
         p.ready_at = None;
         if phase == "Failed" {
             // Whatever ran in it broke with it.
+            if p.calls > 0 {
+                self.in_use -= 1;
+            }
             p.calls = 0;
         }
         let o = Arc::make_mut(&mut p.observed);
@@ -498,6 +504,11 @@ impl SimCluster {
     /// Pods alive.
     pub fn pod_count(&self) -> usize {
         self.pods.len()
+    }
+
+    /// Pods with at least one call in flight.
+    pub fn pods_in_use(&self) -> usize {
+        self.in_use
     }
 
     /// Calls in flight in pod `name`.
@@ -717,6 +728,9 @@ impl SimCluster {
         };
         self.stats.pods_deleted += 1;
         self.stats.pod_seconds += self.now.saturating_since(p.created_at).as_secs_f64();
+        if p.calls > 0 {
+            self.in_use -= 1;
+        }
         self.events.push(ClusterEvent {
             deleted: true,
             observed: p.observed,
@@ -784,6 +798,9 @@ impl SimCluster {
         if calls >= from && self.rng.chance(rate) {
             return Err(CallError::Unavailable);
         }
+        if calls == 0 {
+            self.in_use += 1;
+        }
         self.pods.get_mut(name).expect("checked above").calls += 1;
         Ok(())
     }
@@ -795,6 +812,9 @@ impl SimCluster {
         match self.pods.get_mut(name) {
             Some(p) if p.calls > 0 => {
                 p.calls -= 1;
+                if p.calls == 0 {
+                    self.in_use -= 1;
+                }
                 true
             }
             _ => false,
@@ -1156,8 +1176,14 @@ mod tests {
         c.begin_call("a", 0).unwrap();
         c.begin_call("a", 1).unwrap();
         assert_eq!(c.begin_call("a", 0), Err(CallError::Unavailable));
+        assert_eq!(c.pods_in_use(), 1);
         assert!(c.end_call("a"));
         c.begin_call("a", 0).unwrap();
+        assert!(c.end_call("a") && c.end_call("a"));
+        assert_eq!(c.pods_in_use(), 0);
+        c.begin_call("a", 0).unwrap();
+        c.fail_pod("a").unwrap();
+        assert_eq!(c.pods_in_use(), 0, "a failed pod carries no call");
     }
 
     #[test]

@@ -124,18 +124,31 @@ pub struct Outcomes {
     pub cancelled: u64,
     /// Calls that found their pod unavailable (or lost it).
     pub call_failures: u64,
+    /// Requests waiting or running on a replica when it restarted (their
+    /// callers get an error; see [`Harness::restart`]).
+    pub lost_in_restarts: u64,
 }
 
-/// The highest pods alive, requests waiting and calls running within one
-/// bucket of time.
+/// One bucket of time: the highest pods alive, pods in use, requests
+/// waiting and calls running within it, and the requests answered in it
+/// by outcome.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Bucket {
     /// Pods alive, at most.
     pub pods: usize,
+    /// Pods with a call in them, at most.
+    pub in_use: usize,
     /// Requests waiting for a pod, at most.
     pub waiting: usize,
     /// Calls running, at most.
     pub calls: usize,
+    /// Requests that got a pod after waiting for one to start (counted
+    /// when they got it).
+    pub cold_starts: u64,
+    /// Requests refused (counted when refused).
+    pub rejected: u64,
+    /// Requests whose caller's deadline passed (counted when it passed).
+    pub cancelled: u64,
 }
 
 #[derive(Debug)]
@@ -574,6 +587,9 @@ impl Harness {
             .collect();
         for id in held {
             let q = self.requests.get_mut(&(r, id)).expect("listed");
+            if q.calling || q.replies == 0 {
+                self.outcomes.lost_in_restarts += 1;
+            }
             if q.calling {
                 q.calling = false;
                 self.calls -= 1;
@@ -645,15 +661,26 @@ impl Harness {
                 // in between.
                 let held = Bucket {
                     pods: self.cluster.pod_count(),
+                    in_use: self.cluster.pods_in_use(),
                     waiting: self.waiting,
                     calls: self.calls,
+                    ..Bucket::default()
                 };
                 buckets.resize(i + 1, held);
             }
             let b = &mut buckets[i];
             b.pods = b.pods.max(self.cluster.pod_count());
+            b.in_use = b.in_use.max(self.cluster.pods_in_use());
             b.waiting = b.waiting.max(self.waiting);
             b.calls = b.calls.max(self.calls);
+        }
+    }
+
+    /// The bucket of now, to count an outcome in (none unless sampling).
+    fn count(&mut self, add: impl FnOnce(&mut Bucket)) {
+        self.observe_gauges();
+        if let Some(b) = self.timeline.as_mut().and_then(|t| t.2.last_mut()) {
+            add(b);
         }
     }
 
@@ -934,6 +961,7 @@ impl Harness {
         let q = self.requests.get_mut(&(r, request)).expect("exists");
         q.held = q.replies == 0;
         self.outcomes.cancelled += 1;
+        self.count(|b| b.cancelled += 1);
         self.handle(r, Input::Cancelled { request });
         self.done(r, request);
     }
@@ -1149,21 +1177,26 @@ impl Harness {
         match result {
             Err(e) => {
                 q.held = false;
-                if !matches!(e, PodCacheError::Cancelled { .. }) {
-                    self.outcomes.rejected += 1;
-                }
+                let rejected = !matches!(e, PodCacheError::Cancelled { .. });
                 q.error = Some(e);
+                if rejected {
+                    self.outcomes.rejected += 1;
+                    self.count(|b| b.rejected += 1);
+                }
                 self.done(r, request);
             }
             Ok(a) => {
                 let wait = now.saturating_since(q.arrival);
                 self.outcomes.waits.push(wait);
+                let cancelled = q.cancelled;
                 if !wait.is_zero() {
                     self.outcomes.cold += 1;
+                    self.count(|b| b.cold_starts += 1);
                 }
-                if q.cancelled {
+                if cancelled {
                     return;
                 }
+                let q = self.requests.get_mut(&(r, request)).expect("exists");
                 q.pod = Some(a.pod_name.clone());
                 let run = q.run;
                 if let Some(told) = self.replicas[r].told_gone.get(&a.pod_name) {

@@ -53,11 +53,16 @@ pub struct ReplayOptions {
     /// Callers give up after this long (the request's gRPC deadline):
     /// a request still waiting is cancelled, a running call is cut.
     pub deadline: Option<Duration>,
+    /// A rolling restart: every this long, the next replica (in turn)
+    /// restarts as a new process and adopts the pods it may, so replicas
+    /// share pods mid-run. What it was serving fails.
+    pub restart_every: Option<Duration>,
 }
 
 impl Default for ReplayOptions {
     /// Log-normal start latency around 3 s (image pull and readiness), no
-    /// failures, seed 1, 600 samples, one replica, instant API, no deadline.
+    /// failures, seed 1, 600 samples, one replica, instant API, no deadline,
+    /// no restarts.
     fn default() -> Self {
         Self {
             start_latency: StartLatency::LogNormal {
@@ -75,6 +80,7 @@ impl Default for ReplayOptions {
             watch_gap_length: Duration::from_secs(30),
             skew: Duration::ZERO,
             deadline: None,
+            restart_every: None,
         }
     }
 }
@@ -141,7 +147,18 @@ pub fn replay(
             h.feed(r, Input::WarmUp { images });
         }
     }
+    let mut restarts = options
+        .restart_every
+        .filter(|d| !d.is_zero())
+        .map(|every| (START + every, every, 0usize));
     for (i, e) in trace.iter().enumerate() {
+        while let Some((at, every, r)) = restarts
+            && at <= START + e.at
+        {
+            h.run_until(at);
+            h.restart(r);
+            restarts = Some((at + every, every, (r + 1) % replicas));
+        }
         h.run_until(START + e.at);
         h.submit(i % replicas, &e.image, e.run, options.deadline);
     }
@@ -162,6 +179,7 @@ pub fn replay(
         rejected: outcomes.rejected,
         cancelled: outcomes.cancelled,
         call_failures: outcomes.call_failures,
+        lost_in_restarts: outcomes.lost_in_restarts,
         wait_p50_s: percentile(&waits, 50.0),
         wait_p95_s: percentile(&waits, 95.0),
         wait_p99_s: percentile(&waits, 99.0),
@@ -184,8 +202,12 @@ pub fn replay(
             .map(|(i, b)| Sample {
                 at_s: i as f64 * bucket_s,
                 pods: b.pods,
+                in_use: b.in_use,
                 waiting: b.waiting,
                 calls: b.calls,
+                cold_starts: b.cold_starts,
+                rejected: b.rejected,
+                cancelled: b.cancelled,
             })
             .collect(),
     })
@@ -277,6 +299,105 @@ mod tests {
         );
     }
 
+    /// A caller that gives up leaves the waitlist: with room for one
+    /// waiter, two callers in turn wait on a slow start, give up, and
+    /// neither is refused; the third, after the start, is served.
+    #[test]
+    fn deadlines_take_cancelled_requests_off_the_waitlist() {
+        let trace = [
+            entry(0, "a:v1", 100),
+            entry(3, "a:v1", 100),
+            entry(12, "a:v1", 100),
+        ];
+        let options = ReplayOptions {
+            deadline: Some(Duration::from_secs(2)),
+            ..fixed(10)
+        };
+        let p = policy("podTTL: 30m\nmaxWaitlistLength: 1\nmaxParallelPodsPerFunction: 1\n");
+        let r = replay(&trace, &p, &options).unwrap();
+        assert_eq!((r.cancelled, r.rejected), (2, 0), "{r:?}");
+        assert_eq!((r.pods_created, r.cold_starts), (1, 0));
+        let counted: u64 = r.timeline.iter().map(|s| s.cancelled).sum();
+        assert_eq!(counted, 2);
+        assert_eq!(r.timeline[0].waiting, 1, "the first caller waited");
+    }
+
+    /// Replicas restarting in turn adopt the pods the others created
+    /// instead of creating their own, and the invariants hold throughout.
+    #[test]
+    fn rolling_restarts_share_pods_between_replicas() {
+        let trace: Vec<TraceEntry> = (0..1_440)
+            .map(|i| entry(5 * i + 2, "a:v1", 14_000))
+            .collect();
+        let p = policy("podTTL: 30m\nmaxParallelPodsPerFunction: 1\n");
+        let run = |restart_every| {
+            let options = ReplayOptions {
+                replicas: 3,
+                restart_every,
+                ..fixed(3)
+            };
+            replay(&trace, &p, &options).unwrap()
+        };
+        let steady = run(None);
+        assert_eq!(steady.pods_created, 3, "one pod per replica");
+        let rolling = run(Some(Duration::from_secs(600)));
+        assert!(rolling.violations.is_empty(), "{:?}", rolling.violations);
+        assert_eq!(rolling.rejected, 0);
+        // 11 restarts: a replica that created anew each time would make 14.
+        assert!(
+            rolling.pods_created <= 4,
+            "{} pods created: restarted replicas did not adopt",
+            rolling.pods_created
+        );
+        assert!(rolling.cold_starts <= steady.cold_starts + 1);
+        assert!(rolling.lost_in_restarts > 0, "restarts cut calls short");
+        assert_eq!(steady.lost_in_restarts, 0);
+    }
+
+    /// The timeline adds up to the summary: its counts sum to the report's,
+    /// its gauges peak where the report does, and it covers the trace.
+    #[test]
+    fn the_timeline_adds_up_to_the_summary() {
+        let spec = TraceSpec {
+            duration: Duration::from_secs(3 * 3600),
+            requests: 6_000,
+            functions: 30,
+            diurnal_ratio: 3.0,
+            ..TraceSpec::default()
+        };
+        let trace = generate(&spec).unwrap();
+        let options = ReplayOptions {
+            replicas: 2,
+            deadline: Some(Duration::from_secs(4)),
+            failures: FailureRates {
+                create_error: 0.05,
+                ..FailureRates::default()
+            },
+            ..ReplayOptions::default()
+        };
+        let r = replay(
+            &trace,
+            &policy("podTTL: 10m\nmaxParallelPodsPerFunction: 1\nmaxWaitlistLength: 2\n"),
+            &options,
+        )
+        .unwrap();
+        let sum = |f: fn(&Sample) -> u64| r.timeline.iter().map(f).sum::<u64>();
+        assert!(
+            r.cold_starts > 0 && r.cancelled > 0 && r.rejected > 0,
+            "{r:?}"
+        );
+        assert_eq!(sum(|s| s.cold_starts), r.cold_starts);
+        assert_eq!(sum(|s| s.cancelled), r.cancelled);
+        assert_eq!(sum(|s| s.rejected), r.rejected);
+        assert_eq!(r.timeline.iter().map(|s| s.pods).max(), Some(r.peak_pods));
+        for s in &r.timeline {
+            assert!(s.in_use <= s.pods && s.in_use <= s.calls, "{s:?}");
+        }
+        let last = r.timeline.last().unwrap();
+        assert!(last.at_s + r.bucket_s >= trace.last().unwrap().at.as_secs_f64());
+        assert!(r.decisions_per_s > 0.0 && r.decisions >= 2 * r.requests);
+    }
+
     #[test]
     fn generated_traces_replay_with_every_request_answered() {
         let spec = TraceSpec {
@@ -316,6 +437,7 @@ mod tests {
             watch_gap: 0.01,
             watch_gap_length: Duration::from_secs(20),
             skew: Duration::from_secs(1),
+            restart_every: Some(Duration::from_secs(900)),
             failures: FailureRates {
                 patch_error: 0.2,
                 delete_error: 0.1,

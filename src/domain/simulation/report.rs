@@ -22,6 +22,8 @@ pub struct PolicyReport {
     pub cancelled: u64,
     /// Calls that found their pod unavailable or lost it.
     pub call_failures: u64,
+    /// Requests a replica was serving when it restarted (a rolling restart).
+    pub lost_in_restarts: u64,
     /// Wait for a pod (arrival to assignment), 50th percentile, seconds.
     pub wait_p50_s: f64,
     /// 95th percentile wait, seconds.
@@ -53,22 +55,33 @@ pub struct PolicyReport {
     pub requests_per_s: f64,
     /// Length of one timeline bucket, seconds.
     pub bucket_s: f64,
-    /// Per bucket, the most pods alive, requests waiting and calls running:
+    /// Per bucket, the most pods alive, pods in use, requests waiting and
+    /// calls running, and the cold starts, rejections and cancellations:
     /// what the plot draws.
     pub timeline: Vec<Sample>,
 }
 
-/// One bucket of the timeline: the highest values reached in it.
+/// One bucket of the timeline ([`PolicyReport::bucket_s`] long): the
+/// highest gauges reached in it, and the requests answered in it by
+/// outcome. Summed over the timeline, the counts are the report's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Sample {
     /// Start of the bucket, seconds from the start of the trace.
     pub at_s: f64,
     /// Most pods alive.
     pub pods: usize,
+    /// Most pods with a call in them.
+    pub in_use: usize,
     /// Most requests waiting for a pod.
     pub waiting: usize,
     /// Most calls running.
     pub calls: usize,
+    /// Requests that got a pod after waiting for one to start.
+    pub cold_starts: u64,
+    /// Requests refused.
+    pub rejected: u64,
+    /// Requests whose caller's deadline passed.
+    pub cancelled: u64,
 }
 
 /// Nearest-rank percentile (`p` in 0–100) of `sorted` (ascending); 0 when empty.
