@@ -10,6 +10,9 @@
 //! - `simulate/day-1m-200fn`: the policy simulator replaying a generated
 //!   24-hour trace of 1,000,000 requests over 200 functions (target: under
 //!   5 s), with Porch's default policy.
+//! - `simulate/day-300k-2000fn`: the same over 2,000 functions (300,000
+//!   requests): thousands of pods alive, so the simulated cluster's cost per
+//!   GC listing and per pod change shows (target ≥ 200,000 requests/s).
 //!
 //! Run: `cargo bench --bench pod_cache`. Criterion reports elements/s, where
 //! an element is one decision (one `handle` plus draining its commands).
@@ -173,6 +176,16 @@ fn simulate_day(c: &mut Criterion) {
         .throughput(Throughput::Elements(trace.len() as u64));
     group.bench_function("day-1m-200fn", |b| {
         b.iter(|| black_box(replay(&trace, &policy, &ReplayOptions::default()).expect("replays")))
+    });
+    let wide = generate(&TraceSpec {
+        requests: 300_000,
+        functions: 2_000,
+        ..TraceSpec::default()
+    })
+    .expect("valid spec");
+    group.throughput(Throughput::Elements(wide.len() as u64));
+    group.bench_function("day-300k-2000fn", |b| {
+        b.iter(|| black_box(replay(&wide, &policy, &ReplayOptions::default()).expect("replays")))
     });
     group.finish();
 }
