@@ -6,7 +6,9 @@
 //! of being scanned.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+use foldhash::{HashSet, HashSetExt};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -22,7 +22,9 @@
 //! twice.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -919,7 +921,7 @@ impl Harness {
                 );
             }
             Event::DeleteService { pod } => {
-                if !self.cluster.observed().any(|o| o.name == pod) {
+                if self.cluster.observed_pod(&pod).is_none() {
                     let _ = self.cluster.delete_service(&pod);
                 }
             }

@@ -50,7 +50,11 @@
 //!   is dropped and its waiters move on.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+// A fast hasher (randomly seeded per process): the GC hashes every listed
+// pod name several times per scan.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1384,11 +1388,15 @@ impl PodCache {
     // as listed.
     fn gc(&mut self, now: UnixTime, started: UnixTime, listing: &Listing) {
         for o in &listing.pods {
-            self.note_name(&o.name);
+            let local = self.by_name.get(&o.name).copied();
+            // A local pod's name is known already (created here, or noted
+            // when adopted); only strangers need noting.
+            if local.is_none() {
+                self.note_name(&o.name);
+            }
             if !o.labelled || o.phase == ObservedPhase::Terminating {
                 continue;
             }
-            let local = self.by_name.get(&o.name).copied();
             if let ObservedPhase::Failed { .. } = o.phase {
                 match local {
                     Some(id) => {
@@ -1426,7 +1434,8 @@ impl PodCache {
                 }
                 continue;
             };
-            let precondition = DeletePrecondition {
+            // Built only for a deletion: the scan visits every pod.
+            let precondition = || DeletePrecondition {
                 uid: o.uid.clone(),
                 resource_version: o.resource_version.clone(),
                 ..DeletePrecondition::default()
@@ -1438,11 +1447,11 @@ impl PodCache {
                     let idle = slot.load == 0 && slot.persist == Persist::Idle;
                     if idle && slot.confirmed <= started && annotated <= started {
                         self.retire(id);
-                        self.delete_with(o.name.clone(), precondition, DeleteReason::Expired);
+                        self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
                     }
                 }
                 None if annotated <= started => {
-                    self.delete_with(o.name.clone(), precondition, DeleteReason::Expired);
+                    self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
                 }
                 None => {}
             }
