@@ -191,6 +191,9 @@ pub struct TraceSpecError(String);
 /// the start of a trace: a 24-hour cosine peaking at `peak_hour` with value
 /// 1, and `1 / ratio` twelve hours later (`ratio` ≥ 1; 1 is flat).
 pub fn diurnal_rate(t_s: f64, ratio: f64, peak_hour: f64) -> f64 {
+    if ratio == 1.0 {
+        return 1.0;
+    }
     let trough = 1.0 / ratio;
     let phase = std::f64::consts::TAU * (t_s / 3600.0 - peak_hour) / 24.0;
     trough + (1.0 - trough) * (1.0 + phase.cos()) / 2.0
