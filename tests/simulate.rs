@@ -168,3 +168,151 @@ fn user_errors_are_reported_as_such() {
         }
     }
 }
+
+/// A day/night trace from the generator (the same file again for the same
+/// seed), replayed on three replicas with API latency, fault rates, caller
+/// deadlines and a rolling restart, all from the command line: the faults
+/// happen and are counted, the invariants hold, and the JSON timeline adds
+/// up to the summary next to a decisions/s figure.
+#[test]
+fn replicas_faults_and_deadlines_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    for name in ["a.csv", "b.csv"] {
+        let out = runner(&[
+            "simulate",
+            "--generate",
+            "--trace",
+            &p(name),
+            "--duration",
+            "24h",
+            "--requests",
+            "4000",
+            "--functions",
+            "30",
+            "--diurnal",
+            "4",
+            "--peak-hour",
+            "14",
+            "--bursts",
+            "0",
+            "--seed",
+            "3",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let trace = std::fs::read_to_string(p("a.csv")).unwrap();
+    assert_eq!(trace, std::fs::read_to_string(p("b.csv")).unwrap());
+    // The day is busier around 14:00 than around 02:00.
+    let hour_of =
+        |line: &str| line.split(',').next().unwrap().parse::<f64>().unwrap() as u64 / 3600;
+    let hours: Vec<u64> = trace.lines().skip(1).map(hour_of).collect();
+    let (day, night) = (
+        hours.iter().filter(|h| (12..16).contains(*h)).count(),
+        hours.iter().filter(|h| (0..4).contains(*h)).count(),
+    );
+    assert!(day > 2 * night, "{day} requests at 12-16h, {night} at 0-4h");
+
+    std::fs::write(
+        p("p.yaml"),
+        "podTTL: 10m\nmaxParallelPodsPerFunction: 2\nscanInterval: 20s\n",
+    )
+    .unwrap();
+    let out = runner(&[
+        "simulate",
+        "--trace",
+        &p("a.csv"),
+        "--policy",
+        &p("p.yaml"),
+        "--replicas",
+        "3",
+        "--api-latency",
+        "400ms",
+        "--patch-failures",
+        "0.2",
+        "--list-failures",
+        "0.2",
+        "--delete-failures",
+        "0.2",
+        "--unavailable",
+        "0.3",
+        "--watch-gaps",
+        "0.01",
+        "--slow-lists",
+        "0.1",
+        "--clock-skew",
+        "1s",
+        "--start-latency",
+        "4s",
+        "--deadline",
+        "5s",
+        "--restart-every",
+        "3h",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &reports[0];
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
+    assert_eq!(n("replicas"), 3);
+    assert_eq!(r["violations"], serde_json::json!([]), "{r}");
+    assert!(
+        n("api_errors") > 0 && n("call_failures") > 0,
+        "faults happened: {r}"
+    );
+    assert!(n("cancelled") > 0, "deadlines passed: {r}");
+    assert!(r["decisions_per_s"].as_f64().unwrap() > 0.0);
+    let timeline = r["timeline"].as_array().unwrap();
+    assert!(timeline.len() > 100, "{} buckets", timeline.len());
+    for key in ["cold_starts", "cancelled", "rejected"] {
+        let sum: u64 = timeline.iter().map(|s| s[key].as_u64().unwrap()).sum();
+        assert_eq!(sum, n(key), "{key}: the timeline sums to the total");
+    }
+    let peak = timeline.iter().map(|s| s["pods"].as_u64().unwrap()).max();
+    assert_eq!(peak, Some(n("peak_pods")));
+    for s in timeline {
+        assert!(s["in_use"].as_u64() <= s["pods"].as_u64(), "{s}");
+        assert!(s.get("waiting").is_some() && s.get("calls").is_some() && s.get("at_s").is_some());
+    }
+}
+
+#[test]
+fn fault_rates_must_be_probabilities() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "1,a:v1,1\n").unwrap();
+    let out = runner(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "p.yaml",
+        "--patch-failures",
+        "1.5",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--patch-failures") && stderr.contains("probability"),
+        "{stderr}"
+    );
+    let out = runner(&[
+        "simulate",
+        "--generate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--diurnal",
+        "0.5",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("diurnal ratio"), "{stderr}");
+}
