@@ -103,20 +103,40 @@ fn escaping_function(dir: &Path, tag: u32) -> std::path::PathBuf {
     )
 }
 
-/// Serve, then wrapper-server: a function that escapes its process group
-/// (new session, double fork, pipes held open or closed) still ends with
-/// its call: the reply is the function's output, it arrives although a
-/// descendant held stdout open (no deadline needed), and 0 processes remain.
+/// The servers whose confinement is checked: serve and wrapper-server with
+/// the `krm-fn-supervisor` program found next to them, and serve with the
+/// in-process fallback (`KRM_FN_SUPERVISOR=in-process`). `tag` is
+/// the `sleep` duration prefix that marks the processes of each round.
+fn confined_servers(tag: u32) -> [(u32, &'static str); 3] {
+    [
+        (tag, "serve"),
+        (tag + 10, "wrapper"),
+        (tag + 20, "serve, in-process supervisor"),
+    ]
+}
+
+/// Starts `server`, one of [`confined_servers`] for the function
+/// `name` (at `path`, in the `config.yaml` written to `dir`).
+fn start_confined(server: &str, dir: &Path, name: &str, path: &Path) -> Runner {
+    let serve = [&config(dir, &[name]), "--disable-runtimes=pod"];
+    match server {
+        "wrapper" => Runner::start_wrapper(&["--", path.to_str().unwrap()]),
+        "serve" => Runner::start(&serve),
+        _ => Runner::start_with_env(&serve, &[("KRM_FN_SUPERVISOR", "in-process")]),
+    }
+}
+
+/// Serve, then wrapper-server, then serve with the in-process supervisor:
+/// a function that escapes its process group (new session, double fork,
+/// pipes held open or closed) still ends with its call: the reply is the
+/// function's output, it arrives although a descendant held stdout open (no
+/// deadline needed), and 0 processes remain.
 #[tokio::test(flavor = "multi_thread")]
 async fn escaped_descendants_end_with_the_call() {
-    for (tag, wrapper) in [(61_410, false), (61_420, true)] {
+    for (tag, server) in confined_servers(61_410) {
         let dir = tempfile::tempdir().unwrap();
         let f = escaping_function(dir.path(), tag);
-        let runner = if wrapper {
-            Runner::start_wrapper(&["--", f.to_str().unwrap()])
-        } else {
-            Runner::start(&[&config(dir.path(), &["escape"]), "--disable-runtimes=pod"])
-        };
+        let runner = start_confined(server, dir.path(), "escape", &f);
         let mut client = runner.client().await;
         let started = Instant::now();
         // No deadline: before confinement this call never returned.
@@ -125,25 +145,26 @@ async fn escaped_descendants_end_with_the_call() {
             client.evaluate_function(request("example.com/escape:v1", config_map_rl("x"))),
         )
         .await
-        .unwrap_or_else(|_| panic!("call hung (wrapper: {wrapper}); log:\n{}", runner.log()))
-        .unwrap_or_else(|e| panic!("call failed (wrapper: {wrapper}): {e}"))
+        .unwrap_or_else(|_| panic!("call hung ({server}); log:\n{}", runner.log()))
+        .unwrap_or_else(|e| panic!("call failed ({server}): {e}"))
         .into_inner();
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(&reply.resource_list[..], &config_map_rl("x")[..]);
         let left = processes_matching(&format!("sleep {}", tag / 10));
         assert!(
             left.is_empty(),
-            "wrapper: {wrapper}: processes left after the call: {left:?}"
+            "{server}: processes left after the call: {left:?}"
         );
     }
 }
 
-/// Serve, then wrapper-server: SIGKILL of the server with 6 calls in
-/// flight, each of whose functions started a setsid child and a
-/// double-forked grandchild, leaves 0 of their 18 processes within 5 s.
+/// Serve, then wrapper-server, then serve with the in-process supervisor:
+/// SIGKILL of the server with 6 calls in flight, each of whose functions
+/// started a setsid child and a double-forked grandchild, leaves 0 of their
+/// 18 processes within 5 s.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_function_survives_a_killed_server() {
-    for (tag, wrapper) in [(62_410, false), (62_420, true)] {
+    for (tag, server) in confined_servers(62_410) {
         let dir = tempfile::tempdir().unwrap();
         let hold = script(
             dir.path(),
@@ -152,11 +173,7 @@ async fn no_function_survives_a_killed_server() {
                 "#!/bin/sh\nsetsid sleep {tag}1 </dev/null >/dev/null 2>&1 &\nsh -c 'sleep {tag}2 &'\nexec sleep {tag}3\n"
             ),
         );
-        let mut runner = if wrapper {
-            Runner::start_wrapper(&["--", hold.to_str().unwrap()])
-        } else {
-            Runner::start(&[&config(dir.path(), &["hold"]), "--disable-runtimes=pod"])
-        };
+        let mut runner = start_confined(server, dir.path(), "hold", &hold);
         let mut calls = Vec::new();
         for _ in 0..6 {
             let mut client = runner.client().await;
@@ -171,7 +188,7 @@ async fn no_function_survives_a_killed_server() {
             wait_until(Duration::from_secs(20), || processes_matching(&marker)
                 .len()
                 == 18),
-            "wrapper: {wrapper}: expected 18 function processes, saw {:?}",
+            "{server}: expected 18 function processes, saw {:?}",
             processes_matching(&marker)
         );
         runner.kill();
@@ -180,7 +197,7 @@ async fn no_function_survives_a_killed_server() {
         });
         assert!(
             gone,
-            "wrapper: {wrapper}: processes left after SIGKILL of the server: {:?}",
+            "{server}: processes left after SIGKILL of the server: {:?}",
             processes_matching(&marker)
         );
         for c in calls {

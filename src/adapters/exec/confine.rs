@@ -6,8 +6,8 @@
 //! and a process group does not die with the server when the server is
 //! killed with SIGKILL.
 //!
-//! Each function therefore runs under a small **supervisor**: the process the
-//! runner spawns forks once more, and the copy that stays becomes
+//! Each function therefore runs under a small **supervisor** process that
+//! forks the function and stays as
 //!
 //! - a *child subreaper* (`PR_SET_CHILD_SUBREAPER`): every orphaned
 //!   descendant of the function, whatever session or group it moved to, is
@@ -27,13 +27,20 @@
 //! The function itself runs in its own process group with
 //! `PR_SET_PDEATHSIG(SIGKILL)` tied to the supervisor.
 //!
+//! The supervisor is normally the `krm-fn-supervisor` program
+//! (`src/bin/krm-fn-supervisor.rs`, which includes this file), which the
+//! runner starts with `posix_spawn` (no copy of the runner's address space);
+//! without that program, the runner's own forked child becomes the
+//! supervisor ([`become_supervisor`]).
+//!
 //! This needs no privilege (no cgroup, no namespace), so it works the same
 //! in a non-root Kubernetes container where cgroups are read-only and
 //! user namespaces are blocked by the runtime's seccomp profile.
 //!
-//! Everything in this module runs in the forked child of a multi-threaded
-//! process, between `fork` and `exec`, where only async-signal-safe calls
-//! are allowed: no allocation, no locks — raw system calls on stack buffers.
+//! Everything in this module may run in the forked child of a
+//! multi-threaded process, between `fork` and `exec`, where only
+//! async-signal-safe calls are allowed: no allocation, no locks — raw system
+//! calls on stack buffers.
 
 use std::io;
 
@@ -53,13 +60,83 @@ const HANDLED: [libc::c_int; 6] = [
 ];
 
 /// Exit code of a supervisor that could not set itself up.
-const SETUP_FAILED: i32 = 125;
+pub(crate) const SETUP_FAILED: i32 = 125;
+
+/// Exit code of the `krm-fn-supervisor` program when the function could not
+/// be started (or the supervisor could not set itself up); its stderr is
+/// then exactly [`START_FAILED`] followed by the decimal `errno` and a
+/// newline. The function never ran, so nothing else was written there.
+pub(crate) const START_FAILED_CODE: i32 = 127;
+
+/// The stderr prefix of a [`START_FAILED_CODE`] exit.
+pub(crate) const START_FAILED: &[u8] = b"krm-fn-supervisor: cannot start the function: errno ";
 
 fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// Turns the freshly forked child into a supervisor of the function.
+/// Blocks the [`HANDLED`] signals (taken later with `sigwaitinfo`).
+/// Returns the blocked set and the mask from before, which the function gets
+/// back.
+pub(crate) unsafe fn block_handled() -> io::Result<(libc::sigset_t, libc::sigset_t)> {
+    // SAFETY: signal-mask calls on stack values.
+    unsafe {
+        let mut handled: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut handled);
+        for s in HANDLED {
+            libc::sigaddset(&mut handled, s);
+        }
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &handled, &mut before) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((handled, before))
+    }
+}
+
+/// Makes this process the subreaper of its descendants and ties it to the
+/// runner `runner`: exits with [`SETUP_FAILED`] when the runner is already
+/// gone (it died before the death signal was armed).
+pub(crate) unsafe fn arm(runner: libc::pid_t) -> io::Result<()> {
+    // SAFETY: prctl and getppid on values.
+    unsafe {
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_PDEATHSIG, PARENT_DIED, 0, 0, 0) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != runner {
+            libc::_exit(SETUP_FAILED);
+        }
+    }
+    Ok(())
+}
+
+/// In the function process just forked from `supervisor`: its own process
+/// group, death with the supervisor (exits with [`SETUP_FAILED`] when the
+/// supervisor is already gone), and the signal mask `before` the supervisor
+/// blocked its own.
+pub(crate) unsafe fn enter_function(
+    supervisor: libc::pid_t,
+    before: &libc::sigset_t,
+) -> io::Result<()> {
+    // SAFETY: raw system calls on values.
+    unsafe {
+        libc::setpgid(0, 0);
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != supervisor {
+            libc::_exit(SETUP_FAILED);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, before, std::ptr::null_mut());
+    }
+    Ok(())
+}
+
+/// Turns the freshly forked child into a supervisor of the function: the
+/// in-process way, used when the `krm-fn-supervisor` program is not
+/// available (it costs a copy-on-write copy of the whole runner per call).
 ///
 /// Called from `Command::pre_exec`, with `runner` the runner's process id
 /// read before spawning. Returns `Ok(())` only in the function process
@@ -71,55 +148,29 @@ fn errno() -> i32 {
 pub(crate) unsafe fn become_supervisor(runner: libc::pid_t) -> io::Result<()> {
     // SAFETY: raw system calls on stack values, in a single-threaded child.
     unsafe {
-        let mut handled: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut handled);
-        for s in HANDLED {
-            libc::sigaddset(&mut handled, s);
-        }
-        let mut before: libc::sigset_t = std::mem::zeroed();
-        if libc::pthread_sigmask(libc::SIG_BLOCK, &handled, &mut before) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0
-            || libc::prctl(libc::PR_SET_PDEATHSIG, PARENT_DIED, 0, 0, 0) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::getppid() != runner {
-            // The runner died before the death signal was armed.
-            libc::_exit(SETUP_FAILED);
-        }
+        let (handled, before) = block_handled()?;
+        arm(runner)?;
         let supervisor = libc::getpid();
         let function = libc::fork();
         if function < 0 {
             return Err(io::Error::last_os_error());
         }
         if function == 0 {
-            // The function: its own group, dies with the supervisor, and
-            // starts with the signal mask the runner gave it.
-            libc::setpgid(0, 0);
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != supervisor {
-                libc::_exit(SETUP_FAILED);
-            }
-            libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
-            return Ok(());
+            return enter_function(supervisor, &before);
         }
         // The supervisor keeps no descriptor: the pipes belong to the
         // function, and std's exec-error pipe must close so spawn returns.
-        close_all_descriptors();
+        close_descriptors_from(0);
         let status = supervise(runner, function, &handled);
         relay(status)
     }
 }
 
-/// Closes every open descriptor of this process.
-unsafe fn close_all_descriptors() {
+/// Closes every open descriptor of this process numbered `first` or above.
+pub(crate) unsafe fn close_descriptors_from(first: libc::c_int) {
     // SAFETY: closing descriptors has no memory-safety effect.
     unsafe {
-        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) == 0 {
+        if libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0u32) == 0 {
             return;
         }
         let mut limit: libc::rlimit = std::mem::zeroed();
@@ -128,7 +179,7 @@ unsafe fn close_all_descriptors() {
         } else {
             1024
         };
-        for fd in 0..max {
+        for fd in first..max {
             libc::close(fd);
         }
     }
@@ -136,7 +187,7 @@ unsafe fn close_all_descriptors() {
 
 /// Waits for the function to exit or for a stop request, then kills and
 /// reaps every descendant. Returns the function's wait status.
-unsafe fn supervise(
+pub(crate) unsafe fn supervise(
     runner: libc::pid_t,
     function: libc::pid_t,
     handled: &libc::sigset_t,
@@ -320,7 +371,7 @@ unsafe fn scan_proc_for_children() {
 }
 
 /// Exits the way the function did: the same exit code, or the same signal.
-unsafe fn relay(status: libc::c_int) -> ! {
+pub(crate) unsafe fn relay(status: libc::c_int) -> ! {
     // SAFETY: the process ends here.
     unsafe {
         if libc::WIFEXITED(status) {

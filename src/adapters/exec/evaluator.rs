@@ -85,6 +85,8 @@ impl ExecSettings {
     /// The documented defaults for a given message limit, with `extra_env`
     /// added (later entries override earlier ones).
     pub fn new(max_message_bytes: usize, extra_env: &[(String, String)]) -> Self {
+        // Chosen (and logged) once, when the first settings are made.
+        process::Confinement::current();
         let tmp = std::env::temp_dir();
         let mut env: Vec<(OsString, OsString)> = vec![
             ("PATH".into(), FUNCTION_PATH.into()),

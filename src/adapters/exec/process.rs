@@ -3,7 +3,8 @@
 //!
 //! - no shell: the program is executed directly with the given argv;
 //! - a scrubbed environment: only the variables in [`ProcessSpec::env`];
-//! - the function runs under a supervisor ([`super::confine`]) that kills
+//! - the function runs under a supervisor ([`super::confine`]; see
+//!   [`Confinement`] for how it is started) that kills
 //!   every descendant (whatever session or group it moved to) when the
 //!   function exits, when the call ends for any other reason — timeout,
 //!   output over the limit, or the future being dropped (caller cancelled) —
@@ -21,8 +22,9 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,6 +35,115 @@ use tokio::process::Command;
 
 use crate::adapters::parse_pool::parse_off_workers;
 use crate::domain::evaluation::{EvalError, ExitReason, FunctionFailure, Payload};
+
+/// How each function process gets its supervisor ([`super::confine`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confinement {
+    /// The runner starts the `krm-fn-supervisor` program at this path with
+    /// `posix_spawn` (a `vfork`-style clone: nothing of the runner is
+    /// copied), and that program supervises the function.
+    Program(PathBuf),
+    /// The runner forks itself and its forked child becomes the supervisor
+    /// (`Command::pre_exec`). Same confinement, but each call copies the
+    /// runner's page tables, and the runner takes a copy-on-write fault on
+    /// each page it writes while any supervisor lives: slower under
+    /// concurrency. The fallback when the program is not found.
+    InProcess,
+}
+
+impl Confinement {
+    /// The supervisor program's file name.
+    pub const PROGRAM: &'static str = "krm-fn-supervisor";
+
+    /// The environment variable that overrides where the program is looked
+    /// for: a path to it, or `in-process` for [`Confinement::InProcess`].
+    pub const ENV: &'static str = "KRM_FN_SUPERVISOR";
+
+    /// Finds the supervisor program: the path in [`Confinement::ENV`] when
+    /// set (an unusable path is reported in the result's reason), else
+    /// [`Confinement::PROGRAM`] next to the running executable, or one
+    /// directory up when the executable sits in a `deps` directory (cargo's
+    /// test and bench binaries). Returns the choice and, for
+    /// [`Confinement::InProcess`], why.
+    pub fn detect() -> (Confinement, Option<String>) {
+        if let Some(value) = std::env::var_os(Self::ENV) {
+            if value == "in-process" {
+                return (
+                    Confinement::InProcess,
+                    Some(format!("{}=in-process", Self::ENV)),
+                );
+            }
+            let path = PathBuf::from(value);
+            return match executable(&path) {
+                Ok(()) => (Confinement::Program(path), None),
+                Err(why) => (
+                    Confinement::InProcess,
+                    Some(format!("{}={}: {why}", Self::ENV, path.display())),
+                ),
+            };
+        }
+        let exe = match std::env::current_exe() {
+            Ok(exe) => exe,
+            Err(e) => {
+                return (
+                    Confinement::InProcess,
+                    Some(format!("the running executable's path is unknown: {e}")),
+                );
+            }
+        };
+        let mut tried = Vec::new();
+        let mut dir = exe.parent();
+        while let Some(d) = dir {
+            let candidate = d.join(Self::PROGRAM);
+            if executable(&candidate).is_ok() {
+                return (Confinement::Program(candidate), None);
+            }
+            tried.push(candidate);
+            dir = d
+                .parent()
+                .filter(|_| d.file_name() == Some("deps".as_ref()));
+        }
+        let tried: Vec<_> = tried.iter().map(|p| p.display().to_string()).collect();
+        (
+            Confinement::InProcess,
+            Some(format!("no executable {}", tried.join(" or "))),
+        )
+    }
+
+    /// The process-wide choice: [`Confinement::detect`] on first use,
+    /// logged once (a warning for [`Confinement::InProcess`], with the
+    /// reason and how to fix it).
+    pub fn current() -> &'static Confinement {
+        static CURRENT: OnceLock<Confinement> = OnceLock::new();
+        CURRENT.get_or_init(|| {
+            let (choice, why) = Self::detect();
+            match &choice {
+                Confinement::Program(path) => tracing::info!(
+                    supervisor = %path.display(),
+                    "functions start under the supervisor program"
+                ),
+                Confinement::InProcess => tracing::warn!(
+                    reason = why.as_deref().unwrap_or_default(),
+                    "functions start under a forked copy of this process (slower under \
+                     concurrency); install {} next to this executable or set {} to its path",
+                    Self::PROGRAM,
+                    Self::ENV
+                ),
+            }
+            choice
+        })
+    }
+}
+
+/// Whether `path` is a regular file someone may execute.
+fn executable(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(_) => Err("not an executable file".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +240,8 @@ impl Drop for Stopper {
     }
 }
 
-/// Runs `spec` with `stdin` as its standard input, within `limits`.
+/// Runs `spec` with `stdin` as its standard input, within `limits`,
+/// confined the [`Confinement::current`] way.
 ///
 /// Errors: see [`ProcessError`]. A non-zero exit is not an error here; it is
 /// reported in [`ProcessOutput::exit`].
@@ -138,7 +250,38 @@ pub async fn run(
     stdin: Bytes,
     limits: ProcessLimits,
 ) -> Result<ProcessOutput, ProcessError> {
-    let mut cmd = Command::new(&spec.program);
+    run_confined(spec, stdin, limits, Confinement::current()).await
+}
+
+/// [`run`] with the supervisor started the `confinement` way.
+///
+/// Errors: as [`run`]; a function the supervisor program could not start
+/// is the same [`ProcessError::Spawn`] (with the `exec` error) as with
+/// [`Confinement::InProcess`], and a supervisor program that cannot be
+/// started is a [`ProcessError::Spawn`] naming that program.
+pub async fn run_confined(
+    spec: &ProcessSpec,
+    stdin: Bytes,
+    limits: ProcessLimits,
+    confinement: &Confinement,
+) -> Result<ProcessOutput, ProcessError> {
+    let runner = std::process::id() as libc::pid_t;
+    let mut cmd = match confinement {
+        Confinement::Program(supervisor) => {
+            // No `pre_exec`: std spawns it with `posix_spawn`.
+            let mut cmd = Command::new(supervisor);
+            cmd.arg(runner.to_string()).arg(&spec.program);
+            cmd
+        }
+        Confinement::InProcess => {
+            let mut cmd = Command::new(&spec.program);
+            // SAFETY: `become_supervisor` uses only async-signal-safe system calls.
+            unsafe {
+                cmd.pre_exec(move || super::confine::become_supervisor(runner));
+            }
+            cmd
+        }
+    };
     cmd.args(&spec.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -149,13 +292,11 @@ pub async fn run(
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }
-    let runner = std::process::id() as libc::pid_t;
-    // SAFETY: `become_supervisor` uses only async-signal-safe system calls.
-    unsafe {
-        cmd.pre_exec(move || super::confine::become_supervisor(runner));
-    }
     let mut child = cmd.spawn().map_err(|source| ProcessError::Spawn {
-        program: spec.program.clone(),
+        program: match confinement {
+            Confinement::Program(supervisor) => supervisor.clone(),
+            Confinement::InProcess => spec.program.clone(),
+        },
         source,
     })?;
     let stopper = Stopper(
@@ -217,6 +358,14 @@ pub async fn run(
         None => work.await?,
     };
     drop(stopper);
+    if let Confinement::Program(_) = confinement
+        && let Some(errno) = start_failure(status.code(), &err)
+    {
+        return Err(ProcessError::Spawn {
+            program: spec.program.clone(),
+            source: io::Error::from_raw_os_error(errno),
+        });
+    }
     let exit = match (status.code(), status.signal()) {
         (Some(code), _) => ExitReason::Code(code),
         (None, Some(sig)) => ExitReason::Signal(sig),
@@ -227,6 +376,21 @@ pub async fn run(
         stdout: out.into(),
         stderr: err.into(),
     })
+}
+
+/// The `errno` the supervisor program reported for a function it could not
+/// start: exit code [`super::confine::START_FAILED_CODE`] and `stderr`
+/// exactly the report line.
+fn start_failure(code: Option<i32>, stderr: &[u8]) -> Option<i32> {
+    use super::confine::{START_FAILED, START_FAILED_CODE};
+    if code != Some(START_FAILED_CODE) {
+        return None;
+    }
+    let digits = stderr.strip_prefix(START_FAILED)?.strip_suffix(b"\n")?;
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// Reads `pipe` into `buf` until end of file; more than `limit` bytes is an

@@ -1,0 +1,173 @@
+//! `krm-fn-supervisor`: the small program that supervises one function
+//! process for krm-fn-runner and its wrapper server.
+//!
+//! Usage (by the runner, not by hand):
+//! `krm-fn-supervisor RUNNER_PID PROGRAM [ARG...]`, with the function's
+//! stdin, stdout and stderr as descriptors 0, 1 and 2 and the function's
+//! environment and working directory as its own.
+//!
+//! The runner starts it with `posix_spawn` (`std::process::Command` without
+//! a `pre_exec` hook: a `vfork`-style clone that copies none of the
+//! runner's memory). It then sets up the confinement described in
+//! `src/adapters/exec/confine.rs` (child subreaper, death signal tied to
+//! `RUNNER_PID`), forks the function — cheap, this process being small —
+//! which `execvp`s `PROGRAM` with `PROGRAM ARG...` as its argv, keeps none
+//! of the function's descriptors once the function has started, and exits
+//! with the function's status (its exit code, or death by the same signal)
+//! once the function and every descendant are gone.
+//!
+//! When the function cannot be started (program missing, not executable, a
+//! failed set-up call), the function has written nothing, so this program
+//! writes `krm-fn-supervisor: cannot start the function: errno N` to stderr
+//! and exits with 127; the runner turns exactly that into the same
+//! start-up error as a failed `exec` of its own.
+//!
+//! `no_main`: the C runtime calls [`main`] directly, skipping the Rust
+//! runtime's start-up (which would, among other things, set SIGPIPE to be
+//! ignored, a disposition the function would inherit).
+
+#![no_main]
+
+use std::ffi::{CStr, c_char, c_int};
+
+#[allow(dead_code)]
+#[path = "../adapters/exec/confine.rs"]
+mod confine;
+
+/// Writes the start-failure report for `errno` to stderr and exits with
+/// [`confine::START_FAILED_CODE`].
+fn start_failed(errno: i32) -> ! {
+    let mut line = [0u8; 96];
+    let prefix = confine::START_FAILED;
+    line[..prefix.len()].copy_from_slice(prefix);
+    let mut at = prefix.len();
+    let mut digits = [0u8; 12];
+    let mut n = errno.unsigned_abs();
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for d in digits[..len].iter().rev() {
+        line[at] = *d;
+        at += 1;
+    }
+    line[at] = b'\n';
+    at += 1;
+    // SAFETY: a write from a stack buffer, then the process ends.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), at);
+        libc::_exit(confine::START_FAILED_CODE)
+    }
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn usage() -> ! {
+    let text = b"usage: krm-fn-supervisor RUNNER_PID PROGRAM [ARG...]\n\
+        krm-fn-runner starts this program for each function it runs; it is not meant to be run by hand.\n";
+    // SAFETY: a write from a static buffer, then the process ends.
+    unsafe {
+        libc::write(2, text.as_ptr().cast(), text.len());
+        libc::_exit(2)
+    }
+}
+
+/// The program's entry point, called by the C runtime.
+///
+/// # Safety
+/// `argv` holds `argc` valid C strings followed by a null pointer, as the
+/// C runtime passes them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
+    if argc < 3 {
+        usage();
+    }
+    // SAFETY: argv[1] is a valid C string (argc ≥ 3).
+    let runner = unsafe { CStr::from_ptr(*argv.add(1)) }.to_bytes();
+    let Some(runner) = parse_pid(runner) else {
+        usage();
+    };
+    // SAFETY: raw system calls on stack values; `argv + 2` is the
+    // null-terminated argv of the function.
+    unsafe {
+        // Nothing but the function's three pipes is for this process.
+        confine::close_descriptors_from(3);
+        let (handled, before) =
+            confine::block_handled().unwrap_or_else(|_| start_failed(last_errno()));
+        if confine::arm(runner).is_err() {
+            start_failed(last_errno());
+        }
+        // Carries the function's `execvp` errno; closed by a successful exec.
+        let mut exec_status = [0 as c_int; 2];
+        if libc::pipe2(exec_status.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            start_failed(last_errno());
+        }
+        let supervisor = libc::getpid();
+        let function = libc::fork();
+        if function < 0 {
+            start_failed(last_errno());
+        }
+        if function == 0 {
+            libc::close(exec_status[0]);
+            let errno = match confine::enter_function(supervisor, &before) {
+                Ok(()) => {
+                    libc::execvp(*argv.add(2), argv.add(2));
+                    last_errno()
+                }
+                Err(_) => last_errno(),
+            };
+            libc::write(
+                exec_status[1],
+                (&errno as *const i32).cast(),
+                std::mem::size_of::<i32>(),
+            );
+            libc::_exit(confine::START_FAILED_CODE);
+        }
+        libc::close(exec_status[1]);
+        // stdin and stdout belong to the function; stderr is kept until the
+        // function has started, to report a failure.
+        libc::close(0);
+        libc::close(1);
+        let mut errno: i32 = 0;
+        let n = loop {
+            let n = libc::read(
+                exec_status[0],
+                (&mut errno as *mut i32).cast(),
+                std::mem::size_of::<i32>(),
+            );
+            if n >= 0 || last_errno() != libc::EINTR {
+                break n;
+            }
+        };
+        libc::close(exec_status[0]);
+        if n == std::mem::size_of::<i32>() as isize {
+            let mut status = 0;
+            libc::waitpid(function, &mut status, 0);
+            start_failed(errno);
+        }
+        libc::close(2);
+        let status = confine::supervise(runner, function, &handled);
+        confine::relay(status)
+    }
+}
+
+/// A process id in decimal.
+fn parse_pid(text: &[u8]) -> Option<libc::pid_t> {
+    if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(text)
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|&p| p > 0)
+}
