@@ -11,7 +11,7 @@
 #   --tls-verify=false  push over plain HTTP / without verifying TLS
 #
 # Steps:
-#   1. the three binaries, static (x86_64-unknown-linux-musl, cargo profile
+#   1. the four binaries, static (x86_64-unknown-linux-musl, cargo profile
 #      `image`: release, stripped), in ${KRM_FN_IMAGE_TARGET_DIR:-CACHE/image-target}
 #      so that dependencies are compiled once per machine;
 #   2. the catalog function binaries (scripts/install-catalog-functions.sh,
@@ -74,7 +74,7 @@ fi
 echo "build-images: building the static binaries ($TARGET, profile image)" >&2
 CC_x86_64_unknown_linux_musl=musl-gcc \
   cargo build --profile image --target "$TARGET" --target-dir "$TARGET_DIR" \
-  --bin krm-fn-runner --bin wrapper-server --bin grpc-health-probe >&2
+  --bin krm-fn-runner --bin wrapper-server --bin grpc-health-probe --bin krm-fn-supervisor >&2
 bins="$TARGET_DIR/$TARGET/image"
 echo "build-images: binaries ready after $((SECONDS - start))s" >&2
 
@@ -86,10 +86,11 @@ mkdir -p "$ctx/runner/functions" "$ctx/runner/tmp" "$ctx/wrapper"
 chmod 1777 "$ctx/runner/tmp"
 cp "$bins/krm-fn-runner" "$ctx/runner/server"
 cp "$bins/grpc-health-probe" "$ctx/runner/grpc-health-probe"
+cp "$bins/krm-fn-supervisor" "$ctx/runner/krm-fn-supervisor"
 cp "$CATALOG/config.yaml" "$ctx/runner/config.yaml"
 cp "$CATALOG"/bin/* "$ctx/runner/functions/"
 cp "$CA_BUNDLE" "$ctx/runner/ca-certificates.crt"
-cp "$bins/wrapper-server" "$bins/grpc-health-probe" "$ctx/wrapper/"
+cp "$bins/wrapper-server" "$bins/grpc-health-probe" "$bins/krm-fn-supervisor" "$ctx/wrapper/"
 cp "$STATIC_CP" "$ctx/wrapper/cp"
 chmod -R go-w "$ctx/runner" "$ctx/wrapper"
 chmod 1777 "$ctx/runner/tmp"

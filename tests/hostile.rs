@@ -36,7 +36,9 @@ fn groups_matching(marker: &str) -> usize {
     groups.len()
 }
 
-/// Processes whose command line contains `marker` (NULs read as spaces).
+/// Processes whose command line contains `marker` (NULs read as spaces),
+/// the functions' supervisors (`krm-fn-supervisor RUNNER_PID PROGRAM …`,
+/// whose argv names the function) excepted.
 fn processes_matching(marker: &str) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -51,7 +53,11 @@ fn processes_matching(marker: &str) -> Vec<u32> {
             continue;
         };
         let text: String = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if text.contains(marker) && common::alive(pid) {
+        let supervisor = text
+            .split(' ')
+            .next()
+            .is_some_and(|argv0| argv0.ends_with("/krm-fn-supervisor"));
+        if text.contains(marker) && !supervisor && common::alive(pid) {
             found.push(pid);
         }
     }
@@ -119,11 +125,22 @@ fn confined_servers(tag: u32) -> [(u32, &'static str); 3] {
 /// `name` (at `path`, in the `config.yaml` written to `dir`).
 fn start_confined(server: &str, dir: &Path, name: &str, path: &Path) -> Runner {
     let serve = [&config(dir, &[name]), "--disable-runtimes=pod"];
-    match server {
-        "wrapper" => Runner::start_wrapper(&["--", path.to_str().unwrap()]),
-        "serve" => Runner::start(&serve),
-        _ => Runner::start_with_env(&serve, &[("KRM_FN_SUPERVISOR", "in-process")]),
-    }
+    let (runner, way) = match server {
+        "wrapper" => (
+            Runner::start_wrapper(&["--", path.to_str().unwrap()]),
+            "functions start under the supervisor program",
+        ),
+        "serve" => (
+            Runner::start(&serve),
+            "functions start under the supervisor program",
+        ),
+        _ => (
+            Runner::start_with_env(&serve, &[("KRM_FN_SUPERVISOR", "in-process")]),
+            "functions start under a forked copy of this process",
+        ),
+    };
+    assert!(runner.log().contains(way), "{server}: {}", runner.log());
+    runner
 }
 
 /// Serve, then wrapper-server, then serve with the in-process supervisor:

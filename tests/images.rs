@@ -132,6 +132,15 @@ impl Running {
         Running { child, log }
     }
 
+    /// The server found the `krm-fn-supervisor` program shipped next to it.
+    fn assert_supervised(&self) {
+        let log = self.log.lock().unwrap();
+        assert!(
+            log.contains("functions start under the supervisor program"),
+            "{log}"
+        );
+    }
+
     fn stop(&mut self) {
         if let Ok(Some(_)) = self.child.try_wait() {
             return;
@@ -274,7 +283,7 @@ async fn images_build_push_inspect_and_run() {
         "init container cp failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for f in ["wrapper-server", "grpc-health-probe"] {
+    for f in ["wrapper-server", "grpc-health-probe", "krm-fn-supervisor"] {
         let meta = std::fs::metadata(tools.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert!(
             std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0,
@@ -326,6 +335,7 @@ async fn images_build_push_inspect_and_run() {
         ),
         "the wrapper server in the function image",
     );
+    wrapper.assert_supervised();
     let addr = format!("localhost:{port}");
     let probe = |container: &str, path: &str, addr: &str| {
         buildah
@@ -360,7 +370,7 @@ async fn images_build_push_inspect_and_run() {
     let runner = buildah.from(&runner_image);
     let port = free_port();
     let port_arg = format!("--port={port}");
-    let _server = Running::start(
+    let server = Running::start(
         buildah.run_in(
             &runner,
             &[],
@@ -375,6 +385,7 @@ async fn images_build_push_inspect_and_run() {
         ),
         "the runner image",
     );
+    server.assert_supervised();
     let out = probe(
         &runner,
         "/home/nonroot/grpc-health-probe",

@@ -2,7 +2,7 @@
 //! process for krm-fn-runner and its wrapper server.
 //!
 //! Usage (by the runner, not by hand):
-//! `krm-fn-supervisor RUNNER_PID PROGRAM [ARG...]`, with the function's
+//! `krm-fn-supervisor RUNNER_PID TOKEN PROGRAM [ARG...]`, with the function's
 //! stdin, stdout and stderr as descriptors 0, 1 and 2 and the function's
 //! environment and working directory as its own.
 //!
@@ -18,9 +18,10 @@
 //!
 //! When the function cannot be started (program missing, not executable, a
 //! failed set-up call), the function has written nothing, so this program
-//! writes `krm-fn-supervisor: cannot start the function: errno N` to stderr
-//! and exits with 127; the runner turns exactly that into the same
-//! start-up error as a failed `exec` of its own.
+//! writes `krm-fn-supervisor: cannot start the function: TOKEN errno N` to
+//! stderr and exits with 127; the runner, which chose `TOKEN` for this call,
+//! turns exactly that into the same start-up error as a failed `exec` of
+//! its own.
 //!
 //! `no_main`: the C runtime calls [`main`] directly, skipping the Rust
 //! runtime's start-up (which would, among other things, set SIGPIPE to be
@@ -30,17 +31,22 @@
 
 use std::ffi::{CStr, c_char, c_int};
 
+/// The most bytes of a call's token.
+const MAX_TOKEN: usize = 32;
+
 #[allow(dead_code)]
 #[path = "../adapters/exec/confine.rs"]
 mod confine;
 
-/// Writes the start-failure report for `errno` to stderr and exits with
-/// [`confine::START_FAILED_CODE`].
-fn start_failed(errno: i32) -> ! {
-    let mut line = [0u8; 96];
-    let prefix = confine::START_FAILED;
-    line[..prefix.len()].copy_from_slice(prefix);
-    let mut at = prefix.len();
+/// Writes the start-failure report for `token` and `errno` to stderr and
+/// exits with [`confine::START_FAILED_CODE`].
+fn start_failed(token: &[u8], errno: i32) -> ! {
+    let mut line = [0u8; 160];
+    let mut at = 0;
+    for part in [confine::START_FAILED, token, b" errno "] {
+        line[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
     let mut digits = [0u8; 12];
     let mut n = errno.unsigned_abs();
     let mut len = 0;
@@ -72,7 +78,7 @@ fn last_errno() -> i32 {
 }
 
 fn usage() -> ! {
-    let text = b"usage: krm-fn-supervisor RUNNER_PID PROGRAM [ARG...]\n\
+    let text = b"usage: krm-fn-supervisor RUNNER_PID TOKEN PROGRAM [ARG...]\n\
         krm-fn-runner starts this program for each function it runs; it is not meant to be run by hand.\n";
     // SAFETY: a write from a static buffer, then the process ends.
     unsafe {
@@ -88,39 +94,48 @@ fn usage() -> ! {
 /// C runtime passes them.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
-    if argc < 3 {
+    if argc < 4 {
         usage();
     }
-    // SAFETY: argv[1] is a valid C string (argc ≥ 3).
-    let runner = unsafe { CStr::from_ptr(*argv.add(1)) }.to_bytes();
+    // SAFETY: argv[1] and argv[2] are valid C strings (argc ≥ 4).
+    let (runner, token) = unsafe {
+        (
+            CStr::from_ptr(*argv.add(1)).to_bytes(),
+            CStr::from_ptr(*argv.add(2)).to_bytes(),
+        )
+    };
     let Some(runner) = parse_pid(runner) else {
         usage();
     };
-    // SAFETY: raw system calls on stack values; `argv + 2` is the
+    if token.is_empty() || token.len() > MAX_TOKEN {
+        usage();
+    }
+    // SAFETY: raw system calls on stack values; `argv + 3` is the
     // null-terminated argv of the function.
     unsafe {
         // Nothing but the function's three pipes is for this process.
         confine::close_descriptors_from(3);
+        reset_internal_signals();
         let (handled, before) =
-            confine::block_handled().unwrap_or_else(|_| start_failed(last_errno()));
+            confine::block_handled().unwrap_or_else(|_| start_failed(token, last_errno()));
         if confine::arm(runner).is_err() {
-            start_failed(last_errno());
+            start_failed(token, last_errno());
         }
         // Carries the function's `execvp` errno; closed by a successful exec.
         let mut exec_status = [0 as c_int; 2];
         if libc::pipe2(exec_status.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            start_failed(last_errno());
+            start_failed(token, last_errno());
         }
         let supervisor = libc::getpid();
         let function = libc::fork();
         if function < 0 {
-            start_failed(last_errno());
+            start_failed(token, last_errno());
         }
         if function == 0 {
             libc::close(exec_status[0]);
             let errno = match confine::enter_function(supervisor, &before) {
                 Ok(()) => {
-                    libc::execvp(*argv.add(2), argv.add(2));
+                    libc::execvp(*argv.add(3), argv.add(3));
                     last_errno()
                 }
                 Err(_) => last_errno(),
@@ -152,11 +167,36 @@ pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int 
         if n == std::mem::size_of::<i32>() as isize {
             let mut status = 0;
             libc::waitpid(function, &mut status, 0);
-            start_failed(errno);
+            start_failed(token, errno);
         }
         libc::close(2);
         let status = confine::supervise(runner, function, &handled);
         confine::relay(status)
+    }
+}
+
+/// Gives the C library's internal signals (those below `SIGRTMIN`) their
+/// default disposition back: glibc's `posix_spawn` ignores them in the new
+/// process, and an ignored signal stays ignored across `exec`, so the
+/// function would otherwise inherit that; a function forked from the runner
+/// starts with them at their default. After an `exec` a signal is either
+/// ignored or at its default, so this only undoes that. The raw system
+/// call, since glibc's `sigaction` refuses these signals.
+fn reset_internal_signals() {
+    // The kernel's `struct sigaction`, all zero: SIG_DFL, no flags, empty
+    // mask (32 bytes cover every layout).
+    let default = [0u64; 4];
+    for sig in 32..libc::SIGRTMIN() {
+        // SAFETY: rt_sigaction reads `default`; the old action is not asked for.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                default.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            );
+        }
     }
 }
 

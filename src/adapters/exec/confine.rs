@@ -64,12 +64,14 @@ pub(crate) const SETUP_FAILED: i32 = 125;
 
 /// Exit code of the `krm-fn-supervisor` program when the function could not
 /// be started (or the supervisor could not set itself up); its stderr is
-/// then exactly [`START_FAILED`] followed by the decimal `errno` and a
-/// newline. The function never ran, so nothing else was written there.
+/// then exactly [`START_FAILED`], the call's token (from the program's
+/// argv), ` errno `, the decimal `errno` and a newline. The function never
+/// ran, so nothing else was written there; the token, new for each call,
+/// keeps a function's own stderr from passing for this report.
 pub(crate) const START_FAILED_CODE: i32 = 127;
 
 /// The stderr prefix of a [`START_FAILED_CODE`] exit.
-pub(crate) const START_FAILED: &[u8] = b"krm-fn-supervisor: cannot start the function: errno ";
+pub(crate) const START_FAILED: &[u8] = b"krm-fn-supervisor: cannot start the function: ";
 
 fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)

@@ -41,7 +41,9 @@ use crate::domain::evaluation::{EvalError, ExitReason, FunctionFailure, Payload}
 pub enum Confinement {
     /// The runner starts the `krm-fn-supervisor` program at this path with
     /// `posix_spawn` (a `vfork`-style clone: nothing of the runner is
-    /// copied), and that program supervises the function.
+    /// copied) as `krm-fn-supervisor RUNNER_PID TOKEN PROGRAM ARG...`, and
+    /// that program supervises the function (TOKEN: 16 random hex digits
+    /// per call, which mark its report of a function it could not start).
     Program(PathBuf),
     /// The runner forks itself and its forked child becomes the supervisor
     /// (`Command::pre_exec`). Same confinement, but each call copies the
@@ -266,11 +268,12 @@ pub async fn run_confined(
     confinement: &Confinement,
 ) -> Result<ProcessOutput, ProcessError> {
     let runner = std::process::id() as libc::pid_t;
+    let token = format!("{:016x}", rand::random::<u64>());
     let mut cmd = match confinement {
         Confinement::Program(supervisor) => {
             // No `pre_exec`: std spawns it with `posix_spawn`.
             let mut cmd = Command::new(supervisor);
-            cmd.arg(runner.to_string()).arg(&spec.program);
+            cmd.arg(runner.to_string()).arg(&token).arg(&spec.program);
             cmd
         }
         Confinement::InProcess => {
@@ -359,7 +362,7 @@ pub async fn run_confined(
     };
     drop(stopper);
     if let Confinement::Program(_) = confinement
-        && let Some(errno) = start_failure(status.code(), &err)
+        && let Some(errno) = start_failure(status.code(), &err, &token)
     {
         return Err(ProcessError::Spawn {
             program: spec.program.clone(),
@@ -380,13 +383,17 @@ pub async fn run_confined(
 
 /// The `errno` the supervisor program reported for a function it could not
 /// start: exit code [`super::confine::START_FAILED_CODE`] and `stderr`
-/// exactly the report line.
-fn start_failure(code: Option<i32>, stderr: &[u8]) -> Option<i32> {
+/// exactly the report line with this call's `token`.
+fn start_failure(code: Option<i32>, stderr: &[u8], token: &str) -> Option<i32> {
     use super::confine::{START_FAILED, START_FAILED_CODE};
     if code != Some(START_FAILED_CODE) {
         return None;
     }
-    let digits = stderr.strip_prefix(START_FAILED)?.strip_suffix(b"\n")?;
+    let digits = stderr
+        .strip_prefix(START_FAILED)?
+        .strip_prefix(token.as_bytes())?
+        .strip_prefix(b" errno ")?
+        .strip_suffix(b"\n")?;
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
