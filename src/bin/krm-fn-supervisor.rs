@@ -10,7 +10,8 @@
 //! a `pre_exec` hook: a `vfork`-style clone that copies none of the
 //! runner's memory). It then sets up the confinement described in
 //! `src/adapters/exec/confine.rs` (child subreaper, death signal tied to
-//! `RUNNER_PID`), forks the function — cheap, this process being small —
+//! `RUNNER_PID`), starts the function with a `vfork`-style clone
+//! (`CLONE_VM | CLONE_VFORK`, on a stack of its own: nothing is copied),
 //! which `execvp`s `PROGRAM` with `PROGRAM ARG...` as its argv, keeps none
 //! of the function's descriptors once the function has started, and exits
 //! with the function's status (its exit code, or death by the same signal)
@@ -121,50 +122,33 @@ pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int 
         if confine::arm(runner).is_err() {
             start_failed(token, last_errno());
         }
-        // Carries the function's `execvp` errno; closed by a successful exec.
-        let mut exec_status = [0 as c_int; 2];
-        if libc::pipe2(exec_status.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            start_failed(token, last_errno());
-        }
-        let supervisor = libc::getpid();
-        let function = libc::fork();
+        // The function starts with a `vfork`-style clone on a stack of its
+        // own: this process waits until the function has `exec`ed or
+        // failed, and nothing is copied.
+        let mut start = Start {
+            supervisor: libc::getpid(),
+            before,
+            argv: argv.add(3),
+            errno: 0,
+        };
+        let mut stack = vec![0u8; FUNCTION_STACK];
+        let top = (stack.as_mut_ptr() as usize + FUNCTION_STACK) & !15;
+        let function = libc::clone(
+            start_function,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut start as *mut Start).cast(),
+        );
         if function < 0 {
             start_failed(token, last_errno());
         }
-        if function == 0 {
-            libc::close(exec_status[0]);
-            let errno = match confine::enter_function(supervisor, &before) {
-                Ok(()) => {
-                    libc::execvp(*argv.add(3), argv.add(3));
-                    last_errno()
-                }
-                Err(_) => last_errno(),
-            };
-            libc::write(
-                exec_status[1],
-                (&errno as *const i32).cast(),
-                std::mem::size_of::<i32>(),
-            );
-            libc::_exit(confine::START_FAILED_CODE);
-        }
-        libc::close(exec_status[1]);
+        drop(stack);
         // stdin and stdout belong to the function; stderr is kept until the
         // function has started, to report a failure.
         libc::close(0);
         libc::close(1);
-        let mut errno: i32 = 0;
-        let n = loop {
-            let n = libc::read(
-                exec_status[0],
-                (&mut errno as *mut i32).cast(),
-                std::mem::size_of::<i32>(),
-            );
-            if n >= 0 || last_errno() != libc::EINTR {
-                break n;
-            }
-        };
-        libc::close(exec_status[0]);
-        if n == std::mem::size_of::<i32>() as isize {
+        let errno = std::ptr::read_volatile(&start.errno);
+        if errno != 0 {
             let mut status = 0;
             libc::waitpid(function, &mut status, 0);
             start_failed(token, errno);
@@ -197,6 +181,43 @@ fn reset_internal_signals() {
                 8usize,
             );
         }
+    }
+}
+
+/// Bytes of stack for the function between its clone and its `exec`
+/// (`execvp` builds each candidate path on it).
+const FUNCTION_STACK: usize = 256 << 10;
+
+/// What the function needs between its clone and its `exec`, shared with
+/// this process (`CLONE_VM`).
+struct Start {
+    /// This process.
+    supervisor: libc::pid_t,
+    /// The signal mask the function starts with.
+    before: libc::sigset_t,
+    /// The function's null-terminated argv; `argv[0]` is the program.
+    argv: *const *const c_char,
+    /// Set when the function could not start: the `errno`.
+    errno: i32,
+}
+
+/// The function's side of the clone: its own process group and death
+/// signal, then `execvp`. Only returns (by `_exit`) when the program could
+/// not be started, with the reason in [`Start::errno`].
+extern "C" fn start_function(start: *mut libc::c_void) -> c_int {
+    // SAFETY: `start` is the parent's `Start`, which waits (CLONE_VFORK)
+    // until this exits or execs; only system calls follow.
+    unsafe {
+        let start = &mut *start.cast::<Start>();
+        let errno = match confine::enter_function(start.supervisor, &start.before) {
+            Ok(()) => {
+                libc::execvp(*start.argv, start.argv);
+                last_errno()
+            }
+            Err(_) => last_errno(),
+        };
+        std::ptr::write_volatile(&mut start.errno, errno);
+        libc::_exit(confine::START_FAILED_CODE)
     }
 }
 
