@@ -524,6 +524,16 @@ fn runner_namespace() -> String {
         .unwrap_or_else(|| "porch-system".into())
 }
 
+/// The images to warm at start: every configured one with
+/// `--warm-up-pod-cache`, else only those with a warm-pool minimum (a
+/// minimum is kept whatever that flag says).
+fn warm_up_list(warm_up: bool, images: Vec<String>, policy: &PodCachePolicy) -> Vec<String> {
+    images
+        .into_iter()
+        .filter(|image| warm_up || policy.settings_for(image).min_ready.is_some_and(|m| m > 0))
+        .collect()
+}
+
 /// The config.yaml generation's per-function pod settings: `policy` with
 /// the entries of `--pod-cache-config` (or its default file, if it exists),
 /// and the warm-up list; problems become warnings, as in Porch.
@@ -692,13 +702,12 @@ pub async fn start_pod_runtime(
     policy.instance = format!("{token}-{:016x}", start_nonce());
     policy.retry_backoff = s.write_retry_backoff;
     policy.retry_backoff_max = Duration::from_secs(30).max(s.write_retry_backoff);
-    let mut warm_up = Vec::new();
+    let warm_up;
     let templates = match function_configs {
         Some(store) => {
-            if s.warm_up {
-                warm_up = store.warm_up_images();
-            }
+            let images = store.warm_up_images();
             policy = policy.with_function_configs(store);
+            warm_up = warm_up_list(s.warm_up, images, &policy);
             watch_template_objects(client, &s.namespace, &wrapper_image, s.sync_timeout)
                 .await
                 .map_err(|e| pod_err(PodRuntimeError::Template(e).to_string()))?
@@ -706,9 +715,7 @@ pub async fn start_pod_runtime(
         None => {
             let (with_config, images) = pod_cache_config(s, policy, &mut warnings);
             policy = with_config;
-            if s.warm_up {
-                warm_up = images;
-            }
+            warm_up = warm_up_list(s.warm_up, images, &policy);
             config_yaml_templates(s, &platform, &wrapper_image).await?
         }
     };

@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 
 use super::image::resolve_image;
 use super::pod_cache::PodCacheConfigEntry;
-use super::pod_cache::config::parse_go_duration;
+use super::pod_cache::config::{check_pool, parse_go_duration};
 use super::pod_cache::template::{ContainerOverrides, TemplateOverrides};
 
 /// The API group of `FunctionConfig` and `ServiceTemplate`.
@@ -113,6 +113,15 @@ pub struct PodExecutor {
     /// Load on a pod before another is started (0: `--max-waitlist-length`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preferred_max_queue_length: Option<i64>,
+    /// Warm pool minimum, an extension of ours: pods kept ready whatever
+    /// their TTL ([`FunctionSettings::min_ready`](crate::domain::pod_cache::FunctionSettings::min_ready)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_ready: Option<i64>,
+    /// Warm pool maximum, an extension of ours: pods of the function across
+    /// all runner replicas; replaces `maxParallelExecutions`
+    /// ([`FunctionSettings::max_pods`](crate::domain::pod_cache::FunctionSettings::max_pods)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pods: Option<i64>,
     /// Changes to the pods built from the pod template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_overrides: Option<TemplateOverridesSpec>,
@@ -372,9 +381,25 @@ fn compile(
             p.preferred_max_queue_length,
             &mut problems,
         );
+        let (min_ready, max_pods) = check_pool(
+            p.min_ready,
+            p.max_pods,
+            max_parallel_pods.is_some(),
+            [
+                "spec.podExecutor.minReady",
+                "spec.podExecutor.maxPods",
+                "spec.podExecutor.maxParallelExecutions",
+            ],
+        )
+        .unwrap_or_else(|problem| {
+            problems.push(problem);
+            (None, None)
+        });
         PodRule {
             tags: p.tags.clone(),
             entry: PodCacheConfigEntry {
+                min_ready,
+                max_pods,
                 name: String::new(),
                 ttl,
                 max_waitlist,

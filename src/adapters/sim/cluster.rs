@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service};
 
 use crate::domain::pod_cache::template::{observe_pod, observe_service, service_endpoint};
 use crate::domain::pod_cache::{
-    CREATION_ANNOTATION, DeletePrecondition, ObservedPhase, ObservedPod, ObservedService,
+    CREATION_ANNOTATION, DeletePrecondition, ObservedPhase, ObservedPod, ObservedService, naming,
     PodCreation, RECLAIM_AFTER_ANNOTATION, SETTINGS_VERSION_ANNOTATION,
     TEMPLATE_VERSION_ANNOTATION, UnixTime,
 };
@@ -126,7 +126,7 @@ pub struct Audit {
     /// Pods deleted while calls were in them: (time, pod, calls).
     pub deleted_in_use: Vec<(UnixTime, String, u32)>,
     /// Pod names created twice (a second successful creation of a name
-    /// that existed before).
+    /// that existed before), warm pool names excepted.
     pub created_twice: Vec<String>,
     /// Calls begun on a pod that did not exist (or was not ready): (time,
     /// pod, caller).
@@ -610,7 +610,9 @@ impl SimCluster {
         if let Some(at) = ready_at {
             self.starting.push(Reverse((at, name.clone())));
         }
-        if !self.ever_created.insert(name.clone()) {
+        // A warm pool's names are meant to be created again once their pod
+        // is gone; the API server's name uniqueness is their guard.
+        if !self.ever_created.insert(name.clone()) && !naming::is_pool_name(&name) {
             self.audit.created_twice.push(name.clone());
         }
         let observed = Arc::new(observed);

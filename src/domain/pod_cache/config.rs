@@ -8,6 +8,8 @@
 //!   maxParallelPodsPerFunction: 2
 //!   resources: {requests: {cpu: 100m}}   # core/v1 ResourceRequirements
 //!   maxLoadPerPod: 32               # extension: bound on queueing (spec §10 item 33)
+//!   minReady: 2                     # extension: warm pool, pods kept whatever the TTL
+//!   maxPods: 4                      # extension: pods of the function across all replicas
 //! ```
 //! Entries are keyed by the exact image string (Porch Gen B). As in Porch, an
 //! unparsable or zero `timeToLive` and zero integers fall back to the global
@@ -40,6 +42,8 @@ pub const ENTRY_FORMAT: Shape = Shape::Map(&[
     ("maxParallelPodsPerFunction", Shape::Any),
     ("resources", Shape::Any),
     ("maxLoadPerPod", Shape::Any),
+    ("minReady", Shape::Any),
+    ("maxPods", Shape::Any),
 ]);
 
 /// The pod-cache parameters of one function image.
@@ -70,6 +74,28 @@ pub struct FunctionSettings {
     /// What configured these settings, e.g. `FunctionConfig set-namespace`;
     /// `None` for the global defaults.
     pub source: Option<String>,
+    /// Warm pool minimum (`minReady`, extension; kptdev/porch#956): this
+    /// many pods of the function are kept ready whatever their TTL, and
+    /// restored after failures and deletions. `None` (the default) keeps
+    /// Porch's behaviour: no minimum, one pod at warm-up.
+    pub min_ready: Option<u32>,
+    /// Warm pool maximum (`maxPods`, extension): pods of the function across
+    /// all runner replicas. Setting it (or [`min_ready`](Self::min_ready))
+    /// makes the function's pods a pool ([`pool`](Self::pool)); it then
+    /// replaces [`max_parallel_pods`](Self::max_parallel_pods), which
+    /// otherwise bounds the pods of one replica.
+    pub max_pods: Option<u32>,
+}
+
+/// A function's warm pool: its pods are named `0..max` from a name set all
+/// replicas share ([`naming::pool_pod_name`](super::naming::pool_pod_name)),
+/// and the first `min` of them are kept ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool {
+    /// Pods kept ready (`minReady`), at most `max`.
+    pub min: u32,
+    /// Pods at most, across all replicas (`maxPods`), at least 1.
+    pub max: u32,
 }
 
 impl Default for FunctionSettings {
@@ -84,11 +110,32 @@ impl Default for FunctionSettings {
             resources: None,
             overrides: None,
             source: None,
+            min_ready: None,
+            max_pods: None,
         }
     }
 }
 
 impl FunctionSettings {
+    /// The function's warm pool, if `minReady` or `maxPods` is set: `max`
+    /// is `maxPods`, or without it the larger of `minReady` and the
+    /// per-replica pod limit; `min` is `minReady` (0 without it), at most
+    /// `max`.
+    pub fn pool(&self) -> Option<Pool> {
+        if self.min_ready.is_none() && self.max_pods.is_none() {
+            return None;
+        }
+        let min = self.min_ready.unwrap_or(0);
+        let max = self
+            .max_pods
+            .unwrap_or_else(|| self.max_parallel_pods.max(min))
+            .max(1);
+        Some(Pool {
+            min: min.min(max),
+            max,
+        })
+    }
+
     /// The global settings from the runner's flags, read the way Porch
     /// reads them: `--pod-ttl` (zero means the default 30 min),
     /// `--max-waitlist-length` and `--max-parallel-pods-per-function`
@@ -127,6 +174,12 @@ impl FunctionSettings {
         self.max_waitlist = self.max_waitlist.max(1);
         self.max_parallel_pods = self.max_parallel_pods.max(1);
         self.max_load_per_pod = self.max_load_per_pod.max(self.max_waitlist);
+        if let Some(pool) = self.pool() {
+            // A pool's bound is the function's pod limit on every replica.
+            self.max_parallel_pods = pool.max;
+            self.max_pods = Some(pool.max);
+            self.min_ready = self.min_ready.map(|_| pool.min);
+        }
         self
     }
 
@@ -192,6 +245,56 @@ pub struct PodCacheConfigEntry {
     /// What configured the entry (FunctionConfig generation), e.g.
     /// `FunctionConfig set-namespace`.
     pub source: Option<String>,
+    /// `minReady` (extension): see [`FunctionSettings::min_ready`].
+    pub min_ready: Option<u32>,
+    /// `maxPods` (extension): see [`FunctionSettings::max_pods`].
+    pub max_pods: Option<u32>,
+}
+
+/// Checks a warm pool's `minReady` and `maxPods` as written (`names` are
+/// the two keys and the per-replica limit's key, as the format spells
+/// them); returns them as counts or says what is wrong and what to write.
+/// Rules: both are whole numbers, `minReady >= 0`, `maxPods >= 1`,
+/// `minReady <= maxPods`, and `maxPods` replaces the per-replica limit, so
+/// the two are not set together.
+pub fn check_pool(
+    min_ready: Option<i64>,
+    max_pods: Option<i64>,
+    per_replica_limit_set: bool,
+    names: [&str; 3],
+) -> Result<(Option<u32>, Option<u32>), String> {
+    let [min_key, max_key, limit_key] = names;
+    let min = match min_ready {
+        None => None,
+        Some(n) if n < 0 => {
+            return Err(format!(
+                "{min_key} is {n}: use 0 or more pods to keep ready"
+            ));
+        }
+        Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+    };
+    let max = match max_pods {
+        None => None,
+        Some(n) if n < 1 => {
+            return Err(format!(
+                "{max_key} is {n}: use 1 or more (the most pods of the function across all replicas)"
+            ));
+        }
+        Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+    };
+    if max.is_some() && per_replica_limit_set {
+        return Err(format!(
+            "{max_key} and {limit_key} are both set: {max_key} replaces {limit_key} for a warm pool; keep one"
+        ));
+    }
+    if let (Some(min), Some(max)) = (min, max)
+        && min > max
+    {
+        return Err(format!(
+            "{min_key} {min} is more than {max_key} {max}: raise {max_key} or lower {min_key}"
+        ));
+    }
+    Ok((min, max))
 }
 
 /// The parsed pod-cache config file: entries in file order plus warnings
@@ -240,14 +343,20 @@ struct RawEntry {
     max_load_per_pod: Option<i64>,
     #[serde(default)]
     resources: Option<ResourceRequirements>,
+    #[serde(default)]
+    min_ready: Option<i64>,
+    #[serde(default)]
+    max_pods: Option<i64>,
 }
 
 impl PodCacheConfig {
     /// Parses the YAML text of a pod-cache config list; `path` is used in errors.
     ///
-    /// Errors: not YAML, not a list of entries, or an entry without `name`.
-    /// An empty file or `[]` is an empty config. Bad values inside an entry
-    /// are warnings, not errors (Porch falls back to the globals for them).
+    /// Errors: not YAML, not a list of entries, an entry without `name`, or
+    /// a warm pool that cannot be kept (`minReady`/`maxPods`, see
+    /// [`check_pool`]). An empty file or `[]` is an empty config. Bad
+    /// values of Porch's keys inside an entry are warnings, not errors
+    /// (Porch falls back to the globals for them).
     pub fn parse(text: &[u8], path: &str) -> Result<Self, PolicyError> {
         let err = |message: String| PolicyError::Parse {
             path: path.to_string(),
@@ -293,7 +402,16 @@ impl PodCacheConfig {
                 }
                 Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
             };
+            let (min_ready, max_pods) = check_pool(
+                r.min_ready,
+                r.max_pods,
+                r.max_parallel_pods_per_function.is_some_and(|n| n > 0),
+                ["minReady", "maxPods", "maxParallelPodsPerFunction"],
+            )
+            .map_err(|m| err(format!("entry {i} ({}): {m}", r.name)))?;
             let entry = PodCacheConfigEntry {
+                min_ready,
+                max_pods,
                 ttl,
                 max_waitlist: int("maxWaitlistLength", r.max_waitlist_length),
                 max_parallel_pods: int(
@@ -491,6 +609,8 @@ impl PodCachePolicy {
                 resources: e.resources.or_else(|| d.resources.clone()),
                 overrides: e.overrides.or_else(|| d.overrides.clone()),
                 source: e.source.or_else(|| d.source.clone()),
+                min_ready: e.min_ready.or(d.min_ready),
+                max_pods: e.max_pods.or(d.max_pods),
             }
             .normalised(),
         }
@@ -611,7 +731,7 @@ mod tests {
         );
         assert!(
             cfg.warnings[0].contains(
-                "valid keys: name, timeToLive, maxWaitlistLength, maxParallelPodsPerFunction, resources, maxLoadPerPod"
+                "valid keys: name, timeToLive, maxWaitlistLength, maxParallelPodsPerFunction, resources, maxLoadPerPod, minReady, maxPods"
             ),
             "{}",
             cfg.warnings[0]

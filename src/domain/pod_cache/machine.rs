@@ -58,7 +58,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::config::{FunctionSettings, PodCachePolicy};
+use super::config::{FunctionSettings, PodCachePolicy, Pool};
 use super::io::{
     Assignment, Command, CreateFailure, DeleteFailure, DeletePrecondition, DeleteReason, Input,
     Listing, ListingId, ObservedPhase, ObservedPod, PodCacheError, PodCreation, RequestId, SlotId,
@@ -135,6 +135,12 @@ struct Creation {
     renames: u32,
     /// The reclaim-after the pod is created with.
     reclaim_after: UnixTime,
+    /// A pool creation answered AlreadyExists by another replica's pod of
+    /// the same pool name: the slot waits for that pod instead and claims
+    /// it (never deletes it) once it is ready.
+    joined: bool,
+    /// Pool names this creation found taken.
+    tried: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -180,6 +186,12 @@ struct Slot {
     draining: bool,
     uid: Option<String>,
     renew_at: Option<UnixTime>,
+    /// The pod's index in its function's warm pool (its name is
+    /// [`naming::pool_pod_name`]); `None` for a per-replica name.
+    pool: Option<u32>,
+    /// A pool pod among the function's first `minReady`: kept ready, its
+    /// reclaim-after extended even while idle, never reclaimed by TTL.
+    warm: bool,
 }
 
 impl Slot {
@@ -204,7 +216,7 @@ impl Slot {
     fn wants_extension(&self, now: UnixTime) -> bool {
         self.is_ready()
             && !self.draining
-            && (self.load > 0 || self.last_used + self.ttl > self.confirmed)
+            && (self.load > 0 || self.warm || self.last_used + self.ttl > self.confirmed)
             && self.confirmed <= now.max(self.last_used) + self.ttl
     }
 }
@@ -220,6 +232,26 @@ struct Function {
     /// [`FunctionSettings::pod_version`] of `settings`.
     pod_version: Option<String>,
     invalid: Option<String>,
+}
+
+impl Function {
+    /// Whether a slot may take new requests under the function's current
+    /// template version and settings: same template, same pod shape, and
+    /// named the way the function names its pods now (from its pool, within
+    /// the pool's size, or per replica without a pool).
+    fn fresh(&self, s: &Slot, template_version: &str) -> bool {
+        fresh(self.settings.pool(), self.shape, s, template_version)
+    }
+}
+
+/// [`Function::fresh`] from its parts.
+fn fresh(pool: Option<Pool>, shape: u64, s: &Slot, template_version: &str) -> bool {
+    let named = match (pool, s.pool) {
+        (None, None) => true,
+        (Some(pool), Some(i)) => i < pool.max,
+        _ => false,
+    };
+    named && s.template_version == template_version && s.shape == shape
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -449,10 +481,19 @@ impl PodCache {
         let fresh = self.best_slot(now, image, true);
         let pods = self.functions[image].slots.len() as u32;
         if pods < max_pods && fresh.is_none_or(|(_, load)| load >= max_waitlist) {
-            self.scale_out(now, image, Some(request));
-        } else {
-            self.queue(now, request, image, fresh);
+            // A pool scales out only to a name of its pool not known to be
+            // taken; with every name taken the request waits like one at
+            // the pod limit.
+            match self.functions[image].settings.pool() {
+                None => return self.scale_out(now, image, Some(request), None),
+                Some(_) => {
+                    if let Some(i) = self.free_pool_index(image, &[]) {
+                        return self.scale_out(now, image, Some(request), Some(i));
+                    }
+                }
+            }
         }
+        self.queue(now, request, image, fresh);
     }
 
     /// Queues `request` on `choice` (or the best slot of any template
@@ -487,12 +528,11 @@ impl PodCache {
         let f = self.functions.get_mut(image)?;
         let slots = &self.slots;
         let version = &self.template_version;
-        let shape = f.shape;
+        let (pool, shape) = (f.settings.pool(), f.shape);
         let eligible = |id: &SlotId| {
-            slots.get(id).filter(|s| {
-                s.usable(now)
-                    && (!fresh_only || (s.template_version == *version && s.shape == shape))
-            })
+            slots
+                .get(id)
+                .filter(|s| s.usable(now) && (!fresh_only || fresh(pool, shape, s, version)))
         };
         let min = f.slots.iter().filter_map(eligible).map(|s| s.load).min()?;
         let n = f.slots.len();
@@ -511,11 +551,13 @@ impl PodCache {
     /// or the function has more pods than its (lowered) limit. The pods are
     /// not deleted here — another replica may use them; GC deletes them
     /// once their reclaim-after has passed, which no use extends any more.
+    /// A warm pool pod whose reclaim-after is too close is kept: it is
+    /// extended while idle (see [`Slot::warm`]).
     fn retire_unusable(&mut self, now: UnixTime, image: &str) {
-        let Some((shape, limit)) = self
+        let Some(limit) = self
             .functions
             .get(image)
-            .map(|f| (f.shape, f.settings.max_parallel_pods as usize))
+            .map(|f| f.settings.max_parallel_pods as usize)
         else {
             return;
         };
@@ -526,9 +568,8 @@ impl PodCache {
                     s.is_ready()
                         && s.load == 0
                         && (surplus
-                            || s.template_version != self.template_version
-                            || s.shape != shape
-                            || !s.usable(now))
+                            || !f.fresh(s, &self.template_version)
+                            || (!s.usable(now) && !s.warm))
                 })
             })
         }) {
@@ -561,14 +602,72 @@ impl PodCache {
                 self.next_shape += 1;
                 f.pod_version = settings.pod_version();
             }
+            let min = settings.pool().map_or(0, |p| p.min);
             for id in &f.slots {
                 if let Some(slot) = self.slots.get_mut(id) {
                     slot.ttl = settings.ttl;
+                    slot.warm = slot.pool.is_some_and(|i| i < min);
                 }
             }
             f.settings = settings;
             self.retire_unusable(now, &image);
+            self.restore_pool(now, &image);
         }
+    }
+
+    /// The name of pod `index` of `image`'s pool, for pods built now.
+    fn pool_name(&self, image: &str, index: u32) -> String {
+        let pod_version = self.functions.get(image).and_then(|f| f.pod_version.as_deref());
+        let key = naming::pool_key(&self.template_version, pod_version);
+        naming::pool_pod_name(image, &key, index)
+    }
+
+    /// The lowest index of `image`'s pool whose name this replica does not
+    /// hold, is not deleting or abandoning, and is not in `skip`.
+    fn free_pool_index(&self, image: &str, skip: &[String]) -> Option<u32> {
+        let pool = self.functions.get(image)?.settings.pool()?;
+        (0..pool.max).find(|&i| {
+            let name = self.pool_name(image, i);
+            !self.by_name.contains_key(&name)
+                && !self.deleting.contains_key(&name)
+                && !self.abandoned.values().any(|a| a.pod_name == name)
+                && !skip.contains(&name)
+        })
+    }
+
+    /// Creates the warm pods of `image`'s pool (indices below `minReady`)
+    /// that this replica neither holds nor is deleting and that `absent`
+    /// does not rule out (a listing holding the name). A name another
+    /// replica's pod has already taken is answered AlreadyExists; the
+    /// creation then joins that pod, so the pool never grows past its
+    /// names (see [`PodCache`]'s doc on warm pools).
+    fn restore_pool_where(&mut self, now: UnixTime, image: &str, absent: impl Fn(&str) -> bool) {
+        if self.shutting_down {
+            return;
+        }
+        let Some(f) = self.functions.get(image) else {
+            return;
+        };
+        let Some(pool) = f.settings.pool() else {
+            return;
+        };
+        if f.invalid.is_some() {
+            return;
+        }
+        for i in 0..pool.min {
+            let name = self.pool_name(image, i);
+            if !self.by_name.contains_key(&name)
+                && !self.deleting.contains_key(&name)
+                && !self.abandoned.values().any(|a| a.pod_name == name)
+                && absent(&name)
+            {
+                self.scale_out(now, image, None, Some(i));
+            }
+        }
+    }
+
+    fn restore_pool(&mut self, now: UnixTime, image: &str) {
+        self.restore_pool_where(now, image, |_| true);
     }
 
     fn fresh_name(&mut self, image: &str) -> String {
@@ -614,10 +713,20 @@ impl PodCache {
 
     /// Porch §5.4 step 5 (and warm-up): a new pending slot, with `waiter` on
     /// its waitlist if given, and a creation command.
-    fn scale_out(&mut self, now: UnixTime, image: &str, waiter: Option<RequestId>) {
+    fn scale_out(
+        &mut self,
+        now: UnixTime,
+        image: &str,
+        waiter: Option<RequestId>,
+        pool: Option<u32>,
+    ) {
         let id = SlotId(self.next_slot);
         self.next_slot += 1;
-        let pod_name = self.fresh_name(image);
+        let pod_name = match pool {
+            Some(i) => self.pool_name(image, i),
+            None => self.fresh_name(image),
+        };
+        let min = self.functions[image].settings.pool().map_or(0, |p| p.min);
         let ttl = self.functions[image].settings.ttl;
         let deadline = now + self.policy.pod_ready_timeout;
         let creation = Creation {
@@ -627,6 +736,8 @@ impl PodCache {
             nonce: format!("{}-{}", self.policy.instance, id.0),
             renames: 0,
             reclaim_after: extended(now, ttl),
+            joined: false,
+            tried: Vec::new(),
         };
         let slot = Slot {
             image: image.to_string(),
@@ -643,6 +754,8 @@ impl PodCache {
             draining: false,
             uid: None,
             renew_at: None,
+            pool,
+            warm: pool.is_some_and(|i| i < min),
         };
         if let Some(request) = waiter {
             self.requests.insert(
@@ -732,7 +845,11 @@ impl PodCache {
         let Some(slot) = self.slots.get_mut(&id) else {
             return;
         };
-        if !slot.is_ready() || slot.draining || slot.load == 0 || slot.persist != Persist::Idle {
+        if !slot.is_ready()
+            || slot.draining
+            || (slot.load == 0 && !slot.warm)
+            || slot.persist != Persist::Idle
+        {
             return;
         }
         let at = slot.confirmed.saturating_sub(slot.ttl);
@@ -852,6 +969,8 @@ impl PodCache {
                         pod_name: slot.pod_name.clone(),
                     });
                     self.on_objects_exist(now, id, seen);
+                } else if slot.pool.is_some() {
+                    self.pool_name_taken(now, id, existing);
                 } else if c.renames < MAX_RENAMES && !self.shutting_down {
                     c.renames += 1;
                     let old = std::mem::take(&mut slot.pod_name);
@@ -889,6 +1008,81 @@ impl PodCache {
         }
     }
 
+    /// A pool creation found its name taken by `existing`, a pod this
+    /// creation did not make. A live pod of the same pool (same name, so
+    /// same image, template and settings) is joined: the slot waits for it
+    /// to be ready and claims it like an adopted pod, and never deletes it.
+    /// Otherwise (failed, terminating, unreadable) a creation with waiters
+    /// tries the next free name of the pool and, with none left, hands its
+    /// waiters to the function's other pods; a warm-pool restore just stops
+    /// (the next GC tries again).
+    fn pool_name_taken(&mut self, now: UnixTime, id: SlotId, existing: Option<Box<ObservedPod>>) {
+        let pod_version = self
+            .slots
+            .get(&id)
+            .and_then(|s| self.functions.get(&s.image))
+            .map(|f| f.pod_version.clone());
+        let slot = self.slots.get_mut(&id).expect("live slot");
+        let Phase::Pending(c) = &mut slot.phase else {
+            return;
+        };
+        let live = existing.filter(|e| {
+            e.labelled
+                && Some(&e.settings_version) == pod_version.as_ref()
+                && e.template_version.as_deref() == Some(slot.template_version.as_str())
+                && !matches!(
+                    e.phase,
+                    ObservedPhase::Failed { .. } | ObservedPhase::Terminating
+                )
+        });
+        if let Some(e) = live {
+            c.joined = true;
+            c.step = Step::Starting;
+            slot.uid.clone_from(&e.uid);
+            slot.known_since.get_or_insert(now);
+            if let Some(r) = e.reclaim_after.as_deref().and_then(UnixTime::parse_annotation) {
+                slot.confirmed = slot.confirmed.max(r);
+            }
+            if let ObservedPhase::Ready { endpoint } = &e.phase {
+                let (endpoint, ip) = (endpoint.clone(), e.ip.clone());
+                self.on_pod_ready(now, id, endpoint, ip);
+            }
+            return;
+        }
+        let name = slot.pod_name.clone();
+        c.tried.push(name.clone());
+        let (image, tried, waiting) = (slot.image.clone(), c.tried.clone(), !c.waitlist.is_empty());
+        let next = if waiting && !self.shutting_down {
+            self.free_pool_index(&image, &tried)
+        } else {
+            None
+        };
+        match next {
+            Some(i) => {
+                let name = self.pool_name(&image, i);
+                let min = self.functions[&image].settings.pool().map_or(0, |p| p.min);
+                self.by_name.remove(&slot_name(&self.slots, id));
+                self.by_name.insert(name.clone(), id);
+                let slot = self.slots.get_mut(&id).expect("live slot");
+                slot.pod_name = name;
+                slot.pool = Some(i);
+                slot.warm = i < min;
+                let cmd = self.creation_command(id);
+                self.commands.push_back(cmd);
+            }
+            None => {
+                let err = PodCacheError::CreationFailed {
+                    image,
+                    pod: name.clone(),
+                    reason: format!(
+                        "pod {name} of the function's pool exists and is not ready to share; every name of the pool is taken"
+                    ),
+                };
+                self.evict(now, id, err, None);
+            }
+        }
+    }
+
     /// The pod and service of a pending slot exist: wait for readiness, or
     /// go on at once if the watch already reported it.
     fn on_objects_exist(
@@ -917,6 +1111,11 @@ impl PodCache {
         let Phase::Pending(c) = &mut slot.phase else {
             return;
         };
+        if c.joined {
+            // Another replica's pod: claim it before any call.
+            c.step = Step::Claiming { endpoint };
+            return self.issue_persist(now, id, 0);
+        }
         if await_endpoints {
             c.step = Step::Publishing;
             let cmd = Command::AwaitEndpoint {
@@ -978,7 +1177,7 @@ impl PodCache {
             };
             self.reply(request, Ok(a));
         }
-        if served {
+        if served || self.slots[&id].warm {
             self.touch(now, id);
         }
     }
@@ -1238,8 +1437,24 @@ impl PodCache {
         }
     }
 
-    // Porch §5.7: a deleted pod is evicted at once.
+    // Porch §5.7: a deleted pod is evicted at once; a warm pool pod is
+    // created anew.
     fn on_pod_deleted(&mut self, now: UnixTime, pod_name: &str) {
+        self.evict_deleted(now, pod_name);
+        if naming::is_pool_name(pod_name) {
+            let images: Vec<String> = self
+                .functions
+                .iter()
+                .filter(|(_, f)| f.settings.pool().is_some_and(|p| p.min > 0))
+                .map(|(image, _)| image.clone())
+                .collect();
+            for image in images {
+                self.restore_pool_where(now, &image, |name| name == pod_name);
+            }
+        }
+    }
+
+    fn evict_deleted(&mut self, now: UnixTime, pod_name: &str) {
         let Some(&id) = self.by_name.get(pod_name) else {
             return;
         };
@@ -1292,7 +1507,7 @@ impl PodCache {
                         && slot.renew_at == Some(at)
                     {
                         slot.renew_at = None;
-                        if slot.load > 0 {
+                        if slot.load > 0 || slot.warm {
                             self.touch(now, id);
                         }
                     }
@@ -1354,7 +1569,7 @@ impl PodCache {
             pod: slot.pod_name.clone(),
             after: self.policy.pod_ready_timeout,
         };
-        if matches!(c.step, Step::Claiming { .. }) {
+        if matches!(c.step, Step::Claiming { .. }) || c.joined {
             // Not ours to delete: left to GC.
             return self.evict(now, id, err, None);
         }
@@ -1385,8 +1600,39 @@ impl PodCache {
     // Seeds / Gen A GC over the shared annotation, with Porch Gen B/C's
     // "never while in use" on top, judged at the time the listing was
     // asked for (`started`), with deletions conditional on the pod being
-    // as listed.
+    // as listed. Warm pools: pods are reclaimed only while their function
+    // keeps more than its minimum, warm pods are claimed and the missing
+    // ones created.
     fn gc(&mut self, now: UnixTime, started: UnixTime, listing: &Listing) {
+        // The names of every pool as built now: name -> (image, index).
+        let pooled: Vec<(String, Pool)> = self
+            .functions
+            .iter()
+            .filter(|(_, f)| f.invalid.is_none())
+            .filter_map(|(image, f)| f.settings.pool().map(|p| (image.clone(), p)))
+            .collect();
+        let mut pool_of: HashMap<String, (String, u32, u32)> = HashMap::new();
+        for (image, p) in &pooled {
+            for i in 0..p.max {
+                pool_of.insert(self.pool_name(image, i), (image.clone(), i, p.min));
+            }
+        }
+        // Live pods of each pool in the listing: what a reclaim may not
+        // take below the minimum.
+        let mut live: HashMap<String, u32> = HashMap::new();
+        for o in &listing.pods {
+            let dying = matches!(o.phase, ObservedPhase::Failed { .. } | ObservedPhase::Terminating);
+            if let Some((image, _, _)) = pool_of.get(&o.name)
+                && o.labelled
+                && !dying
+            {
+                *live.entry(image.clone()).or_default() += 1;
+            }
+        }
+        // Expired pool pods: (index, name, precondition, local slot).
+        let mut expired: Vec<(u32, String, DeletePrecondition, Option<SlotId>)> = Vec::new();
+        let mut claims: Vec<Arc<ObservedPod>> = Vec::new();
+        let mut keep_warm: Vec<SlotId> = Vec::new();
         for o in &listing.pods {
             let local = self.by_name.get(&o.name).copied();
             // A local pod's name is known already (created here, or noted
@@ -1400,7 +1646,11 @@ impl PodCache {
             if let ObservedPhase::Failed { .. } = o.phase {
                 match local {
                     Some(id) => {
-                        let err = gone(&self.slots[&id], true);
+                        let slot = self.slots.get_mut(&id).expect("indexed slot");
+                        if slot.uid.is_none() {
+                            slot.uid.clone_from(&o.uid);
+                        }
+                        let err = gone(slot, true);
                         self.evict(now, id, err, Some(DeleteReason::Failed));
                     }
                     None => self.delete_failed(o.name.clone(), o.uid.clone()),
@@ -1412,6 +1662,7 @@ impl PodCache {
             {
                 continue;
             }
+            let in_pool = pool_of.get(&o.name).map(|(_, i, min)| (*i, *i < *min));
             let Some(annotated) = o
                 .reclaim_after
                 .as_deref()
@@ -1445,17 +1696,55 @@ impl PodCache {
                     let slot = self.slots.get_mut(&id).expect("indexed slot");
                     slot.confirmed = slot.confirmed.max(annotated);
                     let idle = slot.load == 0 && slot.persist == Persist::Idle;
-                    if idle && slot.confirmed <= started && annotated <= started {
-                        self.retire(id);
-                        self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
+                    if slot.warm {
+                        keep_warm.push(id);
+                    } else if idle && slot.confirmed <= started && annotated <= started {
+                        match in_pool {
+                            Some((i, _)) => expired.push((i, o.name.clone(), precondition(), Some(id))),
+                            None => {
+                                self.retire(id);
+                                self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
+                            }
+                        }
                     }
                 }
-                None if annotated <= started => {
-                    self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
-                }
-                None => {}
+                None => match in_pool {
+                    Some((_, true)) => {
+                        if matches!(o.phase, ObservedPhase::Ready { .. }) {
+                            claims.push(o.clone());
+                        }
+                    }
+                    Some((i, false)) if annotated <= started => {
+                        expired.push((i, o.name.clone(), precondition(), None));
+                    }
+                    None if annotated <= started => {
+                        self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
+                    }
+                    _ => {}
+                },
             }
         }
+        // Reclaim only above the minimum, highest index first, so that
+        // replicas reading the same listing pick the same pods.
+        expired.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        for (_, name, precondition, local) in expired {
+            let Some((image, _, min)) = pool_of.get(&name) else {
+                continue;
+            };
+            let n = live.entry(image.clone()).or_default();
+            if *n <= *min {
+                continue;
+            }
+            *n -= 1;
+            if let Some(id) = local {
+                self.retire(id);
+            }
+            self.delete_with(name, precondition, DeleteReason::Expired);
+        }
+        for id in keep_warm {
+            self.touch(now, id);
+        }
+        self.on_adopt(now, &claims);
         let present: HashSet<&str> = listing.pods.iter().map(|o| o.name.as_str()).collect();
         self.drop_vanished(now, started, &present);
         // Function services whose pod is gone (a runner stopped between the
@@ -1471,7 +1760,16 @@ impl PodCache {
                 });
             }
         }
-        self.functions.retain(|_, f| !f.slots.is_empty());
+        // The minimum after failures and deletions: warm pods no listing
+        // holds are created anew.
+        for (image, p) in &pooled {
+            if p.min > 0 {
+                self.restore_pool_where(now, image, |name| !present.contains(name));
+            }
+        }
+        self.functions.retain(|_, f| {
+            !f.slots.is_empty() || f.settings.pool().is_some_and(|p| p.min > 0)
+        });
     }
 
     // Porch §5.9, safely: only ready pods of the current template and
@@ -1500,15 +1798,31 @@ impl PodCache {
                 continue;
             }
             let id = SlotId(self.next_slot);
-            let f = self.function_entry(&o.image);
+            self.function_entry(&o.image);
+            let index = self.pool_index_of(&o.image, &o.name);
+            let f = &self.functions[&o.image];
+            let pool = f.settings.pool();
+            // A pool adopts only its own names; without a pool, no pool
+            // names.
+            let named = match pool {
+                Some(_) => index.is_some(),
+                None => !naming::is_pool_name(&o.name),
+            };
+            let warm = pool.zip(index).is_some_and(|(p, i)| i < p.min);
+            // A warm pod is claimed however close its reclaim-after is: the
+            // claim writes a later value before any call, and a deletion
+            // judged on the old value carries a precondition the claim
+            // breaks.
             if f.invalid.is_some()
+                || !named
                 || f.slots.len() as u32 >= f.settings.max_parallel_pods
                 || o.settings_version != f.pod_version
-                || reclaim_after <= now + reuse_margin(f.settings.ttl)
+                || (!warm && reclaim_after <= now + reuse_margin(f.settings.ttl))
             {
                 continue;
             }
             let (ttl, shape) = (f.settings.ttl, f.shape);
+            let f = self.functions.get_mut(&o.image).expect("entered above");
             f.slots.push(id);
             self.next_slot += 1;
             self.by_name.insert(o.name.clone(), id);
@@ -1522,6 +1836,8 @@ impl PodCache {
                 nonce: String::new(),
                 renames: 0,
                 reclaim_after,
+                joined: false,
+                tried: Vec::new(),
             };
             self.slots.insert(
                 id,
@@ -1540,6 +1856,8 @@ impl PodCache {
                     draining: false,
                     uid: o.uid.clone(),
                     renew_at: None,
+                    pool: index,
+                    warm,
                 },
             );
             self.schedule(deadline, Timer::Deadline(id));
@@ -1551,14 +1869,40 @@ impl PodCache {
         }
     }
 
-    // Porch §5.12: one pod for each listed image that has none.
+    /// The index of `name` in `image`'s pool of pods built now, if it is one.
+    fn pool_index_of(&self, image: &str, name: &str) -> Option<u32> {
+        if !naming::is_pool_name(name) {
+            return None;
+        }
+        let pool = self.functions.get(image)?.settings.pool()?;
+        (0..pool.max).find(|&i| self.pool_name(image, i) == name)
+    }
+
+    // Porch §5.12: one pod for each listed image that has none; with a
+    // warm pool, its minimum.
     fn on_warm_up(&mut self, now: UnixTime, image: &str) {
         if self.shutting_down {
             return;
         }
         let f = self.function_entry(image);
-        if f.invalid.is_none() && f.slots.is_empty() {
-            self.scale_out(now, image, None);
+        if f.invalid.is_some() {
+            return;
+        }
+        let pool = f.settings.pool();
+        match pool {
+            // A minimum replaces Porch's one pod.
+            Some(p) if f.settings.min_ready.is_some() => {
+                if p.min > 0 {
+                    self.restore_pool(now, image);
+                }
+            }
+            _ if !f.slots.is_empty() => {}
+            None => self.scale_out(now, image, None, None),
+            Some(_) => {
+                if let Some(i) = self.free_pool_index(image, &[]) {
+                    self.scale_out(now, image, None, Some(i));
+                }
+            }
         }
     }
 
@@ -1576,6 +1920,10 @@ impl PodCache {
             self.reply(request, Err(PodCacheError::ShuttingDown));
         }
     }
+}
+
+fn slot_name(slots: &HashMap<SlotId, Slot>, id: SlotId) -> String {
+    slots[&id].pod_name.clone()
 }
 
 /// The error for the waiters of a slot whose pod is gone.

@@ -34,6 +34,41 @@ pub fn pod_name(image: &str, replica_token: &str, seq: u64) -> String {
         sanitize(replica_token),
         base36(seq)
     );
+    with_readable_part(image, &suffix)
+}
+
+/// The name of pod `index` of `image`'s warm pool: the same on every
+/// replica, so that the API server's name uniqueness keeps the pool within
+/// its size whoever creates its pods. `key` tells pools of different pods
+/// apart (a digest of the template and settings versions, see
+/// [`pool_key`]). The form is `<function>-<tag>-<hash>--<key>-<index>`:
+/// the double `-` never occurs in [`pod_name`]'s names (its parts are
+/// sanitised), so pool names and per-replica names never meet.
+pub fn pool_pod_name(image: &str, key: &str, index: u32) -> String {
+    let suffix = format!(
+        "-{:08x}--{}-{}",
+        fnv1a32(image),
+        sanitize(key),
+        base36(u64::from(index))
+    );
+    with_readable_part(image, &suffix)
+}
+
+/// The pool key of pods built from template `template_version` with
+/// settings version `settings_version`: 8 hex digits of their hash, so that
+/// a template or settings change starts a pool of new names while the old
+/// pods are reclaimed.
+pub fn pool_key(template_version: &str, settings_version: Option<&str>) -> String {
+    let text = format!("{template_version}\0{}", settings_version.unwrap_or(""));
+    format!("{:08x}", fnv1a32(&text))
+}
+
+/// Whether `name` is a warm-pool pod name ([`pool_pod_name`]).
+pub fn is_pool_name(name: &str) -> bool {
+    name.contains("--")
+}
+
+fn with_readable_part(image: &str, suffix: &str) -> String {
     let readable = match ImageRef::parse(image) {
         Ok(r) => {
             let name = r.name().replace('_', "-");
@@ -113,6 +148,26 @@ fn base36(mut n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_names_are_shared_valid_and_apart_from_replica_names() {
+        let image = "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5";
+        let key = pool_key("inline-v1", None);
+        let a = pool_pod_name(image, &key, 0);
+        assert_eq!(a, pool_pod_name(image, &key, 0), "same on every replica");
+        assert_ne!(a, pool_pod_name(image, &key, 1));
+        assert_ne!(key, pool_key("inline-v1", Some("abc")));
+        assert_ne!(key, pool_key("7", None));
+        let long = format!("example.com/{}/f:v1", "x".repeat(80));
+        for name in [a.clone(), pool_pod_name(&long, &key, 35)] {
+            assert!(is_valid_name(&name), "{name}");
+            assert!(is_pool_name(&name), "{name}");
+        }
+        assert!(a.starts_with("set-namespace-v045-"), "{a}");
+        for seq in 0..2000 {
+            assert!(!is_pool_name(&pod_name(image, "r1", seq)));
+        }
+    }
 
     const DIGEST: &str = "sha256:5245a527f930d9248001fa763799cc81cf2d89bbf83954fc65de0db20ab038a2";
 
