@@ -23,7 +23,11 @@
 //!   is zero once every call has ended;
 //! - reclaim-after is written at most once per half-TTL per pod and
 //!   replica, except to retry a write that failed, or after a settings
-//!   change.
+//!   change;
+//! - warm pool (`IMAGES[2]`: `minReady: 2`, `maxPods: 3`): never more
+//!   than 3 pods of one pool in the cluster, whatever the replicas do;
+//!   once faults stop and time passes, every running replica's pool has
+//!   at least 2 ready pods, and never more than 3.
 //!
 //! The fault model stays within what the reuse margin covers: calls of
 //! at most 1 s, API latency of at most 0.5 s, clock skew of at most 0.3 s,
@@ -38,7 +42,7 @@ use krm_fn_runner::adapters::sim::{
 };
 use krm_fn_runner::domain::pod_cache::template::TemplateOverrides;
 use krm_fn_runner::domain::pod_cache::{
-    Command, FunctionSettings, Input, ObservedPhase, PodCacheConfig, PodCacheConfigEntry,
+    naming, Command, FunctionSettings, Input, ObservedPhase, PodCacheConfig, PodCacheConfigEntry,
     PodCachePolicy, RequestId, SlotId, UnixTime,
 };
 use proptest::prelude::*;
@@ -53,6 +57,10 @@ const IMAGES: [&str; 3] = [
     "example.com/fns/my_fn@sha256:f930d9248001fa763799cc81cf2d89bbf83954fc65de0db20ab038a21784f323",
 ];
 
+/// `IMAGES[2]`'s warm pool.
+const POOL_MIN: usize = 2;
+const POOL_MAX: usize = 3;
+
 fn policy() -> PodCachePolicy {
     let defaults = FunctionSettings {
         ttl: TTL,
@@ -64,8 +72,8 @@ fn policy() -> PodCachePolicy {
     };
     let config = PodCacheConfig::parse(
         format!(
-            "- name: {}\n  maxWaitlistLength: 3\n  maxParallelPodsPerFunction: 1\n  maxLoadPerPod: 4\n",
-            IMAGES[1]
+            "- name: {}\n  maxWaitlistLength: 3\n  maxParallelPodsPerFunction: 1\n  maxLoadPerPod: 4\n- name: {}\n  minReady: {POOL_MIN}\n  maxPods: {POOL_MAX}\n",
+            IMAGES[1], IMAGES[2]
         )
         .as_bytes(),
         "pod-cache-config.yaml",
@@ -248,6 +256,8 @@ struct World {
     h: Harness,
     versions: Vec<u32>,
     latest_version: u32,
+    /// Replicas shut down (until restarted).
+    shut: Vec<bool>,
 }
 
 impl World {
@@ -271,10 +281,16 @@ impl World {
         };
         let mut h = Harness::new(config, policy(), cluster);
         h.log = Some(Vec::new());
+        // As `serve` starts: the warm pool minimums are warmed.
+        for r in 0..replicas {
+            let images = h.cache(r).policy().min_ready_images();
+            h.feed(r, Input::WarmUp { images });
+        }
         World {
             h,
             versions: vec![1; replicas],
             latest_version: 1,
+            shut: vec![false; replicas],
         }
     }
 
@@ -342,7 +358,10 @@ impl World {
                 let observed = h.observed();
                 h.feed(replica, Input::Adopt { observed });
             }
-            Step::Restart { replica } => h.restart(replica),
+            Step::Restart { replica } => {
+                self.shut[replica] = false;
+                h.restart(replica);
+            }
             Step::TemplateChange { replica } => {
                 if self.versions[replica] == self.latest_version {
                     self.latest_version += 1;
@@ -362,14 +381,17 @@ impl World {
                 let images = vec![IMAGES[image].to_string()];
                 h.feed(replica, Input::WarmUp { images });
             }
-            Step::Shutdown { replica } => h.feed(replica, Input::Shutdown),
+            Step::Shutdown { replica } => {
+                self.shut[replica] = true;
+                h.feed(replica, Input::Shutdown);
+            }
         }
     }
 
     /// The last entries of the harness log, for failure messages.
     fn recent(&self) -> String {
         let log = self.h.log.as_deref().unwrap_or_default();
-        log[log.len().saturating_sub(60)..]
+        log[log.len().saturating_sub(std::env::var("RECENT").ok().and_then(|s| s.parse().ok()).unwrap_or(60))..]
             .iter()
             .map(|e| format!("{e:?}"))
             .collect::<Vec<_>>()
@@ -428,6 +450,65 @@ impl World {
             }
         }
         self.check_persists();
+        self.check_pool_bound();
+    }
+
+    /// The pool's pods in the cluster, by pool (the name without its
+    /// index): never more than `maxPods` of one pool.
+    fn pools(&self) -> HashMap<String, Vec<std::sync::Arc<krm_fn_runner::domain::pod_cache::ObservedPod>>> {
+        let mut pools: HashMap<String, Vec<_>> = HashMap::new();
+        for o in self.h.observed() {
+            if o.image != IMAGES[2] {
+                continue;
+            }
+            assert!(naming::is_pool_name(&o.name), "{} is not a pool name", o.name);
+            let (pool, _) = o.name.rsplit_once('-').expect("indexed");
+            pools.entry(pool.to_string()).or_default().push(o);
+        }
+        pools
+    }
+
+    fn check_pool_bound(&self) {
+        for (pool, pods) in self.pools() {
+            assert!(
+                pods.len() <= POOL_MAX,
+                "{} pods of pool {pool}: {:?}\nrecent inputs and commands:\n{}",
+                pods.len(),
+                pods.iter().map(|o| &o.name).collect::<Vec<_>>(),
+                self.recent()
+            );
+        }
+    }
+
+    /// Once faults stop and two minutes pass, every running replica's pool
+    /// (the names of its template and settings versions) has at least
+    /// `minReady` ready pods.
+    fn check_pool_minimum(&mut self) {
+        let t = self.h.now() + Duration::from_secs(120);
+        self.h.run_until(t);
+        let pools = self.pools();
+        for r in 0..self.h.replicas() {
+            if self.shut[r] {
+                continue;
+            }
+            let cache = self.h.cache(r);
+            let pod_version = cache.policy().settings_for(IMAGES[2]).pod_version();
+            let key = naming::pool_key(cache.template_version(), pod_version.as_deref());
+            let name = naming::pool_pod_name(IMAGES[2], &key, 0);
+            let (pool, _) = name.rsplit_once('-').expect("indexed");
+            let ready = pools
+                .get(pool)
+                .into_iter()
+                .flatten()
+                .filter(|o| matches!(o.phase, ObservedPhase::Ready { .. }))
+                .count();
+            assert!(
+                ready >= POOL_MIN,
+                "replica {r}: {ready} ready pods in pool {pool} after recovery: {:?}\nrecent inputs and commands:\n{}",
+                pools.get(pool),
+                self.recent()
+            );
+        }
     }
 
     /// Reclaim-after is written at most once per half-TTL per pod and
@@ -453,6 +534,16 @@ impl World {
                 }
                 Logged::Input(r, _, Input::PolicyChanged { .. }) => {
                     last.retain(|(rr, _), _| rr != r);
+                }
+                // A pool name may come back as a new pod, and a pod
+                // forgotten may be claimed again as a new slot.
+                Logged::Input(r, _, Input::PodDeleted { pod_name })
+                | Logged::Command(r, _, Command::DeletePod { pod_name, .. })
+                | Logged::Command(r, _, Command::Forget { pod_name }) => {
+                    last.remove(&(*r, pod_name.clone()));
+                }
+                Logged::Command(r, _, Command::CreatePod(c)) => {
+                    last.remove(&(*r, c.pod_name.clone()));
                 }
                 Logged::Input(r, _, Input::Adopt { .. }) => {
                     generation[*r] += 1;
@@ -496,6 +587,8 @@ impl World {
         self.check();
         let quiet = self.h.check_quiet();
         assert!(quiet.is_empty(), "{quiet:#?}");
+        self.check_pool_minimum();
+        self.check();
     }
 }
 

@@ -8,7 +8,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
-use foldhash::{HashSet, HashSetExt};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -235,6 +235,8 @@ pub struct SimCluster {
     ever_created: HashSet<String>,
     /// Pods with at least one call in them.
     in_use: usize,
+    /// The UID of the latest pod created under each name, live or not.
+    latest_uid: HashMap<String, String>,
     next_id: u64,
     stats: SimStats,
     audit: Audit,
@@ -259,6 +261,7 @@ impl SimCluster {
             starting: BinaryHeap::new(),
             ever_created: HashSet::new(),
             in_use: 0,
+            latest_uid: HashMap::new(),
             next_id: 1,
             stats: SimStats::default(),
             audit: Audit::default(),
@@ -612,6 +615,9 @@ impl SimCluster {
         }
         // A warm pool's names are meant to be created again once their pod
         // is gone; the API server's name uniqueness is their guard.
+        if let Some(uid) = &observed.uid {
+            self.latest_uid.insert(name.clone(), uid.clone());
+        }
         if !self.ever_created.insert(name.clone()) && !naming::is_pool_name(&name) {
             self.audit.created_twice.push(name.clone());
         }
@@ -635,6 +641,12 @@ impl SimCluster {
         );
         self.stats.pods_created += 1;
         self.stats.peak_pods = self.stats.peak_pods.max(self.pods.len());
+    }
+
+    /// The UID of the latest pod created under `name`, whether it still
+    /// exists or not; `None` if none ever was.
+    pub fn latest_uid(&self, name: &str) -> Option<&str> {
+        self.latest_uid.get(name).map(String::as_str)
     }
 
     /// Reads pod `name`. Errors: [`PlatformError::NotFound`], scripted failures.

@@ -31,7 +31,7 @@ use std::time::Duration;
 use super::cluster::{CallError, SimCluster};
 use crate::domain::pod_cache::{
     Command, CreateFailure, DeleteFailure, INLINE_TEMPLATE_VERSION, Input, Listing, PodCache,
-    PodCacheError, PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId, UnixTime,
+    PodCacheError, PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId, UnixTime, naming,
 };
 use crate::ports::PlatformError;
 
@@ -228,8 +228,12 @@ struct Replica {
     gap_since: Option<UnixTime>,
     /// Watch deliveries are in order: none before this time.
     watch_clock: UnixTime,
-    /// When this replica was told a pod is gone (watch deletion, failed call).
-    told_gone: HashMap<String, UnixTime>,
+    /// When this replica was told a pod is gone (watch deletion, failed
+    /// call), and the UID of the pod it was told about.
+    told_gone: HashMap<String, (UnixTime, Option<String>)>,
+    /// The UID of the last deletion of each pod name sent to this
+    /// replica's watch.
+    deleted_uid: HashMap<String, Option<String>>,
     generation: u32,
 }
 
@@ -326,6 +330,7 @@ impl Harness {
                 gap_since: None,
                 watch_clock: now,
                 told_gone: HashMap::new(),
+                deleted_uid: HashMap::new(),
                 generation: 0,
             });
         }
@@ -621,6 +626,12 @@ impl Harness {
         if let Ok(observed) = listed {
             self.handle(r, Input::Adopt { observed });
         }
+        // As `serve` starts: the warm pool minimums are warmed whatever
+        // the warm-up setting.
+        let images = self.replicas[r].cache.policy().min_ready_images();
+        if !images.is_empty() {
+            self.handle(r, Input::WarmUp { images });
+        }
         self.settle();
     }
 
@@ -743,6 +754,9 @@ impl Harness {
                 let at = (self.now + lat).max(self.replicas[r].watch_clock);
                 self.replicas[r].watch_clock = at;
                 let input = if e.deleted {
+                    self.replicas[r]
+                        .deleted_uid
+                        .insert(e.observed.name.clone(), e.observed.uid.clone());
                     Input::PodDeleted {
                         pod_name: e.observed.name.clone(),
                     }
@@ -760,9 +774,10 @@ impl Harness {
         let now = self.replica_now(r);
         match &input {
             Input::PodDeleted { pod_name } => {
+                let uid = self.replicas[r].deleted_uid.get(pod_name).cloned().flatten();
                 self.replicas[r]
                     .told_gone
-                    .insert(pod_name.clone(), self.now);
+                    .insert(pod_name.clone(), (self.now, uid));
             }
             Input::CallUnavailable { request } => {
                 if let Some(pod) = self
@@ -771,7 +786,8 @@ impl Harness {
                     .filter(|q| q.pod_gone)
                     .and_then(|q| q.pod.clone())
                 {
-                    self.replicas[r].told_gone.insert(pod, self.now);
+                    let uid = self.cluster.latest_uid(&pod).map(str::to_string);
+                    self.replicas[r].told_gone.insert(pod, (self.now, uid));
                 }
             }
             _ => {}
@@ -1201,7 +1217,18 @@ impl Harness {
                 let q = self.requests.get_mut(&(r, request)).expect("exists");
                 q.pod = Some(a.pod_name.clone());
                 let run = q.run;
-                if let Some(told) = self.replicas[r].told_gone.get(&a.pod_name) {
+                // A warm pool's name comes back with a new pod: only the
+                // pod the replica was told about counts.
+                let reborn = |(_, told_uid): &(UnixTime, Option<String>)| {
+                    naming::is_pool_name(&a.pod_name)
+                        && told_uid.is_some()
+                        && self.cluster.latest_uid(&a.pod_name) != told_uid.as_deref()
+                };
+                if let Some((told, _)) = self.replicas[r]
+                    .told_gone
+                    .get(&a.pod_name)
+                    .filter(|t| !reborn(t))
+                {
                     self.violations.push(format!(
                         "replica {r} sent {request} to {} at {now}, after it was told at {told} that the pod is gone",
                         a.pod_name

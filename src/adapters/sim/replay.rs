@@ -141,9 +141,18 @@ pub fn replay(
     let span = trace.last().map(|e| e.at).unwrap_or_default();
     let bucket = (span / options.samples.max(1) as u32).max(Duration::from_secs(1));
     h.sample(START, bucket);
-    if policy.warm_up {
+    // As `serve` does: every listed image with warm-up, else only those
+    // with a warm-pool minimum.
+    let warm: Vec<String> = policy
+        .config
+        .entries
+        .iter()
+        .filter(|e| policy.warm_up || e.min_ready.is_some_and(|m| m > 0))
+        .map(|e| e.name.clone())
+        .collect();
+    if !warm.is_empty() {
         for r in 0..replicas {
-            let images = policy.config.warm_up_images();
+            let images = warm.clone();
             h.feed(r, Input::WarmUp { images });
         }
     }

@@ -616,6 +616,22 @@ impl PodCachePolicy {
         }
     }
 
+    /// The images whose settings keep a warm pool minimum (`minReady` above
+    /// 0): the `--pod-cache-config` entries, or in the FunctionConfig
+    /// generation the images it warms up (an object's first repository,
+    /// name and tag). GC keeps their minimum from the first listing on,
+    /// whether or not they were warmed up or called.
+    pub fn min_ready_images(&self) -> Vec<String> {
+        let images: Vec<String> = match &self.function_configs {
+            Some(store) => store.warm_up_images(),
+            None => self.functions.keys().cloned().collect(),
+        };
+        images
+            .into_iter()
+            .filter(|image| self.settings_for(image).min_ready.is_some_and(|m| m > 0))
+            .collect()
+    }
+
     /// The shortest TTL any function may have: the default's, and every
     /// per-function entry's. The driver ticks at least every half of it.
     pub fn shortest_ttl(&self) -> Duration {

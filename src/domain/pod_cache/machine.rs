@@ -386,7 +386,13 @@ impl PodCache {
                     self.on_warm_up(now, &image);
                 }
             }
-            Input::TemplateChanged { version } => self.template_version = version,
+            Input::TemplateChanged { version } => {
+                self.template_version = version;
+                let images: Vec<String> = self.functions.keys().cloned().collect();
+                for image in images {
+                    self.refresh_pool(now, &image);
+                }
+            }
             Input::PolicyChanged { policy } => self.on_policy(now, *policy),
             Input::Shutdown => self.on_shutdown(),
         }
@@ -602,17 +608,32 @@ impl PodCache {
                 self.next_shape += 1;
                 f.pod_version = settings.pod_version();
             }
-            let min = settings.pool().map_or(0, |p| p.min);
             for id in &f.slots {
                 if let Some(slot) = self.slots.get_mut(id) {
                     slot.ttl = settings.ttl;
-                    slot.warm = slot.pool.is_some_and(|i| i < min);
                 }
             }
             f.settings = settings;
-            self.retire_unusable(now, &image);
-            self.restore_pool(now, &image);
+            self.refresh_pool(now, &image);
         }
+    }
+
+    /// After a template or settings change: only pods of the current pool
+    /// stay warm (older ones are reclaimed by TTL once idle), idle pods that
+    /// may take no new call are let go, and the pool's minimum is created.
+    fn refresh_pool(&mut self, now: UnixTime, image: &str) {
+        let Some(f) = self.functions.get(image) else {
+            return;
+        };
+        let min = f.settings.pool().map_or(0, |p| p.min);
+        for id in &f.slots {
+            if let Some(slot) = self.slots.get_mut(id) {
+                let current = f.fresh(slot, &self.template_version);
+                slot.warm = current && slot.pool.is_some_and(|i| i < min);
+            }
+        }
+        self.retire_unusable(now, image);
+        self.restore_pool(now, image);
     }
 
     /// The name of pod `index` of `image`'s pool, for pods built now.
@@ -656,7 +677,11 @@ impl PodCache {
         }
         for i in 0..pool.min {
             let name = self.pool_name(image, i);
-            if !self.by_name.contains_key(&name)
+            // Pods of an older template or settings still at work count
+            // against the limit until they are idle.
+            let room = self.functions[image].slots.len() < pool.max as usize;
+            if room
+                && !self.by_name.contains_key(&name)
                 && !self.deleting.contains_key(&name)
                 && !self.abandoned.values().any(|a| a.pod_name == name)
                 && absent(&name)
@@ -1380,6 +1405,20 @@ impl PodCache {
             return;
         };
         let slot = self.slots.get_mut(&id).expect("indexed slot");
+        if pod.uid.is_some() && slot.uid.is_some() && pod.uid != slot.uid {
+            // Another pod under the slot's name (a warm pool's names come
+            // back): the slot's own pod is gone.
+            let err = gone(slot, false);
+            return self.evict(now, id, err, None);
+        }
+        if let Phase::Pending(c) = &slot.phase
+            && matches!(c.step, Step::Creating { .. })
+            && slot.pool.is_some()
+            && pod.creation.as_deref() != Some(c.nonce.as_str())
+        {
+            // Not (yet) the pod this creation makes.
+            return;
+        }
         if pod.uid.is_some() {
             slot.uid.clone_from(&pod.uid);
         }
@@ -1604,6 +1643,11 @@ impl PodCache {
     // keeps more than its minimum, warm pods are claimed and the missing
     // ones created.
     fn gc(&mut self, now: UnixTime, started: UnixTime, listing: &Listing) {
+        if !self.shutting_down {
+            for image in self.policy.min_ready_images() {
+                self.function_entry(&image);
+            }
+        }
         // The names of every pool as built now: name -> (image, index).
         let pooled: Vec<(String, Pool)> = self
             .functions
@@ -1663,6 +1707,7 @@ impl PodCache {
                 continue;
             }
             let in_pool = pool_of.get(&o.name).map(|(_, i, min)| (*i, *i < *min));
+            let ready = matches!(o.phase, ObservedPhase::Ready { .. });
             let Some(annotated) = o
                 .reclaim_after
                 .as_deref()
@@ -1691,6 +1736,16 @@ impl PodCache {
                 resource_version: o.resource_version.clone(),
                 ..DeletePrecondition::default()
             };
+            if let Some(id) = local
+                && o.uid.is_some()
+                && self.slots[&id].uid.is_some()
+                && self.slots[&id].uid != o.uid
+            {
+                // Another pod under the slot's name: the slot's is gone.
+                let err = gone(&self.slots[&id], false);
+                self.evict(now, id, err, None);
+                continue;
+            }
             match local {
                 Some(id) => {
                     let slot = self.slots.get_mut(&id).expect("indexed slot");
@@ -1709,8 +1764,16 @@ impl PodCache {
                     }
                 }
                 None => match in_pool {
+                    Some(_) if !ready && annotated <= started => {
+                        // Never became ready and nobody extends it: it
+                        // serves nobody, so the minimum does not keep it.
+                        if let Some(n) = live.get_mut(&o.image) {
+                            *n = n.saturating_sub(1);
+                        }
+                        self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
+                    }
                     Some((_, true)) => {
-                        if matches!(o.phase, ObservedPhase::Ready { .. }) {
+                        if ready {
                             claims.push(o.clone());
                         }
                     }
@@ -1764,6 +1827,8 @@ impl PodCache {
         // holds are created anew.
         for (image, p) in &pooled {
             if p.min > 0 {
+                // Idle pods of an older pool make room first.
+                self.retire_unusable(now, image);
                 self.restore_pool_where(now, image, |name| !present.contains(name));
             }
         }
