@@ -22,6 +22,7 @@ use common::{NOT_SERVING, Runner, SERVING, catalog_dir, catalog_version, eventua
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_support::ControlPlane;
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
+use krm_fn_runner::domain::pod_cache::naming;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use kubelet::{Kubelet, PATIENCE, Plan};
@@ -1076,6 +1077,122 @@ async fn two_replicas_share_the_namespace_under_load() {
     drop(b);
 }
 
+/// The bed's pods that are not terminating: name -> UID.
+async fn live_pods(bed: &Bed) -> std::collections::BTreeMap<String, String> {
+    bed.pods()
+        .await
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
+        .collect()
+}
+
+// Warm pool (`minReady: 2`, `maxPods: 3`) shared by two replicas on the real
+// API server: together they make exactly two pods, not four (the pool's
+// names are shared; the second creation of a name is answered AlreadyExists
+// and joins the pod); a pod deleted behind their back comes back; a quiet
+// period of three TTLs reclaims nothing; a burst from both replicas never
+// has more than three pods at once (terminating ones included) and falls
+// back to two once idle. From the audit log: no pod was deleted with a call
+// in it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_pool_keeps_its_minimum_and_maximum_across_two_replicas() {
+    let bed = Bed::start().await;
+    let image = bed.image("starlark");
+    let config = bed.dir.path().join("pod-cache-config.yaml");
+    std::fs::write(
+        &config,
+        format!("- name: {image}\n  timeToLive: 2s\n  maxWaitlistLength: 1\n  minReady: 2\n  maxPods: 3\n"),
+    )
+    .unwrap();
+    let flags = [format!("--pod-cache-config={}", config.display())];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let a = bed.runner(&flags);
+    let b = bed.runner(&flags);
+
+    // Exactly the minimum, with --warm-up-pod-cache=false.
+    eventually("two warm pods", PATIENCE, || async {
+        (bed.kubelet.running_pods().len() == 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let warm = live_pods(&bed).await;
+    assert_eq!(warm.len(), 2, "{warm:?}");
+    assert_eq!(bed.kubelet.started(), 2, "two replicas made two pods");
+    assert!(warm.keys().all(|n| naming::is_pool_name(n)), "{warm:?}");
+
+    // A pod deleted behind the replicas' back comes back under its name.
+    let victim = warm.keys().next().unwrap().clone();
+    bed.kubelet.vanish(&victim).await;
+    eventually("the deleted warm pod to come back", PATIENCE, || async {
+        let now = live_pods(&bed).await;
+        (now.len() == 2
+            && now.get(&victim).is_some_and(|uid| *uid != warm[&victim])
+            && bed.kubelet.running_pods().len() == 2)
+            .then_some(now)
+    })
+    .await;
+    let restored = live_pods(&bed).await;
+
+    // Quiet for three TTLs: nothing is reclaimed or replaced.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(live_pods(&bed).await, restored, "quiet period");
+    assert_eq!(bed.kubelet.started(), 3);
+
+    // A burst from both replicas: at most three pods at any time.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sampler = async {
+        let mut most = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            most = most.max(bed.pods().await.len());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        most
+    };
+    let burst = async {
+        let mut workers = Vec::new();
+        for w in 0..8 {
+            let runner = if w % 2 == 0 { &a } else { &b };
+            let image = image.clone();
+            workers.push(async move {
+                for i in 0..3 {
+                    let r = call(runner, &image, slow_starlark_rl()).await;
+                    r.unwrap_or_else(|e| panic!("worker {w} call {i}: {e}"));
+                }
+            });
+        }
+        futures_join_all(workers).await;
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    };
+    let (most, ()) = tokio::join!(sampler, burst);
+    assert!(most <= 3, "{most} pods during the burst");
+    assert!(bed.kubelet.started() > 3, "the burst scaled out");
+    eventually("the pool back at its minimum", Duration::from_secs(30), || async {
+        let now = live_pods(&bed).await;
+        (now.len() == 2 && bed.pods().await.len() == 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(live_pods(&bed).await.len(), 2, "stays at the minimum");
+
+    let (created, deletes, uses) = assert_no_pod_deleted_in_use(&bed, &[&a, &b]);
+    eprintln!("warm pool: {created} pods created, {deletes} deleted, {uses} calls checked");
+    assert!(uses >= 24, "{uses} uses");
+    // The pool outlives its runners: clean up by hand.
+    drop(a);
+    drop(b);
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(bed.client.clone(), NS);
+    for name in live_pods(&bed).await.keys() {
+        let _ = pods.delete(name, &DeleteParams::default()).await;
+        let _ = services.delete(name, &DeleteParams::default()).await;
+    }
+    eventually("every wrapper process to stop", PATIENCE, || async {
+        (bed.kubelet.processes() == 0).then_some(())
+    })
+    .await;
+}
+
 /// Calls `image` on `runner` in a loop until `until`, each call recorded as
 /// (when it ended, whether it succeeded, the error if not).
 async fn keep_calling(
@@ -1331,12 +1448,14 @@ fn assert_no_pod_deleted_in_use(bed: &Bed, runners: &[&Runner]) -> (usize, usize
         .filter(|e| e.verb == "create" && e.code == 201)
         .map(|e| e.name.as_str())
         .collect();
-    let unique: HashSet<&str> = created.iter().copied().collect();
-    assert_eq!(
-        unique.len(),
-        created.len(),
-        "a pod created twice: {created:?}"
-    );
+    // A warm pool's names come back once their pod is gone.
+    let once: Vec<&str> = created
+        .iter()
+        .copied()
+        .filter(|n| !naming::is_pool_name(n))
+        .collect();
+    let unique: HashSet<&str> = once.iter().copied().collect();
+    assert_eq!(unique.len(), once.len(), "a pod created twice: {created:?}");
     eprintln!(
         "audit: {} pods created, {} deleted, {} calls checked against the deletions",
         created.len(),
