@@ -232,6 +232,29 @@ fn pod_settings_follow_pod_executor_tags() {
     );
 }
 
+// Warm pools in the FunctionConfig generation: `podExecutor.minReady` and
+// `maxPods` (our extension) reach the function's settings.
+#[test]
+fn pod_executor_sets_the_warm_pool() {
+    let mut s = store();
+    s.apply(object(
+        "f",
+        "t",
+        serde_json::json!({"image": "f", "prefixes": [""], "podExecutor": {
+            "tags": ["v1"], "minReady": 2, "maxPods": 5,
+        }}),
+    ));
+    let image = format!("{CATALOG}/f:v1");
+    let e = s.pod_entry(&image).expect("v1 is configured");
+    assert_eq!((e.min_ready, e.max_pods), (Some(2), Some(5)));
+    let policy = PodCachePolicy::new(FunctionSettings::default(), "r1")
+        .unwrap()
+        .with_function_configs(Arc::new(s));
+    let pool = policy.settings_for(&image).pool().expect("a pool");
+    assert_eq!((pool.min, pool.max), (2, 5));
+    assert_eq!(policy.min_ready_images(), vec![image]);
+}
+
 #[test]
 fn invalid_objects_say_why_and_configure_nothing() {
     let mut s = store();
@@ -263,6 +286,18 @@ fn invalid_objects_say_why_and_configure_nothing() {
         (
             serde_json::json!({"image": "f", "podExecutor": {"preferredMaxQueueLength": -2}}),
             "preferredMaxQueueLength is -2",
+        ),
+        (
+            serde_json::json!({"image": "f", "podExecutor": {"minReady": -1}}),
+            "spec.podExecutor.minReady is -1",
+        ),
+        (
+            serde_json::json!({"image": "f", "podExecutor": {"minReady": 3, "maxPods": 2}}),
+            "spec.podExecutor.minReady 3 is more than spec.podExecutor.maxPods 2",
+        ),
+        (
+            serde_json::json!({"image": "f", "podExecutor": {"maxPods": 2, "maxParallelExecutions": 2}}),
+            "spec.podExecutor.maxPods and spec.podExecutor.maxParallelExecutions are both set",
         ),
         (
             serde_json::json!({"image": "f", "prefixes": "not-a-list"}),

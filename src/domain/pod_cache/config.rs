@@ -755,6 +755,42 @@ mod tests {
     }
 
     #[test]
+    fn warm_pool_keys_are_read_and_checked() {
+        let cfg = PodCacheConfig::parse(
+            b"- name: a\n  minReady: 2\n  maxPods: 4\n- name: b\n  minReady: 3\n- name: c\n  maxPods: 2\n",
+            "f",
+        )
+        .unwrap();
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        let p = policy().with_config(&cfg);
+        let a = p.settings_for("a");
+        assert_eq!(a.pool(), Some(Pool { min: 2, max: 4 }));
+        assert_eq!(a.max_parallel_pods, 4, "the pool's bound is the pod limit");
+        // Without maxPods the pool is as large as the minimum needs.
+        assert_eq!(p.settings_for("b").pool(), Some(Pool { min: 3, max: 3 }));
+        assert_eq!(p.settings_for("c").pool(), Some(Pool { min: 0, max: 2 }));
+        assert_eq!(p.settings_for("other").pool(), None);
+        let mut kept = p.min_ready_images();
+        kept.sort();
+        assert_eq!(kept, ["a", "b"]);
+        for (text, wanted) in [
+            ("minReady: -1", "minReady is -1: use 0 or more"),
+            ("maxPods: 0", "maxPods is 0: use 1 or more"),
+            ("minReady: 3\n  maxPods: 2", "minReady 3 is more than maxPods 2"),
+            (
+                "maxPods: 2\n  maxParallelPodsPerFunction: 2",
+                "maxPods and maxParallelPodsPerFunction are both set",
+            ),
+            ("minReady: two", "line 2 column 13: invalid i64"),
+        ] {
+            let yaml = format!("- name: x:v1\n  {text}\n");
+            let err = PodCacheConfig::parse(yaml.as_bytes(), "pcc.yaml").unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains("pcc.yaml") && msg.contains(wanted), "{text}: {msg}");
+        }
+    }
+
+    #[test]
     fn replica_tokens_are_checked() {
         for bad in ["", "UPPER", "toolongtoken", "a-b"] {
             assert!(

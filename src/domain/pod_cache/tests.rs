@@ -1538,3 +1538,192 @@ fn a_creation_given_up_never_deletes_a_pod_another_replica_claimed() {
         "a claimed pod is not deleted"
     );
 }
+
+/// A cache of replica `token` whose IMG has a warm pool of `min..=max`.
+fn pool_cache(token: &str, min: u32, max: u32) -> PodCache {
+    let mut p = PodCachePolicy::new(settings(1, 1), token).unwrap();
+    p.scan_interval = Duration::from_secs(1);
+    let entry = PodCacheConfigEntry {
+        name: IMG.to_string(),
+        min_ready: Some(min),
+        max_pods: Some(max),
+        ..PodCacheConfigEntry::default()
+    };
+    p.functions.insert(IMG.to_string(), entry);
+    PodCache::new(p, "v1")
+}
+
+fn pool_name(index: u32) -> String {
+    naming::pool_pod_name(IMG, &naming::pool_key("v1", None), index)
+}
+
+// Without minReady or maxPods a function has no pool: Porch's names,
+// limits and warm-up of one pod.
+#[test]
+fn without_a_pool_nothing_changes() {
+    let mut pc = cache(1, 2);
+    pc.handle(
+        t(0),
+        Input::WarmUp {
+            images: vec![IMG.into()],
+        },
+    );
+    let c = created(&drain(&mut pc));
+    assert_eq!(c.len(), 1);
+    assert!(!naming::is_pool_name(&c[0].pod_name), "{}", c[0].pod_name);
+    assert_eq!(FunctionSettings::default().pool(), None);
+}
+
+// Warm-up of a pool creates its minimum under names every replica shares:
+// a second replica creating the same names is answered AlreadyExists and
+// joins the first's pods instead of making more.
+#[test]
+fn replicas_share_the_pool_names_and_join_each_others_pods() {
+    let (mut a, mut b) = (pool_cache("ra", 2, 3), pool_cache("rb", 2, 3));
+    let warm_up = Input::WarmUp {
+        images: vec![IMG.into()],
+    };
+    a.handle(t(0), warm_up.clone());
+    b.handle(t(0), warm_up);
+    let (ca, cb) = (created(&drain(&mut a)), created(&drain(&mut b)));
+    let names = |c: &[PodCreation]| c.iter().map(|p| p.pod_name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&ca), vec![pool_name(0), pool_name(1)]);
+    assert_eq!(names(&ca), names(&cb), "same names on both replicas");
+    // a's creations succeed and its pods get ready; b's are answered
+    // AlreadyExists with a's pods.
+    for c in &ca {
+        ready(&mut a, t(1), c.slot);
+    }
+    for (i, c) in cb.iter().enumerate() {
+        let existing = ObservedPod {
+            creation: Some(ca[i].creation.clone()),
+            reclaim_after: Some(ca[i].reclaim_after.to_annotation()),
+            ..seen(&c.pod_name, ObservedPhase::Ready { endpoint: format!("ep-a{i}") })
+        };
+        b.handle(
+            t(1),
+            Input::Created {
+                slot: c.slot,
+                result: Err(CreateFailure::AlreadyExists {
+                    existing: Some(Box::new(existing)),
+                }),
+            },
+        );
+        let cmds = drain(&mut b);
+        assert!(deleted(&cmds).is_empty(), "a joined pod is never deleted");
+        assert!(created(&cmds).is_empty(), "no other name is tried");
+        // The join is a claim: a later reclaim-after before any call.
+        let claim = persisted(&cmds);
+        assert_eq!(claim.len(), 1, "{cmds:?}");
+        ack(&mut b, t(1), &cmds);
+    }
+    assert_eq!(b.slots_for(IMG).filter(|s| s.state == SlotState::Ready).count(), 2);
+    // A request on b runs on a shared pod: no new pod.
+    let cmds = request(&mut b, t(2), 1, IMG);
+    assert!(created(&cmds).is_empty());
+    assert!(matches!(&replies(&cmds)[..], [(1, Ok(_))]));
+}
+
+// The pool's maximum bounds its pods: with all three names busy, a fourth
+// request waits on a pod, like one at today's per-function limit.
+#[test]
+fn requests_beyond_max_pods_wait() {
+    let mut pc = pool_cache("r1", 0, 3);
+    let mut slots = Vec::new();
+    for id in 1..=3 {
+        let c = created(&request(&mut pc, t(0), id, IMG));
+        assert_eq!(c.len(), 1, "request {id}");
+        assert_eq!(c[0].pod_name, pool_name(id as u32 - 1));
+        slots.push(c[0].slot);
+    }
+    let cmds = request(&mut pc, t(0), 4, IMG);
+    assert!(created(&cmds).is_empty(), "{cmds:?}");
+    assert!(replies(&cmds).is_empty(), "waits on a pending pod");
+    assert_eq!(pc.slots_for(IMG).count(), 3);
+    assert_eq!(loads(&pc, IMG).iter().sum::<u32>(), 4);
+}
+
+// GC reclaims idle expired pods of a pool only while the pool keeps more
+// than its minimum, highest index first; warm pods (below the minimum) it
+// claims instead.
+#[test]
+fn gc_reclaims_a_pool_only_above_its_minimum() {
+    let mut pc = pool_cache("r1", 2, 4);
+    pc.handle(t(0), Input::Tick);
+    drain(&mut pc);
+    let expired = Some("1000000");
+    let listed = |n: u32| {
+        (0..n)
+            .map(|i| observed(&pool_name(i), expired, ObservedPhase::Ready { endpoint: format!("ep{i}") }))
+            .collect::<Vec<_>>()
+    };
+    let cmds = gc(&mut pc, t(5), listed(4));
+    let mut gone = deleted(&cmds);
+    gone.sort();
+    assert_eq!(gone, vec![pool_name(2), pool_name(3)], "{cmds:?}");
+    // The warm ones are claimed (a later reclaim-after), not deleted.
+    let claimed: Vec<String> = persisted(&cmds).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(claimed, vec![pool_name(0), pool_name(1)]);
+
+    let mut pc = pool_cache("r2", 2, 4);
+    pc.handle(t(0), Input::Tick);
+    drain(&mut pc);
+    // Two left, one of them beyond the minimum's names: kept all the same.
+    let two = vec![
+        observed(&pool_name(1), expired, ObservedPhase::Ready { endpoint: "ep1".into() }),
+        observed(&pool_name(3), expired, ObservedPhase::Ready { endpoint: "ep3".into() }),
+    ];
+    let cmds = gc(&mut pc, t(5), two);
+    assert!(deleted(&cmds).is_empty(), "{cmds:?}");
+    // And the missing warm pod is created.
+    let made: Vec<String> = created(&cmds).into_iter().map(|c| c.pod_name).collect();
+    assert_eq!(made, vec![pool_name(0)]);
+}
+
+// A warm pod deleted behind the cache's back is created again at once.
+#[test]
+fn a_deleted_warm_pod_is_restored() {
+    let mut pc = pool_cache("r1", 1, 2);
+    pc.handle(
+        t(0),
+        Input::WarmUp {
+            images: vec![IMG.into()],
+        },
+    );
+    let c = created(&drain(&mut pc)).remove(0);
+    let cmds = ready(&mut pc, t(1), c.slot);
+    ack(&mut pc, t(1), &cmds);
+    pc.handle(
+        t(2),
+        Input::PodDeleted {
+            pod_name: c.pod_name.clone(),
+        },
+    );
+    let again = created(&drain(&mut pc));
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].pod_name, c.pod_name);
+    assert_ne!(again[0].creation, c.creation);
+}
+
+// An idle warm pod keeps its reclaim-after ahead: it is extended once its
+// reclaim-after is less than a TTL ahead, with no call in it.
+#[test]
+fn idle_warm_pods_are_extended() {
+    let mut pc = pool_cache("r1", 1, 1);
+    pc.handle(
+        t(0),
+        Input::WarmUp {
+            images: vec![IMG.into()],
+        },
+    );
+    let c = created(&drain(&mut pc)).remove(0);
+    ready(&mut pc, t(1), c.slot);
+    let until = c.reclaim_after.saturating_sub(TTL);
+    let renew = pc.poll_timeout().expect("a timer");
+    assert!(renew <= until, "{renew} > {until}");
+    pc.handle(until, Input::Tick);
+    let cmds = drain(&mut pc);
+    let p = persisted(&cmds);
+    assert_eq!(p.len(), 1, "{cmds:?}");
+    assert!(p[0].1 > until + TTL);
+}
