@@ -435,6 +435,19 @@ async fn function_config_generation_applies_with_least_privilege() {
         &[POD_RUNTIME_CALLS, FUNCTION_CONFIG_CALLS],
         &[NEVER, FUNCTION_CONFIG_NEVER],
     );
+    // The warm pool fields survive the API server's pruning: the CRD as
+    // deployed carries them.
+    let warm = "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata:\n  name: warm-pool\n  namespace: porch-fn-system\nspec:\n  image: set-namespace\n  prefixes: [\"\"]\n  podExecutor:\n    tags: [v0.4.1]\n    minReady: 2\n    maxPods: 3\n";
+    kubectl.run_with_input(&["apply", "-f", "-"], warm);
+    let kept = kubectl.run(&[
+        "get",
+        "functionconfig/warm-pool",
+        "-n",
+        "porch-fn-system",
+        "-o",
+        "jsonpath={.spec.podExecutor.minReady} {.spec.podExecutor.maxPods}",
+    ]);
+    assert_eq!(kept, "2 3");
     // The template watch's request shape, as the ServiceAccount: a list by
     // `metadata.name` field selector is allowed by the name-restricted rule.
     for (kind, name) in [
