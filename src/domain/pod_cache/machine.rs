@@ -48,6 +48,51 @@
 //! - **resync**: a pod missing from a listing taken after this replica knew
 //!   it was deleted (a watch may miss deletions during an outage): its slot
 //!   is dropped and its waiters move on.
+//!
+//! ## Warm pools (`minReady`, `maxPods`)
+//!
+//! A function with a pool ([`FunctionSettings::pool`]) names its pods from a
+//! set every replica computes alike: pod `i` (`0 <= i < maxPods`) of the
+//! pods built from template version `T` with settings version `S` is
+//! [`naming::pool_pod_name`]`(image, pool_key(T, S), i)`. No other shared
+//! state is needed; the API server's name uniqueness is the lock.
+//! - **Bound.** The API server never holds two pods of one name, so no more
+//!   than `maxPods` pods of one pool exist at any moment, whatever the
+//!   replicas know, however late their listings and watches are, whatever
+//!   fails: a replica creating a name another replica's pod holds is
+//!   answered AlreadyExists. Pods being deleted keep their name, so they
+//!   count too. The transient beyond `maxPods` is zero within a pool; across
+//!   pools it is the old pool's pods after a template or settings change
+//!   (they take no new call, are never kept warm, and are reclaimed by TTL
+//!   once idle), so at most `maxPods` per version the replicas run at once,
+//!   for at most 1.5 TTL after their last call plus a GC period.
+//! - **Joining, not duplicating.** A creation answered AlreadyExists by a
+//!   pod it did not make (its [`CREATION_ANNOTATION`](super::CREATION_ANNOTATION)
+//!   differs) that is live joins it: waits for it to be ready, then claims
+//!   it (writes a later reclaim-after, before any call) like an adopted pod;
+//!   it never deletes it. Two replicas restoring the same missing pod hence
+//!   end with one pod both use. A creation with waiters whose name holds a
+//!   dead pod tries the pool's next free name; a warm restore stops there
+//!   and GC tries again.
+//! - **Minimum.** Pods `0..minReady` are warm: each replica holding one
+//!   extends its reclaim-after while idle (persist before extend, as for any
+//!   pod), and GC claims the warm pods it does not hold, however close their
+//!   reclaim-after is (the claim is written before any call, and a deletion
+//!   judged on an older listing fails its `resourceVersion` precondition).
+//!   GC creates the warm pods its listing lacks, and a watch deletion of a
+//!   warm pod creates it again at once; both are idempotent across replicas
+//!   by the bound above.
+//! - **Reclaim only above the minimum.** GC deletes an expired pool pod only
+//!   while its listing shows more than `minReady` live pods of the pool,
+//!   highest index first, so replicas reading the same listing pick the same
+//!   pods; it never deletes a warm pod by TTL. Replicas acting on different
+//!   listings can take the pool below its minimum only while a warm pod is
+//!   already missing, until the next GC creates it. A pod that never got
+//!   ready and whose reclaim-after passed serves nobody and is deleted
+//!   whatever the count.
+//! - **Names come back.** A pool name is reused once its pod is gone, so a
+//!   slot ends as soon as its name is seen (watch or listing) with another
+//!   UID: calls never reach a pod the replica did not create, join or claim.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
