@@ -316,3 +316,42 @@ fn fault_rates_must_be_probabilities() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("diurnal ratio"), "{stderr}");
 }
+
+// Warm pools: the README's trade-off on `examples/warm-pool` (two working
+// days with quiet nights and gaps longer than the TTL): each pod kept warm
+// removes cold starts and costs pod-hours; the pool never exceeds maxPods.
+#[test]
+fn warm_pool_minimums_trade_pod_hours_for_cold_starts() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/warm-pool");
+    let policy = |m: u32| format!("{dir}/min-ready-{m}.yaml");
+    let out = runner(&[
+        "simulate",
+        "--trace",
+        &format!("{dir}/quiet-nights.csv"),
+        "--policy",
+        &policy(0),
+        "--policy",
+        &policy(1),
+        "--policy",
+        &policy(2),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let field = |i: usize, k: &str| reports[i][k].as_f64().unwrap();
+    for i in 0..3 {
+        assert_eq!(reports[i]["requests"], 203, "{reports}");
+        assert!(field(i, "peak_pods") <= 3.0, "{reports}");
+        assert_eq!(reports[i]["violations"].as_array().map(Vec::len), Some(0));
+    }
+    for i in 1..3 {
+        assert!(field(i, "cold_starts") < field(i - 1, "cold_starts"), "{reports}");
+        assert!(field(i, "pod_seconds") > field(i - 1, "pod_seconds"), "{reports}");
+    }
+    // A minimum of one keeps the first call after each night warm.
+    assert!(field(0, "cold_starts") - field(1, "cold_starts") >= 2.0, "{reports}");
+}
