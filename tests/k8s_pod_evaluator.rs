@@ -1167,10 +1167,14 @@ async fn a_warm_pool_keeps_its_minimum_and_maximum_across_two_replicas() {
     let (most, ()) = tokio::join!(sampler, burst);
     assert!(most <= 3, "{most} pods during the burst");
     assert!(bed.kubelet.started() > 3, "the burst scaled out");
-    eventually("the pool back at its minimum", Duration::from_secs(30), || async {
-        let now = live_pods(&bed).await;
-        (now.len() == 2 && bed.pods().await.len() == 2).then_some(())
-    })
+    eventually(
+        "the pool back at its minimum",
+        Duration::from_secs(30),
+        || async {
+            let now = live_pods(&bed).await;
+            (now.len() == 2 && bed.pods().await.len() == 2).then_some(())
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(live_pods(&bed).await.len(), 2, "stays at the minimum");

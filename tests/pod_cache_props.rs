@@ -42,8 +42,8 @@ use krm_fn_runner::adapters::sim::{
 };
 use krm_fn_runner::domain::pod_cache::template::TemplateOverrides;
 use krm_fn_runner::domain::pod_cache::{
-    naming, Command, FunctionSettings, Input, ObservedPhase, PodCacheConfig, PodCacheConfigEntry,
-    PodCachePolicy, RequestId, SlotId, UnixTime,
+    Command, FunctionSettings, Input, ObservedPhase, PodCacheConfig, PodCacheConfigEntry,
+    PodCachePolicy, RequestId, SlotId, UnixTime, naming,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -391,7 +391,12 @@ impl World {
     /// The last entries of the harness log, for failure messages.
     fn recent(&self) -> String {
         let log = self.h.log.as_deref().unwrap_or_default();
-        log[log.len().saturating_sub(std::env::var("RECENT").ok().and_then(|s| s.parse().ok()).unwrap_or(60))..]
+        log[log.len().saturating_sub(
+            std::env::var("RECENT")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(60),
+        )..]
             .iter()
             .map(|e| format!("{e:?}"))
             .collect::<Vec<_>>()
@@ -455,13 +460,19 @@ impl World {
 
     /// The pool's pods in the cluster, by pool (the name without its
     /// index): never more than `maxPods` of one pool.
-    fn pools(&self) -> HashMap<String, Vec<std::sync::Arc<krm_fn_runner::domain::pod_cache::ObservedPod>>> {
+    fn pools(
+        &self,
+    ) -> HashMap<String, Vec<std::sync::Arc<krm_fn_runner::domain::pod_cache::ObservedPod>>> {
         let mut pools: HashMap<String, Vec<_>> = HashMap::new();
         for o in self.h.observed() {
             if o.image != IMAGES[2] {
                 continue;
             }
-            assert!(naming::is_pool_name(&o.name), "{} is not a pool name", o.name);
+            assert!(
+                naming::is_pool_name(&o.name),
+                "{} is not a pool name",
+                o.name
+            );
             let (pool, _) = o.name.rsplit_once('-').expect("indexed");
             pools.entry(pool.to_string()).or_default().push(o);
         }

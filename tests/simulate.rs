@@ -349,9 +349,18 @@ fn warm_pool_minimums_trade_pod_hours_for_cold_starts() {
         assert_eq!(reports[i]["violations"].as_array().map(Vec::len), Some(0));
     }
     for i in 1..3 {
-        assert!(field(i, "cold_starts") < field(i - 1, "cold_starts"), "{reports}");
-        assert!(field(i, "pod_seconds") > field(i - 1, "pod_seconds"), "{reports}");
+        assert!(
+            field(i, "cold_starts") < field(i - 1, "cold_starts"),
+            "{reports}"
+        );
+        assert!(
+            field(i, "pod_seconds") > field(i - 1, "pod_seconds"),
+            "{reports}"
+        );
     }
     // A minimum of one keeps the first call after each night warm.
-    assert!(field(0, "cold_starts") - field(1, "cold_starts") >= 2.0, "{reports}");
+    assert!(
+        field(0, "cold_starts") - field(1, "cold_starts") >= 2.0,
+        "{reports}"
+    );
 }

@@ -16,9 +16,9 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service};
 
 use crate::domain::pod_cache::template::{observe_pod, observe_service, service_endpoint};
 use crate::domain::pod_cache::{
-    CREATION_ANNOTATION, DeletePrecondition, ObservedPhase, ObservedPod, ObservedService, naming,
+    CREATION_ANNOTATION, DeletePrecondition, ObservedPhase, ObservedPod, ObservedService,
     PodCreation, RECLAIM_AFTER_ANNOTATION, SETTINGS_VERSION_ANNOTATION,
-    TEMPLATE_VERSION_ANNOTATION, UnixTime,
+    TEMPLATE_VERSION_ANNOTATION, UnixTime, naming,
 };
 use crate::ports::{ConfigMapData, PlatformError, PodEvent};
 

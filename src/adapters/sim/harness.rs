@@ -774,7 +774,11 @@ impl Harness {
         let now = self.replica_now(r);
         match &input {
             Input::PodDeleted { pod_name } => {
-                let uid = self.replicas[r].deleted_uid.get(pod_name).cloned().flatten();
+                let uid = self.replicas[r]
+                    .deleted_uid
+                    .get(pod_name)
+                    .cloned()
+                    .flatten();
                 self.replicas[r]
                     .told_gone
                     .insert(pod_name.clone(), (self.now, uid));

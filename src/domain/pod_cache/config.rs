@@ -776,7 +776,10 @@ mod tests {
         for (text, wanted) in [
             ("minReady: -1", "minReady is -1: use 0 or more"),
             ("maxPods: 0", "maxPods is 0: use 1 or more"),
-            ("minReady: 3\n  maxPods: 2", "minReady 3 is more than maxPods 2"),
+            (
+                "minReady: 3\n  maxPods: 2",
+                "minReady 3 is more than maxPods 2",
+            ),
             (
                 "maxPods: 2\n  maxParallelPodsPerFunction: 2",
                 "maxPods and maxParallelPodsPerFunction are both set",
@@ -786,7 +789,10 @@ mod tests {
             let yaml = format!("- name: x:v1\n  {text}\n");
             let err = PodCacheConfig::parse(yaml.as_bytes(), "pcc.yaml").unwrap_err();
             let msg = err.to_string();
-            assert!(msg.contains("pcc.yaml") && msg.contains(wanted), "{text}: {msg}");
+            assert!(
+                msg.contains("pcc.yaml") && msg.contains(wanted),
+                "{text}: {msg}"
+            );
         }
     }
 

@@ -683,7 +683,10 @@ impl PodCache {
 
     /// The name of pod `index` of `image`'s pool, for pods built now.
     fn pool_name(&self, image: &str, index: u32) -> String {
-        let pod_version = self.functions.get(image).and_then(|f| f.pod_version.as_deref());
+        let pod_version = self
+            .functions
+            .get(image)
+            .and_then(|f| f.pod_version.as_deref());
         let key = naming::pool_key(&self.template_version, pod_version);
         naming::pool_pod_name(image, &key, index)
     }
@@ -1110,7 +1113,11 @@ impl PodCache {
             c.step = Step::Starting;
             slot.uid.clone_from(&e.uid);
             slot.known_since.get_or_insert(now);
-            if let Some(r) = e.reclaim_after.as_deref().and_then(UnixTime::parse_annotation) {
+            if let Some(r) = e
+                .reclaim_after
+                .as_deref()
+                .and_then(UnixTime::parse_annotation)
+            {
                 slot.confirmed = slot.confirmed.max(r);
             }
             if let ObservedPhase::Ready { endpoint } = &e.phase {
@@ -1710,7 +1717,10 @@ impl PodCache {
         // take below the minimum.
         let mut live: HashMap<String, u32> = HashMap::new();
         for o in &listing.pods {
-            let dying = matches!(o.phase, ObservedPhase::Failed { .. } | ObservedPhase::Terminating);
+            let dying = matches!(
+                o.phase,
+                ObservedPhase::Failed { .. } | ObservedPhase::Terminating
+            );
             if let Some((image, _, _)) = pool_of.get(&o.name)
                 && o.labelled
                 && !dying
@@ -1817,11 +1827,7 @@ impl PodCache {
                         }
                         self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
                     }
-                    Some((_, true)) => {
-                        if ready {
-                            claims.push(o.clone());
-                        }
-                    }
+                    Some((_, true)) if ready => claims.push(o.clone()),
                     Some((i, false)) if annotated <= started => {
                         expired.push((i, o.name.clone(), precondition(), None));
                     }
@@ -1877,9 +1883,8 @@ impl PodCache {
                 self.restore_pool_where(now, image, |name| !present.contains(name));
             }
         }
-        self.functions.retain(|_, f| {
-            !f.slots.is_empty() || f.settings.pool().is_some_and(|p| p.min > 0)
-        });
+        self.functions
+            .retain(|_, f| !f.slots.is_empty() || f.settings.pool().is_some_and(|p| p.min > 0));
     }
 
     // Porch §5.9, safely: only ready pods of the current template and

@@ -1598,7 +1598,12 @@ fn replicas_share_the_pool_names_and_join_each_others_pods() {
         let existing = ObservedPod {
             creation: Some(ca[i].creation.clone()),
             reclaim_after: Some(ca[i].reclaim_after.to_annotation()),
-            ..seen(&c.pod_name, ObservedPhase::Ready { endpoint: format!("ep-a{i}") })
+            ..seen(
+                &c.pod_name,
+                ObservedPhase::Ready {
+                    endpoint: format!("ep-a{i}"),
+                },
+            )
         };
         b.handle(
             t(1),
@@ -1617,7 +1622,12 @@ fn replicas_share_the_pool_names_and_join_each_others_pods() {
         assert_eq!(claim.len(), 1, "{cmds:?}");
         ack(&mut b, t(1), &cmds);
     }
-    assert_eq!(b.slots_for(IMG).filter(|s| s.state == SlotState::Ready).count(), 2);
+    assert_eq!(
+        b.slots_for(IMG)
+            .filter(|s| s.state == SlotState::Ready)
+            .count(),
+        2
+    );
     // A request on b runs on a shared pod: no new pod.
     let cmds = request(&mut b, t(2), 1, IMG);
     assert!(created(&cmds).is_empty());
@@ -1654,7 +1664,15 @@ fn gc_reclaims_a_pool_only_above_its_minimum() {
     let expired = Some("1000000");
     let listed = |n: u32| {
         (0..n)
-            .map(|i| observed(&pool_name(i), expired, ObservedPhase::Ready { endpoint: format!("ep{i}") }))
+            .map(|i| {
+                observed(
+                    &pool_name(i),
+                    expired,
+                    ObservedPhase::Ready {
+                        endpoint: format!("ep{i}"),
+                    },
+                )
+            })
             .collect::<Vec<_>>()
     };
     let cmds = gc(&mut pc, t(5), listed(4));
@@ -1670,8 +1688,20 @@ fn gc_reclaims_a_pool_only_above_its_minimum() {
     drain(&mut pc);
     // Two left, one of them beyond the minimum's names: kept all the same.
     let two = vec![
-        observed(&pool_name(1), expired, ObservedPhase::Ready { endpoint: "ep1".into() }),
-        observed(&pool_name(3), expired, ObservedPhase::Ready { endpoint: "ep3".into() }),
+        observed(
+            &pool_name(1),
+            expired,
+            ObservedPhase::Ready {
+                endpoint: "ep1".into(),
+            },
+        ),
+        observed(
+            &pool_name(3),
+            expired,
+            ObservedPhase::Ready {
+                endpoint: "ep3".into(),
+            },
+        ),
     ];
     let cmds = gc(&mut pc, t(5), two);
     assert!(deleted(&cmds).is_empty(), "{cmds:?}");
