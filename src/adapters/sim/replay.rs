@@ -150,7 +150,7 @@ pub fn replay(
         .filter(|e| policy.warm_up || e.min_ready.is_some_and(|m| m > 0))
         .map(|e| e.name.clone())
         .collect();
-    if !warm.is_empty() {
+    if policy.warm_up || !warm.is_empty() {
         for r in 0..replicas {
             let images = warm.clone();
             h.feed(r, Input::WarmUp { images });
