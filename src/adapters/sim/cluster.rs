@@ -643,6 +643,11 @@ impl SimCluster {
         self.stats.peak_pods = self.stats.peak_pods.max(self.pods.len());
     }
 
+    /// The phase of the live pod `name`; `None` if there is none.
+    pub fn phase_of(&self, name: &str) -> Option<&ObservedPhase> {
+        self.pods.get(name).map(|p| &p.observed.phase)
+    }
+
     /// The UID of the latest pod created under `name`, whether it still
     /// exists or not; `None` if none ever was.
     pub fn latest_uid(&self, name: &str) -> Option<&str> {

@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use super::cluster::{CallError, SimCluster};
 use crate::domain::pod_cache::{
-    Command, CreateFailure, DeleteFailure, INLINE_TEMPLATE_VERSION, Input, Listing, PodCache,
-    PodCacheError, PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId, UnixTime, naming,
+    Command, CreateFailure, DeleteFailure, INLINE_TEMPLATE_VERSION, Input, Listing, ObservedPhase,
+    PodCache, PodCacheError, PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId, UnixTime, naming,
 };
 use crate::ports::PlatformError;
 
@@ -790,8 +790,15 @@ impl Harness {
                     .filter(|q| q.pod_gone)
                     .and_then(|q| q.pod.clone())
                 {
-                    let uid = self.cluster.latest_uid(&pod).map(str::to_string);
-                    self.replicas[r].told_gone.insert(pod, (self.now, uid));
+                    // A warm pool's name may hold a newer pod that is still
+                    // starting (the call was meant for the one before it):
+                    // that pod is not gone, and may be claimed once ready.
+                    let starting = naming::is_pool_name(&pod)
+                        && matches!(self.cluster.phase_of(&pod), Some(ObservedPhase::Pending));
+                    if !starting {
+                        let uid = self.cluster.latest_uid(&pod).map(str::to_string);
+                        self.replicas[r].told_gone.insert(pod, (self.now, uid));
+                    }
                 }
             }
             _ => {}

@@ -264,24 +264,18 @@ pub fn check_pool(
     names: [&str; 3],
 ) -> Result<(Option<u32>, Option<u32>), String> {
     let [min_key, max_key, limit_key] = names;
-    let min = match min_ready {
-        None => None,
-        Some(n) if n < 0 => {
-            return Err(format!(
-                "{min_key} is {n}: use 0 or more pods to keep ready"
-            ));
-        }
-        Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+    // A count of at least `least`, or what to write instead.
+    let count = |v: Option<i64>, least: i64, key: &str, what: &str| match v {
+        Some(n) if n < least => Err(format!("{key} is {n}: use {least} or more {what}")),
+        v => Ok(v.map(|n| u32::try_from(n).unwrap_or(u32::MAX))),
     };
-    let max = match max_pods {
-        None => None,
-        Some(n) if n < 1 => {
-            return Err(format!(
-                "{max_key} is {n}: use 1 or more (the most pods of the function across all replicas)"
-            ));
-        }
-        Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
-    };
+    let min = count(min_ready, 0, min_key, "(pods to keep ready)")?;
+    let max = count(
+        max_pods,
+        1,
+        max_key,
+        "(the most pods of the function across all replicas)",
+    )?;
     if max.is_some() && per_replica_limit_set {
         return Err(format!(
             "{max_key} and {limit_key} are both set: {max_key} replaces {limit_key} for a warm pool; keep one"

@@ -244,6 +244,15 @@ impl Slot {
         matches!(self.phase, Phase::Ready { .. })
     }
 
+    /// The pod exists at `now` carrying `reclaim_after` (its annotation):
+    /// another replica's extension may be on it, so count on it.
+    fn seen_with(&mut self, now: UnixTime, reclaim_after: Option<&str>) {
+        self.known_since.get_or_insert(now);
+        if let Some(r) = reclaim_after.and_then(UnixTime::parse_annotation) {
+            self.confirmed = self.confirmed.max(r);
+        }
+    }
+
     /// A ready slot may take new requests only while the reclaim-after it
     /// counts on is at least [`reuse_margin`] ahead: once it has passed,
     /// another replica's GC may delete the pod.
@@ -1112,14 +1121,7 @@ impl PodCache {
             c.joined = true;
             c.step = Step::Starting;
             slot.uid.clone_from(&e.uid);
-            slot.known_since.get_or_insert(now);
-            if let Some(r) = e
-                .reclaim_after
-                .as_deref()
-                .and_then(UnixTime::parse_annotation)
-            {
-                slot.confirmed = slot.confirmed.max(r);
-            }
+            slot.seen_with(now, e.reclaim_after.as_deref());
             if let ObservedPhase::Ready { endpoint } = &e.phase {
                 let (endpoint, ip) = (endpoint.clone(), e.ip.clone());
                 self.on_pod_ready(now, id, endpoint, ip);
@@ -1514,17 +1516,7 @@ impl PodCache {
                 let err = gone(slot, false);
                 self.evict(now, id, err, None);
             }
-            (Phase::Ready { .. }, _) => {
-                slot.known_since.get_or_insert(now);
-                if let Some(r) = pod
-                    .reclaim_after
-                    .as_deref()
-                    .and_then(UnixTime::parse_annotation)
-                {
-                    // Another replica's extension is on the pod: count on it.
-                    slot.confirmed = slot.confirmed.max(r);
-                }
-            }
+            (Phase::Ready { .. }, _) => slot.seen_with(now, pod.reclaim_after.as_deref()),
         }
     }
 
