@@ -365,6 +365,10 @@ pub struct PodCache {
     next_seq: u64,
     next_shape: u64,
     shutting_down: bool,
+    /// Pods this replica stopped using because a call found them
+    /// unavailable or they were reported gone, and when: a GC listing
+    /// asked for before then may not claim them back.
+    given_up: HashMap<String, UnixTime>,
 }
 
 impl PodCache {
@@ -391,6 +395,7 @@ impl PodCache {
             next_seq: 1,
             next_shape: 1,
             shutting_down: false,
+            given_up: HashMap::new(),
         }
     }
 
@@ -962,7 +967,7 @@ impl PodCache {
         }
         slot.last_used = now;
         if unavailable && !slot.draining {
-            self.drain(req.slot);
+            self.drain(now, req.slot);
         }
         let slot = &self.slots[&req.slot];
         if slot.draining {
@@ -990,11 +995,14 @@ impl PodCache {
     }
 
     /// Takes a slot out of its function's slots: it gets no new call.
-    fn drain(&mut self, id: SlotId) {
+    fn drain(&mut self, now: UnixTime, id: SlotId) {
         let Some(slot) = self.slots.get_mut(&id) else {
             return;
         };
         slot.draining = true;
+        if slot.pool.is_some() {
+            self.given_up.insert(slot.pod_name.clone(), now);
+        }
         if let Some(f) = self.functions.get_mut(&slot.image) {
             f.slots.retain(|s| *s != id);
             if f.round_robin >= f.slots.len() {
@@ -1274,6 +1282,9 @@ impl PodCache {
         delete: Option<DeleteReason>,
     ) {
         let (slot, waiters) = self.detach(id);
+        if slot.pool.is_some() {
+            self.given_up.insert(slot.pod_name.clone(), now);
+        }
         self.commands.push_back(Command::Forget {
             pod_name: slot.pod_name.clone(),
         });
@@ -1819,7 +1830,13 @@ impl PodCache {
                         }
                         self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
                     }
-                    Some((_, true)) if ready => claims.push(o.clone()),
+                    // Not from a listing older than this replica's news
+                    // that the pod failed a call or is gone.
+                    Some((_, true))
+                        if ready && self.given_up.get(&o.name).is_none_or(|t| *t < started) =>
+                    {
+                        claims.push(o.clone())
+                    }
                     Some((i, false)) if annotated <= started => {
                         expired.push((i, o.name.clone(), precondition(), None));
                     }
@@ -1830,6 +1847,7 @@ impl PodCache {
                 },
             }
         }
+        self.given_up.retain(|_, t| *t >= started);
         // Reclaim only above the minimum, highest index first, so that
         // replicas reading the same listing pick the same pods.
         expired.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
