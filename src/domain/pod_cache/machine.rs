@@ -93,6 +93,9 @@
 //! - **Names come back.** A pool name is reused once its pod is gone, so a
 //!   slot ends as soon as its name is seen (watch or listing) with another
 //!   UID: calls never reach a pod the replica did not create, join or claim.
+//!   GC claims a warm pod back only from a listing asked for after the
+//!   replica stopped using it, so a stale listing cannot bring back a pod
+//!   that failed a call.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
