@@ -1816,10 +1816,16 @@ impl PodCache {
                         keep_warm.push(id);
                     } else if idle && slot.confirmed <= started && annotated <= started {
                         match in_pool {
-                            Some((i, _)) => expired.push((i, o.name.clone(), precondition(), Some(id))),
+                            Some((i, _)) => {
+                                expired.push((i, o.name.clone(), precondition(), Some(id)))
+                            }
                             None => {
                                 self.retire(id);
-                                self.delete_with(o.name.clone(), precondition(), DeleteReason::Expired);
+                                self.delete_with(
+                                    o.name.clone(),
+                                    precondition(),
+                                    DeleteReason::Expired,
+                                );
                             }
                         }
                     }
