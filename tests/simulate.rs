@@ -11,6 +11,16 @@ fn runner(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// The JSON reports of a `simulate --json` run that succeeded.
+fn json_reports(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn generate_then_compare_two_policies() {
     let dir = tempfile::tempdir().unwrap();
@@ -254,12 +264,7 @@ fn replicas_faults_and_deadlines_from_the_command_line() {
         "3h",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reports = json_reports(&out);
     let r = &reports[0];
     let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
     assert_eq!(n("replicas"), 3);
@@ -336,12 +341,7 @@ fn warm_pool_minimums_trade_pod_hours_for_cold_starts() {
         &policy(2),
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reports = json_reports(&out);
     let field = |i: usize, k: &str| reports[i][k].as_f64().unwrap();
     for i in 0..3 {
         assert_eq!(reports[i]["requests"], 203, "{reports}");
