@@ -261,8 +261,6 @@ pub struct Started {
     pub pod: Option<Arc<PodEvaluator>>,
     /// Problems worth a warning.
     pub warnings: Vec<String>,
-    /// The generation served.
-    pub generation: Generation,
     /// The FunctionConfig watch (FunctionConfig generation); dropping it
     /// stops following changes.
     pub function_configs: Option<FunctionConfigWatch>,
@@ -307,7 +305,6 @@ pub async fn start_runtimes(
             chain,
             pod: pod_runtime,
             warnings,
-            generation: Generation::ConfigYaml,
             function_configs: None,
         });
     }
@@ -367,7 +364,6 @@ pub async fn start_runtimes(
         chain,
         pod: pod_runtime,
         warnings,
-        generation: Generation::FunctionConfig,
         function_configs: Some(watch),
     })
 }

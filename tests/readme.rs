@@ -35,7 +35,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use clap::CommandFactory;
 use common::free_port;
 
 mod common;
@@ -403,15 +402,12 @@ fn command_lines(readme: &str) -> Vec<(String, Vec<String>, String)> {
 /// not ours to check.
 #[test]
 fn every_flag_is_documented() {
-    let cli = krm_fn_runner::cli::Cli::command();
+    let [cli, wrapper] = krm_fn_runner::bin::commands();
     let mut commands: BTreeMap<String, clap::Command> = cli
         .get_subcommands()
         .map(|c| (c.get_name().to_string(), c.clone()))
         .collect();
-    commands.insert(
-        "wrapper-server".into(),
-        krm_fn_runner::cli::wrapper::WrapperArgs::command(),
-    );
+    commands.insert("wrapper-server".into(), wrapper);
     // Every command has these two; they need no documentation.
     let builtin = ["--help".to_string(), "--version".to_string()];
     let surface: BTreeMap<&str, Vec<String>> = commands

@@ -27,7 +27,7 @@ use krm_fn_runner::adapters::package::render_dir;
 use krm_fn_runner::adapters::runtime::{BuiltinRuntime, ExecCommandRuntime, RuntimeChain};
 use krm_fn_runner::domain::codec;
 use krm_fn_runner::domain::evaluation::EvalError;
-use krm_fn_runner::domain::render::{NoEvents, RenderOptions};
+use krm_fn_runner::domain::render::RenderOptions;
 use krm_fn_runner::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 use packages::{
     case_config, case_dirs, compare_trees, copy_case, expected_bytes, expected_tree, read_bytes,
@@ -158,13 +158,12 @@ async fn run_case(case: &Path, runtime: &Route) -> Result<Vec<String>, String> {
     let work = tempfile::tempdir().unwrap();
     copy_case(case, work.path());
     let want_exit = config["exitCode"].as_i64().unwrap_or(0);
-    let options = RenderOptions {
-        allow_exec: config["allowExec"] == true,
-        ..Default::default()
-    };
+    let options = RenderOptions::builder()
+        .allow_exec(config["allowExec"] == true)
+        .build();
     // The package I/O adapter reads the directory, the pipeline renders it,
     // and the adapter writes it back, as `krm-fn-runner render` does.
-    let rendered = match render_dir(work.path(), runtime, options, &NoEvents).await {
+    let rendered = match render_dir(work.path(), runtime, options).await {
         Ok(r) => r,
         // kpt: `Kptfile at "<dir>" can't be read` before anything runs.
         Err(e) => {

@@ -1,13 +1,27 @@
 //! Adapters: the only code that touches processes, sockets and files.
 
+#[cfg(feature = "full")]
 pub mod admission;
 pub mod exec;
+#[cfg(feature = "full")]
 pub mod grpc;
+#[cfg(feature = "full")]
 pub mod kube;
+#[cfg(feature = "full")]
 pub mod oci;
 pub mod package;
 pub mod parse_pool;
+#[cfg(feature = "full")]
 pub mod pod;
 pub mod runtime;
+#[cfg(feature = "full")]
 pub mod sim;
+#[cfg(feature = "full")]
 pub mod telemetry;
+/// Telemetry of the render-only build: the tracing spans the runtimes open
+/// (no exporters; a subscriber the application installs sees them).
+#[cfg(not(feature = "full"))]
+pub mod telemetry {
+    #[path = "spans.rs"]
+    pub mod spans;
+}

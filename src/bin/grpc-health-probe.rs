@@ -2,5 +2,5 @@
 //! of function pods); everything lives in the library.
 
 fn main() -> std::process::ExitCode {
-    krm_fn_runner::cli::probe::main()
+    krm_fn_runner::bin::grpc_health_probe()
 }

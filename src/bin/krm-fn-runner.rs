@@ -1,5 +1,5 @@
 //! The `krm-fn-runner` binary; everything lives in the library.
 
 fn main() -> std::process::ExitCode {
-    krm_fn_runner::cli::main()
+    krm_fn_runner::bin::krm_fn_runner()
 }

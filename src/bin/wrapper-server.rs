@@ -1,5 +1,5 @@
 //! The `wrapper-server` binary, copied into function pods; everything lives in the library.
 
 fn main() -> std::process::ExitCode {
-    krm_fn_runner::cli::wrapper::main()
+    krm_fn_runner::bin::wrapper_server()
 }

@@ -20,7 +20,7 @@ use clap::Args;
 use super::serve::DEFAULT_MAX_MESSAGE_BYTES;
 use crate::adapters::admission::{Admission, AdmittedRuntime};
 use crate::adapters::oci::{InspectorConfig, OciImageInspector};
-use crate::adapters::package::{PackageIoError, render_dir_with_tags};
+use crate::adapters::package::{PackageIoError, PackageRender};
 use crate::adapters::runtime::{
     BuiltinRuntime, DeadlineRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
 };
@@ -104,12 +104,12 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),
     };
-    let options = RenderOptions {
-        image_prefix: args.image_prefix.clone(),
-        allow_exec: args.allow_exec,
-        step_timeout: args.step_timeout,
-        package_root: dir.display().to_string(),
-    };
+    let options = RenderOptions::builder()
+        .image_prefix(&args.image_prefix)
+        .allow_exec(args.allow_exec)
+        .step_timeout(args.step_timeout)
+        .package_root(dir.display().to_string())
+        .build();
     let root_name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -137,7 +137,13 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
     };
     // The policy first (a denied step starts nothing), then the step's time limit.
     let runtime = AdmittedRuntime::new(DeadlineRuntime::new(Arc::new(runtime)), admission);
-    let rendered = match render_dir_with_tags(&dir, &runtime, options, &printer, tags).await {
+    let rendered = match PackageRender::new(&runtime)
+        .options(options)
+        .events(&printer)
+        .tag_lister(tags)
+        .render(&dir)
+        .await
+    {
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),
     };
@@ -154,6 +160,7 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             Err(e) => Err(PackageIoError::Parse {
                 path: "-".into(),
                 message: e.to_string(),
+                source: Some(e),
             }),
         },
         Some("unwrap") => {

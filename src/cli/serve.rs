@@ -14,8 +14,7 @@ use crate::adapters::pod::AddressMode;
 use crate::app::{PodSettings, RuntimeSettings, start_runtimes};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 
-/// Porch's default `--max-request-body-size`: 6 MiB.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 6 * 1024 * 1024;
+pub use crate::domain::evaluation::DEFAULT_MAX_MESSAGE_BYTES;
 
 /// Flags of `serve` (Porch's names and defaults).
 #[derive(Debug, Args)]

@@ -14,8 +14,14 @@ use bytes::Bytes;
 
 use super::resource_list::{ResourceList, ResultItem, format_results};
 
+/// Porch's default cap on a ResourceList message, in bytes (6 MiB: the
+/// function runner's `--max-request-body-size`); the exec runtimes cap each
+/// function's stdout and stderr at it too.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 6 * 1024 * 1024;
+
 /// A request to run one function.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EvaluationRequest {
     /// The image as the caller sent it (Porch sends it already resolved).
     pub image: String,
@@ -40,6 +46,7 @@ impl EvaluationRequest {
 
 /// The result of a successful evaluation.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct EvaluationResponse {
     /// The function's output ResourceList (its stdout, verbatim).
     pub resource_list: Bytes,
@@ -156,6 +163,7 @@ impl fmt::Display for Payload {
 
 /// Every way an evaluation can fail.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EvalError {
     /// This evaluator does not serve the image; the chain tries the next one.
     #[error("function {image:?} not found{}", detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default())]

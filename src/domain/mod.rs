@@ -9,10 +9,13 @@ pub mod chain;
 pub mod codec;
 pub mod evaluation;
 pub mod exec_config;
+#[cfg(feature = "full")]
 pub mod function_config;
 pub mod image;
+#[cfg(feature = "full")]
 pub mod pod_cache;
 pub mod registry;
 pub mod render;
 pub mod resource_list;
+#[cfg(feature = "full")]
 pub mod simulation;

@@ -3,13 +3,16 @@
 //! Adapters (`crate::adapters`) implement them; the domain only ever sees the
 //! traits.
 
+#[cfg(feature = "full")]
 mod clock;
 mod evaluator;
 mod function_runtime;
 mod image_inspector;
+#[cfg(feature = "full")]
 mod pod_platform;
 mod tag_lister;
 
+#[cfg(feature = "full")]
 pub use clock::{Clock, SystemClock};
 pub use evaluator::FunctionEvaluator;
 #[cfg(test)]
@@ -20,8 +23,9 @@ pub use function_runtime::{FunctionCall, FunctionOutput, FunctionRuntime, Functi
 #[cfg(test)]
 pub use image_inspector::MockImageInspector;
 pub use image_inspector::{ImageInspectError, ImageInspector, ImageMetadata};
-#[cfg(test)]
+#[cfg(all(test, feature = "full"))]
 pub use pod_platform::MockPodPlatform;
+#[cfg(feature = "full")]
 pub use pod_platform::{
     ConfigMapData, EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodEventStream,
     PodPlatform, ServiceEndpoint,

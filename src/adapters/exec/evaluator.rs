@@ -24,6 +24,7 @@ pub const FUNCTION_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// How function processes are run.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExecSettings {
     /// Cap on the function's stdout and, separately, its stderr, in bytes
     /// (the runner's `--max-request-body-size`).

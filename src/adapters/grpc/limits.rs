@@ -33,6 +33,7 @@ pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(200);
 /// The server's connection and request limits (flags of `serve` and
 /// `wrapper-server`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServerLimits {
     /// Most open connections (`--max-connections`); more wait in the backlog.
     pub max_connections: usize,

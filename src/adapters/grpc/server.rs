@@ -68,8 +68,10 @@ impl std::fmt::Display for Listen {
     }
 }
 
-/// Server settings.
+/// Server settings; [`ServeOptions::default`] gives `serve`'s defaults
+/// (6 MiB messages, 25 s shutdown grace, [`ServerLimits::default`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServeOptions {
     /// Largest request and response message, in bytes (`--max-request-body-size`).
     pub max_message_bytes: usize,
@@ -78,6 +80,16 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// Connection, stream and in-flight byte limits.
     pub limits: ServerLimits,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: crate::domain::evaluation::DEFAULT_MAX_MESSAGE_BYTES,
+            shutdown_grace: Duration::from_secs(25),
+            limits: ServerLimits::default(),
+        }
+    }
 }
 
 enum Incoming {

@@ -31,7 +31,7 @@ use rayon::prelude::*;
 use serde_json::Value;
 
 use crate::domain::codec::tree::YamlDoc;
-use crate::domain::codec::{self, preserve};
+use crate::domain::codec::{self, CodecError, preserve};
 use crate::domain::render::annotations as ann;
 use crate::domain::render::source::{TextMap, root_keys};
 use crate::domain::render::{
@@ -41,7 +41,7 @@ use crate::domain::resource_list::ResourceList;
 
 mod render;
 pub mod write;
-pub use render::{RenderedPackage, WriteOutcome, render_dir, render_dir_with_tags};
+pub use render::{PackageRender, RenderedPackage, WriteOutcome, render_dir};
 pub use write::{Change, CommitError};
 
 /// Annotations the reader adds and the writer removes.
@@ -57,6 +57,7 @@ pub const READER_ANNOTATIONS: [&str; 7] = [
 
 /// Why a package directory could not be read or written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PackageIoError {
     /// The directory has no `Kptfile` (kpt's message).
     #[error("No Kptfile found at {0:?}")]
@@ -79,6 +80,10 @@ pub enum PackageIoError {
         path: String,
         /// The parser's message (line and column when known).
         message: String,
+        /// The parser's error, when a parser failed (not for text that is
+        /// not UTF-8 or a document that is not a mapping).
+        #[source]
+        source: Option<CodecError>,
     },
     /// A KRM file is a symbolic link render does not read through.
     #[error(
@@ -728,6 +733,7 @@ fn read_file(
     let parse_error = |message: String| PackageIoError::Parse {
         path: rel.to_string(),
         message,
+        source: None,
     };
     let raw = String::from_utf8(bytes.clone())
         .map_err(|_| parse_error("the file is not UTF-8 text".into()))?;
@@ -755,7 +761,11 @@ fn read_file(
         let value = if blank {
             None
         } else {
-            let d = YamlDoc::parse(doc.as_str()).map_err(|e| parse_error(e.to_string()))?;
+            let d = YamlDoc::parse(doc.as_str()).map_err(|e| PackageIoError::Parse {
+                path: rel.to_string(),
+                message: e.to_string(),
+                source: Some(e),
+            })?;
             if !d.value().is_null() && !d.value().is_object() {
                 return Err(parse_error(format!(
                     "document {} is not a mapping (a KRM object)",

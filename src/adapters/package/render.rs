@@ -10,7 +10,8 @@ use serde_json::Value;
 use super::{PackageDir, PackageIoError, WriteSummary, record_status, status_of};
 use crate::domain::render::results::rendered_condition;
 use crate::domain::render::{
-    RenderErrorKind, RenderEvents, RenderOptions, RenderOutcome, RenderStatus, Renderer,
+    NoEvents, RenderError, RenderErrorKind, RenderEvents, RenderOptions, RenderOutcome,
+    RenderStatus, Renderer,
 };
 use crate::ports::{FunctionRuntime, TagLister};
 
@@ -28,6 +29,17 @@ impl RenderedPackage {
     /// True when every step passed.
     pub fn is_ok(&self) -> bool {
         self.outcome.is_ok()
+    }
+
+    /// The package back when every step passed, else why the render failed
+    /// (kpt's message: the package, the step and the function's results).
+    ///
+    /// Errors: the render's [`RenderError`].
+    pub fn into_result(self) -> Result<Self, Box<RenderError>> {
+        match self.outcome.error.clone() {
+            None => Ok(self),
+            Some(error) => Err(Box::new(error)),
+        }
     }
 
     /// Porch's `RenderStatus` (results and error text).
@@ -144,54 +156,85 @@ pub enum WriteOutcome {
 }
 
 /// Reads the package at `dir`, renders it with `runtime` (functions get the
-/// package's comments) and returns the outcome without writing anything.
-/// [`RenderedPackage::write_in_place`] adds kpt's render status to the root
-/// Kptfile; the other outputs (`files`, `-o stdout|unwrap|DIR`) leave it out,
-/// as kpt's out-of-place modes do.
+/// package's comments) and returns the outcome without writing anything —
+/// `kpt fn render` up to the write. [`RenderedPackage::write_in_place`] adds
+/// kpt's render status to the root Kptfile; the other outputs (`files`,
+/// `-o stdout|unwrap|DIR`) leave it out, as kpt's out-of-place modes do.
+///
+/// [`PackageRender`] adds a progress observer and registry tag lookup.
 ///
 /// Errors: the directory cannot be read as a package (no Kptfile, invalid
 /// YAML, unreadable Kptfile). Function failures are not errors: they are in
 /// [`RenderedPackage::outcome`].
 pub async fn render_dir(
-    dir: &Path,
+    dir: impl AsRef<Path>,
     runtime: &dyn FunctionRuntime,
     options: RenderOptions,
-    events: &dyn RenderEvents,
 ) -> Result<RenderedPackage, PackageIoError> {
-    render(dir, runtime, options, events, None).await
+    PackageRender::new(runtime)
+        .options(options)
+        .render(dir.as_ref())
+        .await
 }
 
-/// [`render_dir`], resolving steps whose `tag` is a semver constraint
-/// (`~0.4`) through `tags` — kpt lists the image's tags in its registry and
-/// takes the highest match (`krm-functions.md` §3.10);
-/// [`crate::adapters::oci::OciImageInspector`] lists them.
-///
-/// Errors: as [`render_dir`].
-pub async fn render_dir_with_tags(
-    dir: &Path,
-    runtime: &dyn FunctionRuntime,
+/// A package render with everything optional set by name: the runtime, the
+/// [`RenderOptions`], an observer of the steps ([`RenderEvents`], default
+/// none) and a [`TagLister`] that resolves steps whose `tag` is a semver
+/// constraint (`~0.4`) — kpt lists the image's tags in its registry and takes
+/// the highest match (`krm-functions.md` §3.10); the OCI adapter's
+/// `OciImageInspector` lists them. Without one, such a step fails with
+/// kpt's message.
+#[must_use]
+pub struct PackageRender<'a> {
+    runtime: &'a dyn FunctionRuntime,
     options: RenderOptions,
-    events: &dyn RenderEvents,
-    tags: Arc<dyn TagLister>,
-) -> Result<RenderedPackage, PackageIoError> {
-    render(dir, runtime, options, events, Some(tags)).await
-}
-
-async fn render(
-    dir: &Path,
-    runtime: &dyn FunctionRuntime,
-    options: RenderOptions,
-    events: &dyn RenderEvents,
+    events: &'a dyn RenderEvents,
     tags: Option<Arc<dyn TagLister>>,
-) -> Result<RenderedPackage, PackageIoError> {
-    let package = PackageDir::read(dir)?;
-    let tree = package.package()?;
-    let mut renderer = Renderer::new(runtime, options)
-        .with_events(events)
-        .with_sources(package.sources());
-    if let Some(tags) = tags {
-        renderer = renderer.with_tag_lister(tags);
+}
+
+impl<'a> PackageRender<'a> {
+    /// A render through `runtime` with kpt's default options.
+    pub fn new(runtime: &'a dyn FunctionRuntime) -> Self {
+        Self {
+            runtime,
+            options: RenderOptions::default(),
+            events: &NoEvents,
+            tags: None,
+        }
     }
-    let outcome = renderer.render(tree).await;
-    Ok(RenderedPackage { package, outcome })
+
+    /// Replaces the options.
+    pub fn options(mut self, options: RenderOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Reports each step to `events` as it starts and ends.
+    pub fn events(mut self, events: &'a dyn RenderEvents) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Resolves semver `tag` constraints through `tags`.
+    pub fn tag_lister(mut self, tags: Arc<dyn TagLister>) -> Self {
+        self.tags = Some(tags);
+        self
+    }
+
+    /// Reads the package at `dir` and renders it, writing nothing
+    /// (as [`render_dir`]).
+    ///
+    /// Errors: as [`render_dir`].
+    pub async fn render(self, dir: &Path) -> Result<RenderedPackage, PackageIoError> {
+        let package = PackageDir::read(dir)?;
+        let tree = package.package()?;
+        let mut renderer = Renderer::new(self.runtime, self.options)
+            .with_events(self.events)
+            .with_sources(package.sources());
+        if let Some(tags) = self.tags {
+            renderer = renderer.with_tag_lister(tags);
+        }
+        let outcome = renderer.render(tree).await;
+        Ok(RenderedPackage { package, outcome })
+    }
 }

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::domain::evaluation::EvalError;
+use super::{BuiltinRuntime, ExecCommandRuntime};
+use crate::domain::evaluation::{DEFAULT_MAX_MESSAGE_BYTES, EvalError};
 use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime};
 
 /// An ordered list of named runtimes. The first runtime that does not answer
@@ -19,6 +20,20 @@ impl RuntimeChain {
     /// An empty chain (every call answers NotFound).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// What `kpt fn render --allow-exec` runs locally: the builtin
+    /// functions in process, then `exec:` functions as child processes that
+    /// inherit this process's environment and working directory (output
+    /// capped at [`DEFAULT_MAX_MESSAGE_BYTES`] each for stdout and stderr).
+    /// `exec:` steps still need [`RenderOptions::allow_exec`](crate::RenderOptions).
+    pub fn local() -> Self {
+        Self::new()
+            .with("builtin", Arc::new(BuiltinRuntime::default()))
+            .with(
+                "exec",
+                Arc::new(ExecCommandRuntime::inheriting(DEFAULT_MAX_MESSAGE_BYTES)),
+            )
     }
 
     /// Appends `runtime` under `name` (used in logs: `builtin`, `exec`, `remote`…).

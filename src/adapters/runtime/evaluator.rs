@@ -6,7 +6,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::adapters::exec::ExecEvaluator;
-use crate::adapters::grpc::client::RemoteEvaluator;
 use crate::domain::evaluation::{EvalError, EvaluationRequest};
 use crate::ports::{
     FunctionCall, FunctionEvaluator, FunctionOutput, FunctionRuntime, FunctionTarget,
@@ -38,11 +37,11 @@ impl EvaluatorRuntime {
     /// `--max-request-body-size`); each call's timeout becomes the gRPC deadline.
     ///
     /// Errors: the address is not a valid endpoint.
+    #[cfg(feature = "full")]
     pub fn remote(address: &str, max_message_bytes: usize) -> Result<Self, EvalError> {
-        Ok(Self::new(Arc::new(RemoteEvaluator::new(
-            address,
-            max_message_bytes,
-        )?)))
+        Ok(Self::new(Arc::new(
+            crate::adapters::grpc::RemoteEvaluator::new(address, max_message_bytes)?,
+        )))
     }
 }
 

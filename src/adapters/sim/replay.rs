@@ -25,6 +25,7 @@ const START: UnixTime = UnixTime::from_secs(1_800_000_000);
 
 /// How the simulated cluster and runner replicas behave.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ReplayOptions {
     /// Pod start latency.
     pub start_latency: StartLatency,

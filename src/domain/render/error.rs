@@ -30,6 +30,7 @@ pub const EXEC_NOT_ALLOWED: &str =
 
 /// Why one pipeline step failed (the cause after `pipeline.run: `).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StepError {
     /// An `exec` function and exec is not allowed.
     #[error("{EXEC_NOT_ALLOWED}")]
@@ -68,6 +69,7 @@ pub enum StepError {
 
 /// What went wrong, without the package wrapper.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RenderErrorKind {
     /// The root Kptfile's pipeline is invalid (render did not start).
     InvalidRootKptfile(PipelineInvalid),

@@ -348,8 +348,9 @@ fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String
 
 /// Why a Kptfile could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KptfileError {
-    /// Not YAML, or not a single mapping.
+    /// Not a single mapping.
     #[error("{0}")]
     Syntax(String),
     /// `kpt.dev/v1alpha1` or `kpt.dev/v1alpha2`.
@@ -384,6 +385,9 @@ pub enum KptfileError {
     /// A field of the wrong type (e.g. a list inside `configMap`).
     #[error("{0}")]
     Decode(String),
+    /// Not YAML: the parser's error (line and column when known).
+    #[error(transparent)]
+    Yaml(#[from] codec::CodecError),
 }
 
 impl Kptfile {
@@ -392,8 +396,7 @@ impl Kptfile {
     /// Errors: [`KptfileError`] — syntax, old or unknown version, unknown
     /// field (with its line), or a value of the wrong type.
     pub fn parse(bytes: &[u8]) -> Result<Self, KptfileError> {
-        let value: Value =
-            codec::from_yaml_slice(bytes).map_err(|e| KptfileError::Syntax(e.to_string()))?;
+        let value: Value = codec::from_yaml_slice(bytes)?;
         check_version(&value)?;
         codec::from_yaml_slice::<Kptfile>(bytes).map_err(|e| decode_error(&value, &e.to_string()))
     }

@@ -50,8 +50,8 @@ pub use kptfile::{Function, Kptfile, KptfileError, Pipeline, Selector};
 pub use package::{Package, PackageError};
 pub use pipeline::{
     DEFAULT_STEP_TIMEOUT, GEN_PKG_CONTEXT_IMAGE, NoEvents, RenderEvents, RenderOptions,
-    RenderOutcome, Renderer, StepStart, image_repository, is_tag_constraint, pick_tag,
-    resolve_function_image,
+    RenderOptionsBuilder, RenderOutcome, Renderer, StepStart, image_repository, is_tag_constraint,
+    pick_tag, resolve_function_image,
 };
 pub use results::{
     FunctionResult, FunctionResultList, KptRenderStatus, RenderStatus, StepKind, StepRecord,

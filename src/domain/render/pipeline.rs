@@ -60,8 +60,11 @@ pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// The image name of kpt's builtin package-context generator (never prefixed or tagged).
 pub const GEN_PKG_CONTEXT_IMAGE: &str = "builtins/gen-pkg-context";
 
-/// How a render runs.
+/// How a render runs: kpt's `fn render` flags. Build one with
+/// [`RenderOptions::builder`] (or take [`RenderOptions::default`]: kpt's
+/// defaults); fields are public to read, and new ones may be added.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RenderOptions {
     /// Prefix for short image names (`--image-prefix`); empty disables prefixing.
     pub image_prefix: String,
@@ -84,6 +87,58 @@ impl Default for RenderOptions {
             step_timeout: DEFAULT_STEP_TIMEOUT,
             package_root: ".".to_string(),
         }
+    }
+}
+
+impl RenderOptions {
+    /// A builder starting from kpt's defaults ([`RenderOptions::default`]).
+    ///
+    /// ```
+    /// # use krm_fn_runner::RenderOptions;
+    /// let options = RenderOptions::builder().allow_exec(true).image_prefix("").build();
+    /// assert!(options.allow_exec);
+    /// ```
+    pub fn builder() -> RenderOptionsBuilder {
+        RenderOptionsBuilder(Self::default())
+    }
+}
+
+/// Builds [`RenderOptions`]; every setter replaces one default.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[must_use]
+pub struct RenderOptionsBuilder(RenderOptions);
+
+impl RenderOptionsBuilder {
+    /// Prefix for short image names (`--image-prefix`, default
+    /// `ghcr.io/kptdev/krm-functions-catalog/`); empty disables prefixing.
+    pub fn image_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.0.image_prefix = prefix.into();
+        self
+    }
+
+    /// Allows `exec:` functions (`--allow-exec`, default off as in kpt).
+    pub fn allow_exec(mut self, allow: bool) -> Self {
+        self.0.allow_exec = allow;
+        self
+    }
+
+    /// Limit for each function call of a step without its own `timeout:`
+    /// (`--step-timeout`, default [`DEFAULT_STEP_TIMEOUT`]).
+    pub fn step_timeout(mut self, timeout: Duration) -> Self {
+        self.0.step_timeout = timeout;
+        self
+    }
+
+    /// Value of the root package's package-path annotation (kpt: the
+    /// absolute directory; default `.`).
+    pub fn package_root(mut self, root: impl Into<String>) -> Self {
+        self.0.package_root = root.into();
+        self
+    }
+
+    /// The options.
+    pub fn build(self) -> RenderOptions {
+        self.0
     }
 }
 
@@ -121,6 +176,7 @@ impl RenderEvents for NoEvents {}
 
 /// The outcome of a render.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RenderOutcome {
     /// The rendered objects with paths relative to the root package: all
     /// of them on success; on failure only when the root Kptfile asks for
