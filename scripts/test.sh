@@ -42,6 +42,13 @@ export KRM_FN_PORCH
 
 cargo test "$@"
 
+# The render-only library (`--no-default-features --features render`: no
+# Kubernetes, gRPC, OCI or command-line crates) builds and passes its unit
+# tests and the crate-root API test on its own.
+if [[ $# -eq 0 ]]; then
+  cargo test --no-default-features --features render --lib --test api
+fi
+
 # Fixtures the Go module proxy does not serve — the catalog's examples/ and
 # tests/ (KRM_FN_CATALOG_FIXTURES) and kpt's newer fn-render cases
 # (KRM_FN_KPT_RENDER_FIXTURES, or kpt-fn-render beside the catalog's) — are

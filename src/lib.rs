@@ -63,6 +63,9 @@
 //! - `render`: the domain, package I/O, and the builtin and exec runtimes —
 //!   items 1 and the exec half of 2, without Kubernetes, gRPC, OCI or
 //!   command-line dependencies.
+//! - `pod-cache`: adds the pod cache's state machine ([`PodCache`]) and the
+//!   simulator's pure core (traces, policies, reports), with Kubernetes
+//!   object types (`k8s-openapi`) but no client.
 //! - `full` (default): everything else — the gRPC server and client, the pod
 //!   evaluator on Kubernetes, the OCI registry client, telemetry, the
 //!   simulator and the command-line binaries.
@@ -98,9 +101,9 @@ pub use ports::{FunctionCall, FunctionEvaluator, FunctionOutput, FunctionRuntime
 pub use adapters::grpc::{Listen, RemoteEvaluator, ServeOptions, Server, ServerLimits};
 #[cfg(feature = "full")]
 pub use adapters::sim::{ReplayOptions, replay};
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 pub use domain::pod_cache::PodCache;
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 pub use domain::simulation::{PolicyReport, SimPolicy, TraceEntry, parse_trace};
 
 /// Entry points of the command-line binaries of this package

@@ -42,6 +42,47 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Render a kpt package in place, like `kpt fn render`.
     Render(Box<render::RenderArgs>),
+    /// Print the shell completion script for SHELL to stdout.
+    Completions {
+        /// The shell: bash, elvish, fish, powershell or zsh.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (krm-fn-runner.1 and one per command) into DIR.
+    Man {
+        /// An existing directory.
+        dir: std::path::PathBuf,
+    },
+}
+
+/// Prints the completion script for `shell` (generated from the
+/// command-line definition). A closed stdout (`| head`) ends it quietly.
+fn print_completions(shell: clap_complete::Shell) -> ExitCode {
+    use std::io::Write;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "krm-fn-runner", &mut script);
+    match std::io::stdout().write_all(&script) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: cannot write the completion script: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes `krm-fn-runner.1` and `krm-fn-runner-COMMAND.1` for each command
+/// into `dir`, generated from the command-line definition.
+///
+/// Errors: `dir` cannot be written.
+fn write_man_pages(dir: &std::path::Path) -> ExitCode {
+    match clap_mangen::generate_to(Cli::command(), dir) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: cannot write man pages into {}: {e}", dir.display());
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Turns Go-style single-dash long flags (`-port=9445`) into clap's
@@ -166,12 +207,18 @@ pub fn main() -> ExitCode {
         Cli::command(),
         with_implied_serve(std::env::args().collect()),
     ));
+    match cli.command {
+        Command::Completions { shell } => return print_completions(shell),
+        Command::Man { dir } => return write_man_pages(&dir),
+        _ => {}
+    }
     run_async(async {
         match cli.command {
             Command::Serve(args) => serve::run(*args).await,
             Command::Eval(args) => eval::run(args).await,
             Command::Simulate(args) => simulate::run(args).await,
             Command::Render(args) => render::run(*args).await,
+            Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),
         }
     })
 }

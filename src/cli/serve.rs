@@ -32,6 +32,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "./functions")]
     pub functions: PathBuf,
     /// Comma-separated runtimes to disable: exec, pod.
+    // A plain string, not a value enum: Porch ignores names it does not know
+    // (we warn), so a deployment naming another runtime must still start.
     #[arg(long, default_value = "")]
     pub disable_runtimes: String,
     /// Largest request and response, in bytes (keep equal to Porch's --max-request-body-size).
@@ -110,7 +112,7 @@ pub struct PodArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     pub pod_ready_timeout: Duration,
     /// How the runner reaches wrapper servers: service (the pod's ClusterIP service DNS name) or pod-ip.
-    #[arg(long, default_value = "service")]
+    #[arg(long, value_enum, default_value_t = AddressMode::Service)]
     pub pod_address_mode: AddressMode,
     /// Short name of this replica inside pod names (1-8 of a-z0-9), unique among replicas and, ideally, per start [default: random per process start].
     #[arg(long)]

@@ -164,7 +164,7 @@ impl BinaryCatalog for ExecTable {
     }
 }
 
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 impl BinaryCatalog for super::function_config::FunctionConfigStore {
     fn binary_for(&self, image: &str) -> Option<PathBuf> {
         super::function_config::FunctionConfigStore::binary_for(self, image)

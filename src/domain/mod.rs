@@ -9,13 +9,13 @@ pub mod chain;
 pub mod codec;
 pub mod evaluation;
 pub mod exec_config;
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 pub mod function_config;
 pub mod image;
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 pub mod pod_cache;
 pub mod registry;
 pub mod render;
 pub mod resource_list;
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 pub mod simulation;

@@ -3,16 +3,16 @@
 //! Adapters (`crate::adapters`) implement them; the domain only ever sees the
 //! traits.
 
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 mod clock;
 mod evaluator;
 mod function_runtime;
 mod image_inspector;
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 mod pod_platform;
 mod tag_lister;
 
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 pub use clock::{Clock, SystemClock};
 pub use evaluator::FunctionEvaluator;
 #[cfg(test)]
@@ -23,9 +23,9 @@ pub use function_runtime::{FunctionCall, FunctionOutput, FunctionRuntime, Functi
 #[cfg(test)]
 pub use image_inspector::MockImageInspector;
 pub use image_inspector::{ImageInspectError, ImageInspector, ImageMetadata};
-#[cfg(all(test, feature = "full"))]
+#[cfg(all(test, feature = "pod-cache"))]
 pub use pod_platform::MockPodPlatform;
-#[cfg(feature = "full")]
+#[cfg(feature = "pod-cache")]
 pub use pod_platform::{
     ConfigMapData, EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodEventStream,
     PodPlatform, ServiceEndpoint,

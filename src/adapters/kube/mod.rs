@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use backon::{ExponentialBuilder, Retryable};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -47,7 +48,8 @@ pub const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 pub struct ApiRetry {
     /// Attempts for a call failing transiently (the first included).
     pub attempts: u32,
-    /// First retry delay; doubled each time.
+    /// First retry delay; doubled each time, and each delay lengthened by
+    /// a random jitter of up to as much again.
     pub first_backoff: Duration,
     /// Bound on each attempt: an API server that does not answer (stopped,
     /// partitioned) fails the attempt as transient after this long.
@@ -55,7 +57,8 @@ pub struct ApiRetry {
 }
 
 impl Default for ApiRetry {
-    /// 4 attempts, 100 ms first backoff (100, 200, 400 ms), 10 s per attempt.
+    /// 4 attempts, 100 ms first backoff (100, 200, 400 ms before jitter),
+    /// 10 s per attempt.
     fn default() -> Self {
         Self {
             attempts: 4,
@@ -172,7 +175,11 @@ pub fn classify(kind: &'static str, name: &str, err: kube::Error) -> PlatformErr
     }
 }
 
-/// Runs `call` under `retry` (see [`KubePlatform::with_retries`]).
+/// Runs `call` under `retry` (see [`KubePlatform::with_retries`]): each
+/// attempt bounded by `retry.timeout`, transient failures retried after an
+/// exponential backoff with full jitter (the n-th delay drawn from
+/// `[d, 2d)` with `d = first_backoff · 2ⁿ⁻¹`), so replicas that failed
+/// together do not retry in lockstep.
 async fn with_retries<T, F, Fut>(
     retry: ApiRetry,
     kind: &'static str,
@@ -183,26 +190,32 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let mut delay = retry.first_backoff;
-    let mut attempt = 1;
-    loop {
-        let result = match tokio::time::timeout(retry.timeout, call()).await {
-            Ok(r) => r.map_err(|e| classify(kind, name, e)),
-            Err(_) => Err(PlatformError::Transient(format!(
-                "{kind} {name:?}: no answer from the API server within {:?}",
-                retry.timeout
-            ))),
-        };
-        match result {
-            Err(PlatformError::Transient(m)) if attempt < retry.attempts.max(1) => {
-                tracing::debug!(kind, name, attempt, "transient error, retrying: {m}");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-                attempt += 1;
+    let backoff = ExponentialBuilder::new()
+        .with_min_delay(retry.first_backoff)
+        .with_factor(2.0)
+        .without_max_delay()
+        .with_jitter()
+        .with_max_times(retry.attempts.max(1) as usize - 1);
+    let attempt = || {
+        let call = call();
+        async move {
+            match tokio::time::timeout(retry.timeout, call).await {
+                Ok(r) => r.map_err(|e| classify(kind, name, e)),
+                Err(_) => Err(PlatformError::Transient(format!(
+                    "{kind} {name:?}: no answer from the API server within {:?}",
+                    retry.timeout
+                ))),
             }
-            other => return other,
         }
-    }
+    };
+    attempt
+        .retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(|e| matches!(e, PlatformError::Transient(_)))
+        .notify(|e, delay| {
+            tracing::debug!(kind, name, ?delay, "transient error, retrying: {e}");
+        })
+        .await
 }
 
 fn object_name(meta: &kube::api::ObjectMeta) -> Result<String, PlatformError> {
@@ -556,6 +569,51 @@ mod tests {
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
         kube::Error::Api(Status::failure("m", reason).with_code(code).boxed())
+    }
+
+    /// Transient failures are retried up to `attempts` in all, each delay
+    /// within `[d, 2d)` of its doubling base `d` (jitter), and a failure that
+    /// is not transient is returned at once.
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_are_retried_with_jittered_doubling_delays() {
+        let retry = ApiRetry {
+            attempts: 4,
+            first_backoff: Duration::from_millis(100),
+            timeout: Duration::from_secs(10),
+        };
+        let mut first_delays = std::collections::BTreeSet::new();
+        for _ in 0..20 {
+            let calls = std::sync::Mutex::new(Vec::new());
+            let start = tokio::time::Instant::now();
+            let out: Result<(), PlatformError> = with_retries(retry, "Pod", "p", || {
+                calls.lock().unwrap().push(start.elapsed());
+                async { Err(api_error(500, "InternalError")) }
+            })
+            .await;
+            assert!(matches!(out, Err(PlatformError::Transient(_))), "{out:?}");
+            let at = calls.into_inner().unwrap();
+            assert_eq!(at.len(), 4, "{at:?}");
+            first_delays.insert(at[1] - at[0]);
+            for (i, pair) in at.windows(2).enumerate() {
+                let base = Duration::from_millis(100 << i);
+                let delay = pair[1] - pair[0];
+                // The timer rounds up to whole milliseconds.
+                assert!(delay >= base && delay <= base * 2, "delay {i}: {delay:?}");
+            }
+        }
+        // Jitter: the retries of calls that failed together spread out.
+        assert!(first_delays.len() > 5, "{first_delays:?}");
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let out: Result<(), PlatformError> = with_retries(retry, "Pod", "p", || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(api_error(404, "NotFound")) }
+        })
+        .await;
+        assert!(
+            matches!(out, Err(PlatformError::NotFound { .. })),
+            "{out:?}"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[test]

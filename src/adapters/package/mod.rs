@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rayon::prelude::*;
 use serde_json::Value;
 
@@ -233,11 +234,11 @@ impl PackageDir {
         if !packages.iter().any(String::is_empty) {
             packages.push(String::new());
         }
-        let mut ignores: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut ignores: BTreeMap<String, Gitignore> = BTreeMap::new();
         for pkg in &packages {
             let path = root.join(pkg).join(".krmignore");
             if let Ok(text) = std::fs::read_to_string(&path) {
-                ignores.insert(pkg.clone(), krmignore_patterns(&text));
+                ignores.insert(pkg.clone(), krmignore(&text));
             }
         }
         let mut found = Vec::new();
@@ -257,7 +258,10 @@ impl PackageDir {
             } else {
                 &rel[owner.len() + 1..]
             };
-            if ignores.get(&owner).is_some_and(|p| ignored(p, in_pkg)) {
+            if ignores
+                .get(&owner)
+                .is_some_and(|m| m.matched_path_or_any_parents(in_pkg, false).is_ignore())
+            {
                 continue;
             }
             let (read, link) = match link {
@@ -864,41 +868,20 @@ fn link_target(root: &Path, rel: &str) -> Result<PathBuf, PackageIoError> {
     Ok(target)
 }
 
-/// The patterns of a `.krmignore` file (blank lines and comments dropped).
-fn krmignore_patterns(text: &str) -> Vec<String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .collect()
-}
-
-/// True when a `.krmignore` pattern list hides `rel` (package-relative): a
-/// pattern without `/` matches any path segment (`*` wildcards allowed), one
-/// with `/` matches the path or a directory prefix of it.
-fn ignored(patterns: &[String], rel: &str) -> bool {
-    patterns.iter().any(|p| {
-        let p = p.trim_end_matches('/');
-        if p.contains('/') {
-            let p = p.trim_start_matches('/');
-            rel == p || rel.starts_with(&format!("{p}/"))
-        } else {
-            rel.split('/').any(|seg| glob(p, seg))
-        }
-    })
-}
-
-/// `*`-wildcard match of one path segment.
-fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, tail)) => {
-            text.starts_with(head)
-                && (head.len()..=text.len())
-                    .filter(|&i| text.is_char_boundary(i))
-                    .any(|i| glob(tail, &text[i..]))
-        }
+/// A `.krmignore` file as a matcher of package-relative paths, with
+/// gitignore's rules as kpt applies them (kyaml reads the file with a
+/// gitignore parser): `#` comments, `!` negation, `*`, `?` and `[…]`
+/// wildcards, a pattern with a `/` anchored to the package directory, a
+/// trailing `/` matching directories only, and a matched directory hiding
+/// everything under it. Lines that are not valid patterns are skipped, as
+/// gitignore skips them.
+fn krmignore(text: &str) -> Gitignore {
+    let mut builder = GitignoreBuilder::new("");
+    for line in text.lines() {
+        // An invalid glob is ignored, as git ignores it.
+        let _ = builder.add_line(None, line);
     }
+    builder.build().unwrap_or_else(|_| Gitignore::empty())
 }
 
 #[cfg(test)]

@@ -366,3 +366,97 @@ fn a_file_whose_first_documents_are_deleted_starts_with_the_next_one() {
         "# about b\nkind: B\nmetadata:\n  name: b\n---\nkind: C\nmetadata:\n  name: c\n"
     );
 }
+
+/// Writes `files` (path → text; a path ending in `Kptfile` gets a Kptfile
+/// named after its directory, any other gets a ConfigMap named after the
+/// file) and returns the object files the reader keeps.
+fn read_kept(files: &[(&str, &str)]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let full = dir.path().join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        let text = if text.is_empty() && path.ends_with("Kptfile") {
+            KPTFILE.to_string()
+        } else if text.is_empty() {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{}\n",
+                path.len()
+            )
+        } else {
+            text.to_string()
+        };
+        std::fs::write(full, text).unwrap();
+    }
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let mut kept: Vec<String> = paths(pkg.items()).into_iter().map(|(p, _)| p).collect();
+    kept.dedup();
+    kept.retain(|p| !p.ends_with("Kptfile"));
+    kept
+}
+
+/// `.krmignore` follows gitignore's rules within its own package, the cases
+/// kyaml's package reader is tested with (a file by path, a folder, a
+/// subpackage's own file, a parent's file not reaching into a subpackage)
+/// and the gitignore rules beyond a plain `*`.
+#[test]
+fn krmignore_follows_gitignore_rules_per_package() {
+    // One file by its path; a folder by its path (everything under it).
+    let base = [
+        ("Kptfile", ""),
+        ("x/keep/one.yaml", ""),
+        ("x/drop/two.yaml", ""),
+    ];
+    let with = |ignore: &'static str| {
+        let mut files = base.to_vec();
+        files.push((".krmignore", ignore));
+        read_kept(&files)
+    };
+    assert_eq!(with("x/drop/two.yaml\n"), ["x/keep/one.yaml"]);
+    assert_eq!(with("\nx/drop\n"), ["x/keep/one.yaml"]);
+    // A directory-only pattern matches the folder, not a file of that name.
+    assert_eq!(with("drop/\n"), ["x/keep/one.yaml"]);
+    // A leading `/` anchors to the package directory: no top-level `drop`.
+    assert_eq!(with("/drop\n"), ["x/drop/two.yaml", "x/keep/one.yaml"]);
+    // `?` and `[…]` wildcards, comments and negation.
+    assert_eq!(with("# comment\n??o.yaml\n"), ["x/keep/one.yaml"]);
+    assert_eq!(with("[t]wo.yaml\n"), ["x/keep/one.yaml"]);
+    assert_eq!(with("*.yaml\n!one.yaml\n"), ["x/keep/one.yaml"]);
+    // `**` spans directories.
+    assert_eq!(with("x/**/two.yaml\n"), ["x/keep/one.yaml"]);
+    // A pattern with a slash inside is anchored: `drop/two.yaml` is not at the top.
+    assert_eq!(
+        with("drop/two.yaml\n"),
+        ["x/drop/two.yaml", "x/keep/one.yaml"]
+    );
+
+    // A subpackage's own `.krmignore` applies to its files; the parent's
+    // patterns, which name paths in the parent, do not reach into it.
+    let sub = [
+        ("Kptfile", ""),
+        (".krmignore", "d/e/f.yaml\nsub/b.yaml\n"),
+        ("sub/Kptfile", ""),
+        ("sub/.krmignore", "a.yaml\n"),
+        ("sub/a.yaml", ""),
+        ("sub/b.yaml", ""),
+    ];
+    assert_eq!(read_kept(&sub), ["sub/b.yaml"]);
+
+    // Packages and plain directories mixed: only the package with the
+    // `.krmignore` loses its file; its plain subdirectory follows its rules,
+    // its own subpackage does not.
+    let mixed = [
+        ("Kptfile", ""),
+        ("manifest.yaml", ""),
+        ("a/manifest.yaml", ""),
+        ("d/Kptfile", ""),
+        ("d/.krmignore", "manifest.yaml\n"),
+        ("d/manifest.yaml", ""),
+        ("d/plain/manifest.yaml", ""),
+        ("d/e/Kptfile", ""),
+        ("d/e/manifest.yaml", ""),
+    ];
+    assert_eq!(
+        read_kept(&mixed),
+        ["a/manifest.yaml", "d/e/manifest.yaml", "manifest.yaml"]
+    );
+}

@@ -20,7 +20,6 @@ mod endpoints;
 mod sim_tests;
 pub mod templates;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -45,8 +44,9 @@ use connections::{ConnectionPool, Resolver};
 use driver::{Ctx, Driver, Msg, Shared};
 pub use templates::{TemplateFeed, TemplatePublisher};
 
-/// How the runner addresses the wrapper server in a function pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How the runner addresses the wrapper server in a function pod
+/// (`--pod-address-mode service|pod-ip`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum AddressMode {
     /// `<service>.<namespace>.svc.cluster.local:9446` through the pod's
     /// ClusterIP service (Porch's way; needed behind service meshes). The
@@ -55,21 +55,6 @@ pub enum AddressMode {
     Service,
     /// `<pod IP>:9446`, straight to the pod; ready as soon as the pod is.
     PodIp,
-}
-
-impl FromStr for AddressMode {
-    type Err = String;
-
-    /// Parses `service` or `pod-ip`.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "service" => Ok(AddressMode::Service),
-            "pod-ip" => Ok(AddressMode::PodIp),
-            other => Err(format!(
-                "unknown address mode {other:?}: use service or pod-ip"
-            )),
-        }
-    }
 }
 
 /// Everything the pod runtime is configured with.
@@ -500,9 +485,16 @@ mod tests {
 
     #[test]
     fn address_modes_parse() {
-        assert_eq!("service".parse(), Ok(AddressMode::Service));
-        assert_eq!("pod-ip".parse(), Ok(AddressMode::PodIp));
-        assert!("ip".parse::<AddressMode>().is_err());
+        use clap::ValueEnum;
+        assert_eq!(
+            AddressMode::from_str("service", false),
+            Ok(AddressMode::Service)
+        );
+        assert_eq!(
+            AddressMode::from_str("pod-ip", false),
+            Ok(AddressMode::PodIp)
+        );
+        assert!(AddressMode::from_str("ip", false).is_err());
     }
 
     #[test]
