@@ -12,7 +12,7 @@
 //!    [`EvaluationRequest`]; or serve evaluators to Porch with the gRPC
 //!    [`Server`].
 //! 3. **Simulate the pod cache**: replay a trace of requests against a
-//!    [`SimPolicy`] with [`replay`] (the same [`PodCache`] state machine the
+//!    [`SimPolicy`] with [`replay()`] (the same [`PodCache`] state machine the
 //!    pod evaluator runs, on a simulated cluster and clock).
 //!
 //! Rendering a package (this renders `examples/packages/hello` of the
@@ -69,8 +69,6 @@
 //! - `full` (default): everything else — the gRPC server and client, the pod
 //!   evaluator on Kubernetes, the OCI registry client, telemetry, the
 //!   simulator and the command-line binaries.
-
-#![warn(missing_docs)]
 
 pub mod adapters;
 #[cfg(feature = "full")]

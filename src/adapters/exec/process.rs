@@ -3,7 +3,7 @@
 //!
 //! - no shell: the program is executed directly with the given argv;
 //! - a scrubbed environment: only the variables in [`ProcessSpec::env`];
-//! - the function runs under a supervisor ([`super::confine`]; see
+//! - the function runs under a supervisor (`super::confine`; see
 //!   [`Confinement`] for how it is started) that kills
 //!   every descendant (whatever session or group it moved to) when the
 //!   function exits, when the call ends for any other reason — timeout,

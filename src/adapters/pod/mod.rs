@@ -5,7 +5,7 @@
 //! (and follows its changes), opens a watch on the labelled pods of the pod
 //! namespace, adopts the pods an earlier run or
 //! another replica left (by the pod cache's rules), starts warm-up and spawns
-//! the [driver](driver) task that carries out the pod-cache state machine's
+//! the driver task (`driver`) that carries out the pod-cache state machine's
 //! commands. Each call then asks the driver for a pod (answered from memory
 //! when one is ready), calls the wrapper server in it over a pooled
 //! connection ([`connections`]), and releases the pod. A call that finds its

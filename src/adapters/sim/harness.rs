@@ -2,7 +2,7 @@
 //! cluster: N runner replicas, each its own [`PodCache`] with its own clock
 //! (skew), sharing one [`SimCluster`] on virtual time, with API latency,
 //! slow listings, outages, watch gaps and the cluster's random failures.
-//! The policy simulator ([`replay`](super::replay)) and the property tests
+//! The policy simulator ([`replay`](super::replay())) and the property tests
 //! both run on it; the real driver runs on [`SimPlatform`](super::SimPlatform)
 //! instead.
 //!

@@ -10,7 +10,7 @@
 //!
 //! [`Harness`] carries out the pod-cache commands of N replicas on a
 //! `SimCluster` with API latency, outages, slow listings, watch gaps and
-//! clock skew: the one executor of the simulator ([`replay`]) and the
+//! clock skew: the one executor of the simulator ([`replay()`]) and the
 //! property tests.
 //!
 //! [`SimPlatform`] wraps a shared `SimCluster` behind the async

@@ -1,5 +1,5 @@
 //! Metrics: the instruments, and the `tracing` layer that feeds them from
-//! the spans of [`spans`](super::spans).
+//! the spans of [`super::spans`].
 //!
 //! | OpenTelemetry instrument | Prometheus name | type | labels |
 //! |---|---|---|---|

@@ -646,7 +646,7 @@ pub struct ValidateError {
 }
 
 impl fmt::Display for ValidateError {
-    /// `Kptfile is invalid:\nField: `<field>`\n[Value: "<value>"\n]Reason: <reason>\n`.
+    /// ``Kptfile is invalid:\nField: `<field>`\n[Value: "<value>"\n]Reason: <reason>\n``.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Kptfile is invalid:\nField: `{}`\n", self.field)?;
         if !self.value.is_empty() {

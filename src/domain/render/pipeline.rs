@@ -295,7 +295,8 @@ pub fn is_tag_constraint(tag: &str) -> bool {
 /// semver `constraint`, as kpt resolves a step's `tag` (§3.10): `sha256-*`
 /// and `*-git-*` tags are ignored, a leading `v` and missing minor/patch
 /// numbers are accepted (`v0.4` = 0.4.0), constraints use Masterminds'
-/// syntax (`~0.4`, `^1.2`, `>=0.4, <1`, `>=0.4 <1`, `1.x`, `a || b`).
+/// syntax (`~0.4`, `^1.2`, `>=0.4, <1`, `>=0.4 <1`, `1.x`, `a || b`; a
+/// version without an operator is an exact match, `=`, as in Masterminds).
 /// Returns the tag as the registry spells it (`v0.4.5`).
 ///
 /// Errors: a constraint that does not parse, or no tag satisfies it (kpt's
@@ -345,6 +346,12 @@ fn cargo_requirement(group: &str) -> String {
                 .strip_prefix(['v', 'V'])
                 .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
                 .unwrap_or(version);
+            // A bare version means `=` in Masterminds' syntax (where Cargo
+            // reads `^`): `1.2.3` is exactly 1.2.3, and a partial `1.2` is
+            // 1.2.x as with Cargo's `=1.2`. Wildcards (`1.2.x`) keep their
+            // own meaning, the same in both.
+            let wildcard = version.split('.').any(|p| matches!(p, "x" | "X" | "*"));
+            let op = if op.is_empty() && !wildcard { "=" } else { op };
             format!("{op}{version}")
         })
         .collect::<Vec<_>>()

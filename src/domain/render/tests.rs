@@ -911,6 +911,15 @@ fn version_constraints_pick_the_highest_matching_tag() {
     assert_eq!(pick_tag("<0.4", &all).unwrap(), "v0.3.9");
     assert_eq!(pick_tag("0.3.x || ^1", &all).unwrap(), "v1");
     assert_eq!(pick_tag("*", &all).unwrap(), "v1");
+    // A bare version inside a constraint is `=` (Masterminds, kpt's
+    // library), not Cargo's `^`: `0.4.0 || <0.1` picks v0.4.0, not v0.4.5.
+    assert_eq!(pick_tag("0.4.0 || <0.1", &all).unwrap(), "v0.4.0");
+    assert_eq!(pick_tag(">=0.3 0.4.0", &all).unwrap(), "v0.4.0");
+    assert_eq!(pick_tag("=0.4.0 || =0.3.9", &all).unwrap(), "v0.4.0");
+    // A partial one stands for its wildcard: `0.4 || <0.1` is 0.4.x.
+    assert_eq!(pick_tag("0.4 || <0.1", &all).unwrap(), "v0.4.5");
+    assert_eq!(pick_tag("0 || <0.1", &all).unwrap(), "v0.5.0");
+    assert_eq!(pick_tag("0.4.x || <0.1", &all).unwrap(), "v0.4.5");
     let none = pick_tag("~2.0", &all).unwrap_err();
     assert!(
         none.starts_with("no tag could be found matching the version constraint \"~2.0\""),
