@@ -1,4 +1,5 @@
-//! The evaluator chain (Porch's "multi evaluator").
+//! The fall-through chain: Porch's "multi evaluator" and the render
+//! pipeline's runtime chain.
 //!
 //! Evaluators are tried in a fixed order; the first that does not answer
 //! [`EvalError::NotFound`] decides. Porch builds its list from a map, so its
@@ -6,6 +7,7 @@
 //! the one given, and the composition root gives exec before pod, as Porch's
 //! docs intend.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -13,28 +15,73 @@ use async_trait::async_trait;
 use super::evaluation::{EvalError, EvaluationRequest, EvaluationResponse};
 use crate::ports::FunctionEvaluator;
 
-/// An ordered list of named evaluators with NotFound fall-through.
-#[derive(Clone, Default)]
-pub struct EvaluatorChain {
-    evaluators: Vec<(String, Arc<dyn FunctionEvaluator>)>,
+/// An ordered list of named members — evaluators ([`EvaluatorChain`]) or
+/// render runtimes (`RuntimeChain`) — with Porch's NotFound fall-through:
+/// the first member that does not answer [`EvalError::NotFound`] decides.
+pub struct Chain<T: ?Sized> {
+    members: Vec<(String, Arc<T>)>,
 }
 
-impl EvaluatorChain {
-    /// An empty chain; every call fails with [`EvalError::Unavailable`] until
-    /// an evaluator is added.
+/// Evaluators tried in order (Porch's multi evaluator).
+pub type EvaluatorChain = Chain<dyn FunctionEvaluator>;
+
+impl<T: ?Sized> Default for Chain<T> {
+    fn default() -> Self {
+        Self {
+            members: Vec::new(),
+        }
+    }
+}
+
+impl<T: ?Sized> Clone for Chain<T> {
+    fn clone(&self) -> Self {
+        Self {
+            members: self.members.clone(),
+        }
+    }
+}
+
+impl<T: ?Sized> Chain<T> {
+    /// An empty chain (an evaluator chain answers every call with
+    /// [`EvalError::Unavailable`], a runtime chain with NotFound).
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Appends `evaluator` under `name` (used in logs and errors, e.g. `exec`, `pod`).
-    pub fn with(mut self, name: impl Into<String>, evaluator: Arc<dyn FunctionEvaluator>) -> Self {
-        self.evaluators.push((name.into(), evaluator));
+    /// Appends `member` under `name` (used in logs and errors, e.g. `exec`,
+    /// `pod`, `builtin`).
+    pub fn with(mut self, name: impl Into<String>, member: Arc<T>) -> Self {
+        self.members.push((name.into(), member));
         self
     }
 
-    /// The names of the evaluators, in the order they are tried.
+    /// The names of the members, in the order they are tried.
     pub fn names(&self) -> Vec<&str> {
-        self.evaluators.iter().map(|(n, _)| n.as_str()).collect()
+        self.members.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Calls `call` on each member in order: returns the first answer that
+    /// is not NotFound, else the last NotFound; `None` for an empty chain.
+    /// `what` names the function in the debug log of each fall-through.
+    pub async fn first_found<R, Fut>(
+        &self,
+        what: &str,
+        mut call: impl FnMut(Arc<T>) -> Fut,
+    ) -> Option<Result<R, EvalError>>
+    where
+        Fut: Future<Output = Result<R, EvalError>>,
+    {
+        let mut last = None;
+        for (name, member) in &self.members {
+            match call(Arc::clone(member)).await {
+                Err(e) if e.is_not_found() => {
+                    tracing::debug!(member = %name, function = %what, "not found, trying the next");
+                    last = Some(Err(e));
+                }
+                other => return Some(other),
+            }
+        }
+        last
     }
 }
 
@@ -45,23 +92,19 @@ impl FunctionEvaluator for EvaluatorChain {
     /// is returned (Porch: `function "<image>" not found`). With no evaluators
     /// the answer is [`EvalError::Unavailable`] naming the cause.
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
-        let mut last_not_found = None;
-        for (name, evaluator) in &self.evaluators {
-            match evaluator.evaluate(request.clone()).await {
-                Err(e) if e.is_not_found() => {
-                    tracing::debug!(evaluator = %name, image = %request.image, "not found, trying the next evaluator");
-                    last_not_found = Some(e);
-                }
-                other => return other,
-            }
-        }
-        Err(last_not_found.unwrap_or_else(|| {
-            EvalError::Unavailable(format!(
+        let answer = self
+            .first_found(&request.image, |evaluator| {
+                let request = request.clone();
+                async move { evaluator.evaluate(request).await }
+            })
+            .await;
+        answer.unwrap_or_else(|| {
+            Err(EvalError::Unavailable(format!(
                 "no runtime is enabled in krm-fn-runner, so function {:?} cannot be evaluated; \
                  remove `exec`/`pod` from --disable-runtimes",
                 request.image
-            ))
-        }))
+            )))
+        })
     }
 }
 

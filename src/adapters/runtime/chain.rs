@@ -1,27 +1,21 @@
-//! Runtimes tried in order with NotFound fall-through (Porch's multi-runtime).
+//! Runtimes tried in order with NotFound fall-through (Porch's multi-runtime),
+//! on the one fall-through [`Chain`].
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use super::{BuiltinRuntime, ExecCommandRuntime};
+use crate::domain::chain::Chain;
 use crate::domain::evaluation::{DEFAULT_MAX_MESSAGE_BYTES, EvalError};
 use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime};
 
-/// An ordered list of named runtimes. The first runtime that does not answer
-/// [`EvalError::NotFound`] decides; when all say NotFound the answer is
-/// NotFound (`function "<image>" not found`), as in Porch.
-#[derive(Clone, Default)]
-pub struct RuntimeChain {
-    runtimes: Vec<(String, Arc<dyn FunctionRuntime>)>,
-}
+/// Render runtimes tried in order ([`Chain`]): the first runtime that does
+/// not answer [`EvalError::NotFound`] decides; when all say NotFound the
+/// answer is NotFound (`function "<image>" not found`), as in Porch.
+pub type RuntimeChain = Chain<dyn FunctionRuntime>;
 
-impl RuntimeChain {
-    /// An empty chain (every call answers NotFound).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
+impl Chain<dyn FunctionRuntime> {
     /// What `kpt fn render --allow-exec` runs locally: the builtin
     /// functions in process, then `exec:` functions as child processes that
     /// inherit this process's environment and working directory (output
@@ -35,35 +29,21 @@ impl RuntimeChain {
                 Arc::new(ExecCommandRuntime::inheriting(DEFAULT_MAX_MESSAGE_BYTES)),
             )
     }
-
-    /// Appends `runtime` under `name` (used in logs: `builtin`, `exec`, `remote`…).
-    pub fn with(mut self, name: impl Into<String>, runtime: Arc<dyn FunctionRuntime>) -> Self {
-        self.runtimes.push((name.into(), runtime));
-        self
-    }
-
-    /// The runtime names in the order they are tried.
-    pub fn names(&self) -> Vec<&str> {
-        self.runtimes.iter().map(|(n, _)| n.as_str()).collect()
-    }
 }
 
 #[async_trait]
-impl FunctionRuntime for RuntimeChain {
+impl FunctionRuntime for Chain<dyn FunctionRuntime> {
     /// Tries each runtime in order; returns the first answer that is not
     /// NotFound, else the last NotFound (or a plain NotFound for an empty chain).
     async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
-        let mut last = None;
-        for (name, runtime) in &self.runtimes {
-            match runtime.run(call.clone()).await {
-                Err(e) if e.is_not_found() => {
-                    tracing::debug!(runtime = %name, function = %call.target, "not found, trying the next runtime");
-                    last = Some(e);
-                }
-                other => return other,
-            }
-        }
-        Err(last.unwrap_or_else(|| EvalError::not_found(call.target.name())))
+        let what = call.target.to_string();
+        let answer = self
+            .first_found(&what, |runtime| {
+                let call = call.clone();
+                async move { runtime.run(call).await }
+            })
+            .await;
+        answer.unwrap_or_else(|| Err(EvalError::not_found(call.target.name())))
     }
 }
 
