@@ -36,7 +36,7 @@ use tokio::process::Command;
 use crate::adapters::parse_pool::parse_off_workers;
 use crate::domain::evaluation::{EvalError, ExitReason, FunctionFailure, Payload};
 
-/// How each function process gets its supervisor ([`super::confine`]).
+/// How each function process gets its supervisor (`super::confine`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Confinement {
     /// The runner starts the `krm-fn-supervisor` program at this path with
