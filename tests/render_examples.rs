@@ -268,3 +268,28 @@ fn a_directory_without_kptfile_is_a_clear_error() {
         stderr(&out)
     );
 }
+
+/// `-o stdout | head`: a reader that closes the pipe early ends the render
+/// quietly (exit 0, no panic), for both stdout modes.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    for mode in ["stdout", "unwrap"] {
+        let dir = copy("hello");
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+            .arg("render")
+            .arg(dir.path())
+            .args(["-o", mode])
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && !stderr(&out).contains("panicked"),
+            "-o {mode}: {:?} {}",
+            out.status,
+            stderr(&out)
+        );
+    }
+}

@@ -364,3 +364,48 @@ fn warm_pool_minimums_trade_pod_hours_for_cold_starts() {
         "{reports}"
     );
 }
+
+/// `simulate … | head`: a reader that closes the pipe early ends the run
+/// quietly (exit 0, no panic), for the table and `--json`.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv").display().to_string();
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, "podTTL: 30m\n").unwrap();
+    let policy = policy.display().to_string();
+    let generated = runner(&[
+        "simulate",
+        "--generate",
+        "--trace",
+        &trace,
+        "--duration",
+        "1h",
+        "--requests",
+        "200",
+        "--functions",
+        "5",
+    ]);
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    for extra in [&[][..], &["--json"][..]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+            .args(["simulate", "--trace", &trace, "--policy", &policy])
+            .args(extra)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked"),
+            "{extra:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+}

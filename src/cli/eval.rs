@@ -107,7 +107,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     match evaluator.evaluate(request).await {
         Ok(response) => {
             std::io::stderr().write_all(&response.log)?;
-            std::io::stdout().write_all(&response.resource_list)?;
+            super::write_stdout(&response.resource_list)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(EvalError::FunctionFailed(f)) => {

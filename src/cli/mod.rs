@@ -58,16 +58,28 @@ enum Command {
 /// Prints the completion script for `shell` (generated from the
 /// command-line definition). A closed stdout (`| head`) ends it quietly.
 fn print_completions(shell: clap_complete::Shell) -> ExitCode {
-    use std::io::Write;
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "krm-fn-runner", &mut script);
-    match std::io::stdout().write_all(&script) {
+    match write_stdout(&script) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: cannot write the completion script: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Writes `bytes` to stdout and flushes it. A reader that closed the pipe
+/// early (`| head`) is not an error: the rest is dropped quietly, as
+/// command-line tools do, instead of the panic `print!` raises.
+///
+/// Errors: any other write error of stdout (a full disk, a closed terminal).
+pub(crate) fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
     }
 }
 

@@ -153,20 +153,14 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         None => rendered.write_in_place().map(|_| ()),
         Some(_) if rendered.resources().is_none() => Ok(()),
         Some("stdout") => match rendered.wrapped() {
-            Ok(text) => {
-                print!("{}", text.unwrap_or_default());
-                Ok(())
-            }
+            Ok(text) => write_to_stdout(&text.unwrap_or_default()),
             Err(e) => Err(PackageIoError::Parse {
                 path: "-".into(),
                 message: e.to_string(),
                 source: Some(e),
             }),
         },
-        Some("unwrap") => {
-            print!("{}", rendered.unwrapped().unwrap_or_default());
-            Ok(())
-        }
+        Some("unwrap") => write_to_stdout(&rendered.unwrapped().unwrap_or_default()),
         Some(_) => {
             let out = out_dir.as_deref().unwrap_or(Path::new("."));
             rendered.write_to_dir(out).map(|_| ())
@@ -227,6 +221,16 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Prints `Error: <message>` and returns exit code 1.
+/// `-o stdout` and `-o unwrap`: the rendered text to stdout, a write error
+/// reported like a file's (`writing "-": …`).
+fn write_to_stdout(text: &str) -> Result<(), PackageIoError> {
+    super::write_stdout(text.as_bytes()).map_err(|source| PackageIoError::Io {
+        action: "writing",
+        path: "-".into(),
+        source,
+    })
+}
+
 fn fail(message: &str) -> anyhow::Result<ExitCode> {
     eprintln!("Error: {message}");
     Ok(ExitCode::from(1))

@@ -206,9 +206,11 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             .push(tokio::task::spawn_blocking(move || replay(&trace, &policy, &options)).await??);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        let mut json = serde_json::to_string_pretty(&reports)?;
+        json.push('\n');
+        super::write_stdout(json.as_bytes())?;
     } else {
-        print!("{}", table(&reports));
+        super::write_stdout(table(&reports).as_bytes())?;
     }
     if let Some(path) = &args.plot {
         plot(&reports, path)?;
