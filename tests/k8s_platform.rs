@@ -77,6 +77,7 @@ async fn kube_platform_against_a_real_api_server() {
     platform
         .patch_pod_annotations(
             "fn-a",
+            None,
             BTreeMap::from([(
                 "fn.kpt.dev/reclaim-after".to_string(),
                 "1900000000".to_string(),
@@ -89,6 +90,38 @@ async fn kube_platform_against_a_real_api_server() {
         annotated.metadata.annotations.unwrap()["fn.kpt.dev/reclaim-after"],
         "1900000000"
     );
+    // With a UID, the patch applies only to that incarnation of the name:
+    // another UID is refused with a Conflict and changes nothing.
+    let reclaim =
+        |v: &str| BTreeMap::from([("fn.kpt.dev/reclaim-after".to_string(), v.to_string())]);
+    let uid_a = annotated.metadata.uid.clone();
+    let refused = platform
+        .patch_pod_annotations(
+            "fn-a",
+            Some("00000000-0000-0000-0000-000000000000".into()),
+            reclaim("1900000500"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, PlatformError::Conflict { kind: "Pod", .. }),
+        "{refused:?}"
+    );
+    let unchanged = platform.get_pod("fn-a").await.unwrap();
+    assert_eq!(
+        unchanged.metadata.annotations.unwrap()["fn.kpt.dev/reclaim-after"],
+        "1900000000"
+    );
+    assert_eq!(unchanged.metadata.uid, uid_a);
+    platform
+        .patch_pod_annotations("fn-a", uid_a.clone(), reclaim("1900000600"))
+        .await
+        .unwrap();
+    let missing = platform
+        .patch_pod_annotations("fn-gone", uid_a, reclaim("1900000600"))
+        .await
+        .unwrap_err();
+    assert!(missing.is_not_found(), "{missing:?}");
 
     let mut applied = Vec::new();
     while applied.len() < 2 {

@@ -566,6 +566,7 @@ impl World {
                     Command::PersistReclaimAfter {
                         pod_name,
                         reclaim_after,
+                        ..
                     },
                 ) => {
                     assert!(

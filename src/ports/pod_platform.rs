@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use tokio_stream::Stream;
 
-use crate::domain::pod_cache::DeletePrecondition;
+use crate::domain::pod_cache::{DeletePrecondition, PersistFailure};
 
 /// Why a platform call failed, in the classes the driver decides on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +70,21 @@ impl PlatformError {
     /// True for [`PlatformError::NotFound`].
     pub fn is_not_found(&self) -> bool {
         matches!(self, PlatformError::NotFound { .. })
+    }
+
+    /// How a failed [`PodPlatform::patch_pod_annotations`] of a
+    /// reclaim-after counts for the pod cache: a pod gone
+    /// ([`PlatformError::NotFound`]) or another incarnation of its name
+    /// (the UID precondition's [`PlatformError::Conflict`]) is
+    /// [`PersistFailure::NotThePod`], never retried; anything else is
+    /// [`PersistFailure::Platform`], retried while the pod is in use.
+    pub fn into_persist_failure(self) -> PersistFailure {
+        match self {
+            PlatformError::NotFound { .. } | PlatformError::Conflict { .. } => {
+                PersistFailure::NotThePod(self.to_string())
+            }
+            other => PersistFailure::Platform(other.to_string()),
+        }
     }
 
     /// True for errors worth retrying ([`PlatformError::Transient`] and
@@ -198,10 +213,15 @@ pub trait PodPlatform: Send + Sync {
     async fn service_endpoints(&self, name: &str) -> Result<Vec<ServiceEndpoint>, PlatformError>;
 
     /// Merge-patches the pod's annotations with `annotations` (others kept).
-    /// Errors: [`PlatformError::NotFound`] and the usual.
+    /// With `uid`, the patch carries it as `metadata.uid`, which the API
+    /// server takes as a precondition: the patch applies only to that
+    /// incarnation of the name.
+    /// Errors: [`PlatformError::NotFound`], [`PlatformError::Conflict`] when
+    /// the pod's UID is not `uid`, and the usual.
     async fn patch_pod_annotations(
         &self,
         name: &str,
+        uid: Option<String>,
         annotations: BTreeMap<String, String>,
     ) -> Result<(), PlatformError>;
 

@@ -355,17 +355,41 @@ impl PodPlatform for KubePlatform {
     async fn patch_pod_annotations(
         &self,
         name: &str,
+        uid: Option<String>,
         annotations: BTreeMap<String, String>,
     ) -> Result<(), PlatformError> {
         let api = self.pods();
-        let patch = Patch::Merge(serde_json::json!({"metadata": {"annotations": annotations}}));
+        // A `metadata.uid` in a merge patch is a precondition: the API
+        // server validates the patched object, and an object whose UID
+        // would change is refused with 422 ("metadata.uid: ... field is
+        // immutable") before anything is written. The port reports that
+        // as the Conflict it is.
+        let mut metadata = serde_json::json!({"annotations": annotations});
+        let precondition = uid.is_some();
+        if let Some(uid) = uid {
+            metadata["uid"] = uid.into();
+        }
+        let patch = Patch::Merge(serde_json::json!({"metadata": metadata}));
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
-        self.with_retries("Pod", name, || api.patch(name, &params, &patch))
+        match self
+            .with_retries("Pod", name, || api.patch(name, &params, &patch))
             .await
-            .map(|_| ())
+        {
+            Ok(_) => Ok(()),
+            Err(PlatformError::Invalid(message))
+                if precondition && message.contains("metadata.uid") =>
+            {
+                Err(PlatformError::Conflict {
+                    kind: "Pod",
+                    name: name.to_string(),
+                    message,
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn read_config_map(

@@ -33,8 +33,8 @@ use crate::domain::pod_cache::template::{
 };
 use crate::domain::pod_cache::{
     Assignment, Command, CreateFailure, DeleteFailure, DeletePrecondition, IMAGE_LABEL, Input,
-    Listing, ObservedPhase, ObservedPod, PodCache, PodCacheError, PodCachePolicy, PodCreation,
-    RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, SlotState, UnixTime, WRAPPER_PORT,
+    Listing, ObservedPhase, ObservedPod, PersistFailure, PodCache, PodCacheError, PodCachePolicy,
+    PodCreation, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, SlotState, UnixTime, WRAPPER_PORT,
 };
 use crate::ports::{
     EndpointEvent, EndpointEventStream, ImageInspector, PlatformError, PodEvent, PodEventStream,
@@ -581,6 +581,7 @@ impl Driver {
             }
             Command::PersistReclaimAfter {
                 pod_name,
+                uid,
                 reclaim_after,
             } => {
                 self.runtime.spawn(async move {
@@ -591,15 +592,14 @@ impl Driver {
                     let patched = ctx
                         .bounded(
                             "patch pod",
-                            ctx.platform.patch_pod_annotations(&pod_name, annotations),
+                            ctx.platform
+                                .patch_pod_annotations(&pod_name, uid, annotations),
                         )
                         .await;
-                    if let Err(e) = &patched
-                        && !e.is_not_found()
-                    {
+                    let result = patched.map_err(PlatformError::into_persist_failure);
+                    if let Err(PersistFailure::Platform(e)) = &result {
                         tracing::warn!(pod = %pod_name, "cannot extend reclaim-after (retrying while in use): {e}");
                     }
-                    let result = patched.map_err(|e| e.to_string());
                     Self::report(
                         &tx,
                         Input::Persisted {

@@ -768,15 +768,31 @@ impl SimCluster {
         self.services.remove(name);
     }
 
-    /// Merge-patches pod `name`'s annotations.
-    /// Errors: [`PlatformError::NotFound`], scripted and random failures.
+    /// Merge-patches pod `name`'s annotations; with `uid`, only if the pod
+    /// has that UID (the API server's answer to a `metadata.uid` in a merge
+    /// patch).
+    /// Errors: [`PlatformError::NotFound`], [`PlatformError::Conflict`] when
+    /// the UID differs, scripted and random failures.
     pub fn patch_pod_annotations(
         &mut self,
         name: &str,
+        uid: Option<&str>,
         annotations: BTreeMap<String, String>,
     ) -> Result<(), PlatformError> {
         self.fault(Operation::PatchPod, self.failures.patch_error)?;
-        self.pod_ref(name)?;
+        let current = self.pod_ref(name)?.observed.uid.as_deref();
+        if let Some(uid) = uid
+            && current != Some(uid)
+        {
+            return Err(PlatformError::Conflict {
+                kind: "Pod",
+                name: name.to_string(),
+                message: format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    current.unwrap_or_default()
+                ),
+            });
+        }
         let p = self.pods.get_mut(name).expect("checked above");
         let o = Arc::make_mut(&mut p.observed);
         for (k, v) in &annotations {
@@ -1097,14 +1113,41 @@ mod tests {
     }
 
     #[test]
+    fn a_patch_with_a_uid_applies_only_to_that_pod() {
+        let mut c = SimCluster::new("ns", UnixTime::EPOCH, 1).with_latency(StartLatency::Manual);
+        c.create_pod(pod("a", Some("a"))).unwrap();
+        let first = c.observed_pod("a").unwrap().uid.clone();
+        // The name comes back as another pod.
+        c.remove_pod("a");
+        c.create_pod(pod("a", Some("a"))).unwrap();
+        let patch = || [(RECLAIM_AFTER_ANNOTATION.to_string(), "9".to_string())].into();
+        assert!(matches!(
+            c.patch_pod_annotations("a", first.as_deref(), patch()),
+            Err(PlatformError::Conflict { .. })
+        ));
+        assert_eq!(c.observed_pod("a").unwrap().reclaim_after, None);
+        let second = c.observed_pod("a").unwrap().uid.clone();
+        c.patch_pod_annotations("a", second.as_deref(), patch())
+            .unwrap();
+        assert_eq!(
+            c.observed_pod("a").unwrap().reclaim_after.as_deref(),
+            Some("9")
+        );
+    }
+
+    #[test]
     fn deletions_honour_their_precondition_and_calls_are_audited() {
         let mut c = SimCluster::new("ns", UnixTime::EPOCH, 1).with_latency(StartLatency::Manual);
         c.create_pod(pod("a", Some("a"))).unwrap();
         c.set_pod_ready("a").unwrap();
         let listed = c.observed_pod("a").unwrap().clone();
         // A write after the listing changes the resourceVersion.
-        c.patch_pod_annotations("a", [(RECLAIM_AFTER_ANNOTATION.into(), "9".into())].into())
-            .unwrap();
+        c.patch_pod_annotations(
+            "a",
+            None,
+            [(RECLAIM_AFTER_ANNOTATION.into(), "9".into())].into(),
+        )
+        .unwrap();
         let stale = DeletePrecondition {
             uid: listed.uid.clone(),
             resource_version: listed.resource_version.clone(),

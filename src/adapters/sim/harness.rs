@@ -31,7 +31,8 @@ use std::time::Duration;
 use super::cluster::{CallError, SimCluster};
 use crate::domain::pod_cache::{
     Command, CreateFailure, DeleteFailure, INLINE_TEMPLATE_VERSION, Input, Listing, ObservedPhase,
-    PodCache, PodCacheError, PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId, UnixTime, naming,
+    PersistFailure, PodCache, PodCacheError, PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId,
+    UnixTime, naming,
 };
 use crate::ports::PlatformError;
 
@@ -178,6 +179,7 @@ enum Event {
     Persist {
         replica: usize,
         pod: String,
+        uid: Option<String>,
         value: UnixTime,
     },
     Delete {
@@ -867,13 +869,14 @@ impl Harness {
             Event::Persist {
                 replica,
                 pod,
+                uid,
                 value,
             } => {
                 let patch = [(RECLAIM_AFTER_ANNOTATION.to_string(), value.to_annotation())].into();
                 let result = self
                     .cluster
-                    .patch_pod_annotations(&pod, patch)
-                    .map_err(|e| e.to_string());
+                    .patch_pod_annotations(&pod, uid.as_deref(), patch)
+                    .map_err(PlatformError::into_persist_failure);
                 let at = self.now + self.latency(self.config.api_latency / 2);
                 let input = Input::Persisted {
                     pod_name: pod,
@@ -1136,6 +1139,7 @@ impl Harness {
             }
             Command::PersistReclaimAfter {
                 pod_name,
+                uid,
                 reclaim_after,
             } => {
                 let d = self.latency(self.config.api_latency);
@@ -1143,13 +1147,14 @@ impl Harness {
                     let input = Input::Persisted {
                         pod_name,
                         reclaim_after,
-                        result: Err("API server unreachable".into()),
+                        result: Err(PersistFailure::Platform("API server unreachable".into())),
                     };
                     self.deliver(r, self.now + d, input);
                 } else {
                     let event = Event::Persist {
                         replica: r,
                         pod: pod_name,
+                        uid,
                         value: reclaim_after,
                     };
                     self.push(self.now + d / 2, event);

@@ -417,9 +417,10 @@ impl PodPlatform for SimPlatform {
     async fn patch_pod_annotations(
         &self,
         name: &str,
+        uid: Option<String>,
         annotations: BTreeMap<String, String>,
     ) -> Result<(), PlatformError> {
-        self.call(|c| c.patch_pod_annotations(name, annotations))
+        self.call(|c| c.patch_pod_annotations(name, uid.as_deref(), annotations))
             .await
     }
 
@@ -498,7 +499,7 @@ mod tests {
         };
         assert_eq!(p.status.unwrap().phase.as_deref(), Some("Running"));
         dyn_platform
-            .patch_pod_annotations("a", [("k".to_string(), "v".to_string())].into())
+            .patch_pod_annotations("a", None, [("k".to_string(), "v".to_string())].into())
             .await
             .unwrap();
         assert!(matches!(watch.next().await.unwrap(), PodEvent::Applied(_)));

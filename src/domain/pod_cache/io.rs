@@ -130,6 +130,18 @@ pub enum CreateFailure {
     },
 }
 
+/// Why a [`Command::PersistReclaimAfter`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PersistFailure {
+    /// The pod is gone, or its name holds another pod (the UID the patch
+    /// carried differs: the API server refused the patch).
+    /// Never retried: the slot ends and its waiters move on.
+    NotThePod(String),
+    /// Any other failure (the platform's error), retried with backoff
+    /// while the pod is in use.
+    Platform(String),
+}
+
 /// How a deletion ([`Command::DeletePod`]) failed. A pod already gone is a
 /// success.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,15 +276,16 @@ pub enum Input {
         result: Result<String, String>,
     },
     /// The outcome of [`Command::PersistReclaimAfter`]. Only a success lets
-    /// the slot count on the new reclaim-after; a failure is retried with
-    /// backoff while the pod is in use.
+    /// the slot count on the new reclaim-after; a platform failure is
+    /// retried with backoff while the pod is in use; a refusal
+    /// ([`PersistFailure::NotThePod`]) ends the slot.
     Persisted {
         /// The pod patched.
         pod_name: String,
         /// The value written.
         reclaim_after: UnixTime,
-        /// `Err` with the platform's error.
-        result: Result<(), String>,
+        /// What happened.
+        result: Result<(), PersistFailure>,
     },
     /// The outcome of [`Command::DeletePod`].
     Deleted {
@@ -412,9 +425,16 @@ pub enum Command {
     /// Patch the pod's [`RECLAIM_AFTER_ANNOTATION`](super::RECLAIM_AFTER_ANNOTATION)
     /// to `reclaim_after` (as [`UnixTime::to_annotation`]); report
     /// [`Input::Persisted`]. In the background: no reply waits for it.
+    ///
+    /// The patch carries `uid` as `metadata.uid` when given, so the API
+    /// server refuses it when the name now holds another pod (a warm pool's
+    /// names come back): report that, and a pod gone, as
+    /// [`PersistFailure::NotThePod`].
     PersistReclaimAfter {
         /// The pod to patch.
         pod_name: String,
+        /// The UID of the pod the slot uses, when known.
+        uid: Option<String>,
         /// The new expiry.
         reclaim_after: UnixTime,
     },

@@ -32,7 +32,10 @@
 //! replica has a call in it:
 //! - **persist before extend**: a slot counts on a new reclaim-after only
 //!   once the patch that wrote it succeeded ([`Input::Persisted`]); a
-//!   failed patch is retried with backoff while the pod is in use;
+//!   failed patch is retried with backoff while the pod is in use; the
+//!   patch carries the UID of the pod the slot uses, so it never lands on
+//!   another pod of the same name, and a refusal (the pod gone or its name
+//!   taken by another pod) ends the slot instead of being retried;
 //! - **reuse margin**: a ready pod takes a new call only while the
 //!   reclaim-after it counts on is at least [`reuse_margin`] ahead, which
 //!   covers a call started just before another replica's GC may act, the
@@ -109,8 +112,8 @@ use std::time::Duration;
 use super::config::{FunctionSettings, PodCachePolicy, Pool};
 use super::io::{
     Assignment, Command, CreateFailure, DeleteFailure, DeletePrecondition, DeleteReason, Input,
-    Listing, ListingId, ObservedPhase, ObservedPod, PodCacheError, PodCreation, RequestId, SlotId,
-    SlotState, SlotView,
+    Listing, ListingId, ObservedPhase, ObservedPod, PersistFailure, PodCacheError, PodCreation,
+    RequestId, SlotId, SlotState, SlotView,
 };
 use super::naming;
 use super::time::UnixTime;
@@ -925,6 +928,7 @@ impl PodCache {
         slot.persist = Persist::InFlight { value, attempt };
         self.commands.push_back(Command::PersistReclaimAfter {
             pod_name: slot.pod_name.clone(),
+            uid: slot.uid.clone(),
             reclaim_after: value,
         });
     }
@@ -1418,7 +1422,7 @@ impl PodCache {
         now: UnixTime,
         pod_name: &str,
         value: UnixTime,
-        result: Result<(), String>,
+        result: Result<(), PersistFailure>,
     ) {
         let Some(&id) = self.by_name.get(pod_name) else {
             return;
@@ -1428,6 +1432,13 @@ impl PodCache {
             Persist::InFlight { value: v, attempt } if v == value => Some(attempt),
             _ => None,
         };
+        if ours.is_some() && matches!(result, Err(PersistFailure::NotThePod(_))) {
+            // The API server refused the write: the pod is gone or its name
+            // holds another pod (the patch carried the slot's UID). Nothing
+            // here may count on that name any more; retrying cannot help.
+            let err = gone(slot, false);
+            return self.evict(now, id, err, None);
+        }
         if let Phase::Pending(c) = &mut slot.phase
             && let Step::Claiming { endpoint } = &mut c.step
         {
@@ -1785,6 +1796,7 @@ impl PodCache {
                         let ttl = self.policy.settings_for(&o.image).ttl;
                         self.commands.push_back(Command::PersistReclaimAfter {
                             pod_name: o.name.clone(),
+                            uid: o.uid.clone(),
                             reclaim_after: extended(now, ttl),
                         });
                     }

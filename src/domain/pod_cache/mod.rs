@@ -35,7 +35,7 @@ pub use config::{
 pub use io::{
     Assignment, Command, CreateFailure, DeleteFailure, DeletePrecondition, DeleteReason,
     ErrorClass, Input, Listing, ListingId, ObservedPhase, ObservedPod, ObservedService,
-    PodCacheError, PodCreation, RequestId, SlotId, SlotState, SlotView,
+    PersistFailure, PodCacheError, PodCreation, RequestId, SlotId, SlotState, SlotView,
 };
 pub use machine::{PodCache, reuse_margin};
 pub use time::UnixTime;

@@ -92,6 +92,7 @@ fn persisted(cmds: &[Command]) -> Vec<(String, UnixTime)> {
             Command::PersistReclaimAfter {
                 pod_name,
                 reclaim_after,
+                ..
             } => Some((pod_name.clone(), *reclaim_after)),
             _ => None,
         })
@@ -602,6 +603,7 @@ fn gc_grants_grace_to_unannotated_pods_and_ignores_unlabelled_ones() {
             Command::PersistReclaimAfter {
                 pod_name,
                 reclaim_after,
+                ..
             } => Some((pod_name.as_str(), *reclaim_after)),
             _ => None,
         })
@@ -1033,7 +1035,7 @@ fn a_failed_patch_extends_nothing_and_is_retried() {
         Input::Persisted {
             pod_name: c.pod_name.clone(),
             reclaim_after: want[0].1,
-            result: Err("connection refused".into()),
+            result: Err(PersistFailure::Platform("connection refused".into())),
         },
     );
     assert!(drain(&mut pc).is_empty());
@@ -1055,7 +1057,7 @@ fn a_failed_patch_extends_nothing_and_is_retried() {
         Input::Persisted {
             pod_name: c.pod_name.clone(),
             reclaim_after: retry[0].1,
-            result: Err("connection refused".into()),
+            result: Err(PersistFailure::Platform("connection refused".into())),
         },
     );
     drain(&mut pc);
@@ -1090,6 +1092,60 @@ fn a_failed_patch_extends_nothing_and_is_retried() {
 // the time it was asked for. Replica B lists at t(895), before A's
 // extension lands; the listing arrives at t(940), after the old
 // reclaim-after t(900) has passed: B deletes nothing.
+// Names come back (failure mode: a pool pod deleted and created again under
+// its name between this replica's reads and its patch, so the extension
+// lands on the other pod): the patch carries the UID of the pod the slot
+// uses, and the API server's refusal ends the slot instead of being retried
+// or counted on.
+#[test]
+fn a_patch_refused_for_another_pod_of_the_name_ends_the_slot() {
+    let mut policy = test_policy(5, 1);
+    policy.scan_interval = Duration::ZERO;
+    let mut pc = PodCache::new(policy, "v1");
+    let c = busy(&mut pc);
+    let cmds = request(&mut pc, t(400), 2, IMG);
+    let (pod_name, uid, reclaim_after) = cmds
+        .iter()
+        .find_map(|c| match c {
+            Command::PersistReclaimAfter {
+                pod_name,
+                uid,
+                reclaim_after,
+            } => Some((pod_name.clone(), uid.clone(), *reclaim_after)),
+            _ => None,
+        })
+        .expect("a use less than a TTL ahead extends");
+    assert_eq!(pod_name, c.pod_name);
+    assert_eq!(
+        uid.as_deref(),
+        Some(format!("uid-{}", c.pod_name).as_str()),
+        "the patch names the incarnation the slot uses"
+    );
+    pc.handle(
+        t(401),
+        Input::Persisted {
+            pod_name,
+            reclaim_after,
+            result: Err(PersistFailure::NotThePod("UID differs".into())),
+        },
+    );
+    let cmds = drain(&mut pc);
+    assert!(
+        pc.slots().all(|s| s.pod_name != c.pod_name),
+        "no slot counts on the name any more: {:?}",
+        pc.slots().collect::<Vec<_>>()
+    );
+    assert!(
+        persisted(&cmds).is_empty() && deleted(&cmds).is_empty(),
+        "{cmds:?}"
+    );
+    // Never retried, and the next request gets a pod of its own.
+    pc.handle(t(402), Input::Tick);
+    assert!(persisted(&drain(&mut pc)).is_empty());
+    let cmds = request(&mut pc, t(403), 3, IMG);
+    assert_eq!(created(&cmds).len(), 1, "{cmds:?}");
+}
+
 #[test]
 fn gc_judges_a_listing_by_the_time_it_was_asked_for() {
     let mut b = cache(2, 1);
@@ -1471,6 +1527,7 @@ fn busy_pods_are_renewed_on_their_own_timer() {
         t(301),
         &[Command::PersistReclaimAfter {
             pod_name: c.pod_name,
+            uid: None,
             reclaim_after: p[0].1,
         }],
     );
