@@ -96,6 +96,9 @@
 //! - **Names come back.** A pool name is reused once its pod is gone, so a
 //!   slot ends as soon as its name is seen (watch or listing) with another
 //!   UID: calls never reach a pod the replica did not create, join or claim.
+//!   A failed pod listed under a slot's name with another UID (a late
+//!   listing may show the previous pod) is deleted by its own UID only,
+//!   never by the slot's.
 //!   GC claims a warm pod back only from a listing asked for after the
 //!   replica stopped using it, so a stale listing cannot bring back a pod
 //!   that failed a call.
@@ -1761,6 +1764,22 @@ impl PodCache {
             }
             if let ObservedPhase::Failed { .. } = o.phase {
                 match local {
+                    Some(id)
+                        if o.uid.is_some()
+                            && self.slots[&id].uid.is_some()
+                            && self.slots[&id].uid != o.uid =>
+                    {
+                        // Another pod under the slot's name failed (a warm
+                        // pool's names come back, and a late listing may
+                        // show the previous one): the slot's own pod is not
+                        // known to have failed and may carry calls of other
+                        // replicas, so only the listed pod is deleted, by
+                        // its own UID; the slot ends as for any other pod
+                        // under its name.
+                        let err = gone(&self.slots[&id], false);
+                        self.evict(now, id, err, None);
+                        self.delete_failed(o.name.clone(), o.uid.clone());
+                    }
                     Some(id) => {
                         let slot = self.slots.get_mut(&id).expect("indexed slot");
                         if slot.uid.is_none() {

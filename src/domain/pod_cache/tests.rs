@@ -1146,6 +1146,34 @@ fn a_patch_refused_for_another_pod_of_the_name_ends_the_slot() {
     assert_eq!(created(&cmds).len(), 1, "{cmds:?}");
 }
 
+// Names come back (failure mode: a late listing shows the failed previous
+// pod of a name whose current pod serves calls): the failed pod is deleted
+// by its own UID, never by the UID of the pod the slot uses.
+#[test]
+fn a_listed_failure_of_another_pod_of_the_name_deletes_only_that_pod() {
+    let mut pc = cache(5, 1);
+    let c = busy(&mut pc);
+    let previous = ObservedPod {
+        uid: Some("uid-previous".into()),
+        ..observed(
+            &c.pod_name,
+            Some("1000900"),
+            ObservedPhase::Failed {
+                reason: "pod phase Failed".into(),
+            },
+        )
+    };
+    let cmds = gc(&mut pc, t(10), vec![previous]);
+    let uids: Vec<_> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::DeletePod { precondition, .. } => Some(precondition.uid.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(uids, [Some("uid-previous".to_string())], "{cmds:?}");
+}
+
 #[test]
 fn gc_judges_a_listing_by_the_time_it_was_asked_for() {
     let mut b = cache(2, 1);
