@@ -253,6 +253,13 @@ impl Slot {
         matches!(self.phase, Phase::Ready { .. })
     }
 
+    /// A pod seen under the slot's name with `uid` is another incarnation
+    /// of the name (a warm pool's names come back), not the slot's pod.
+    /// Unknown UIDs on either side prove nothing.
+    fn is_other_pod(&self, uid: &Option<String>) -> bool {
+        uid.is_some() && self.uid.is_some() && *uid != self.uid
+    }
+
     /// The pod exists at `now` carrying `reclaim_after` (its annotation):
     /// another replica's extension may be on it, so count on it.
     fn seen_with(&mut self, now: UnixTime, reclaim_after: Option<&str>) {
@@ -1487,7 +1494,7 @@ impl PodCache {
             return;
         };
         let slot = self.slots.get_mut(&id).expect("indexed slot");
-        if pod.uid.is_some() && slot.uid.is_some() && pod.uid != slot.uid {
+        if slot.is_other_pod(&pod.uid) {
             // Another pod under the slot's name (a warm pool's names come
             // back): the slot's own pod is gone.
             let err = gone(slot, false);
@@ -1764,11 +1771,7 @@ impl PodCache {
             }
             if let ObservedPhase::Failed { .. } = o.phase {
                 match local {
-                    Some(id)
-                        if o.uid.is_some()
-                            && self.slots[&id].uid.is_some()
-                            && self.slots[&id].uid != o.uid =>
-                    {
+                    Some(id) if self.slots[&id].is_other_pod(&o.uid) => {
                         // Another pod under the slot's name failed (a warm
                         // pool's names come back, and a late listing may
                         // show the previous one): the slot's own pod is not
@@ -1829,9 +1832,7 @@ impl PodCache {
                 ..DeletePrecondition::default()
             };
             if let Some(id) = local
-                && o.uid.is_some()
-                && self.slots[&id].uid.is_some()
-                && self.slots[&id].uid != o.uid
+                && self.slots[&id].is_other_pod(&o.uid)
             {
                 // Another pod under the slot's name: the slot's is gone.
                 let err = gone(&self.slots[&id], false);
