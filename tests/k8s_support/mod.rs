@@ -252,14 +252,18 @@ impl ControlPlane {
         plane
     }
 
-    /// Waits (up to 60 s) until the API server answers.
+    /// Waits (up to 60 s) until the API server is ready: `/readyz` answers
+    /// `ok` (its post-start hooks done, the bootstrap RBAC roles among them,
+    /// which `kubectl auth can-i` needs) and the `default` namespace exists.
     async fn wait_ready(&self) {
         let plane = self;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(client) = plane.client().await {
+                let readyz = http::Request::get("/readyz").body(Vec::new()).unwrap();
+                let ready = matches!(client.request_text(readyz).await, Ok(t) if t.trim() == "ok");
                 let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
-                if ns.get("default").await.is_ok() {
+                if ready && ns.get("default").await.is_ok() {
                     break;
                 }
             }
