@@ -1,0 +1,182 @@
+//! Image references of pipeline steps: kpt's short-name prefix, literal
+//! tags, and semver tag constraints resolved against a registry's tag list
+//! (`krm-functions.md` §3.10).
+
+#[cfg(doc)]
+use super::Renderer;
+#[cfg(doc)]
+use crate::ports::TagLister;
+
+/// The image name of kpt's builtin package-context generator (never prefixed or tagged).
+pub const GEN_PKG_CONTEXT_IMAGE: &str = "builtins/gen-pkg-context";
+
+/// Applies kpt's image resolution (§3.10) to a step's `image` and a literal
+/// `tag`: short names get `prefix`, the `tag` replaces the image's tag or
+/// digest, and an image with neither gets `:latest`;
+/// [`GEN_PKG_CONTEXT_IMAGE`] is kept as is.
+///
+/// Errors: `tag` is a semver constraint (`~0.2`, `>=0.4, <1`…): resolve it
+/// first with [`pick_tag`] over the registry's tags (the [`Renderer`] does,
+/// given a [`TagLister`]).
+pub fn resolve_function_image(image: &str, tag: &str, prefix: &str) -> Result<String, String> {
+    if image == GEN_PKG_CONTEXT_IMAGE {
+        return Ok(image.to_string());
+    }
+    let mut out = prefixed(image, prefix);
+    if !tag.is_empty() {
+        if is_tag_constraint(tag) {
+            return Err(format!(
+                "tag {tag:?} of image {image:?} is a version constraint; resolving it needs the registry's tag list (a TagLister), which this render was not given: write a literal tag"
+            ));
+        }
+        out = format!("{}:{tag}", image_repository(image, prefix));
+    }
+    let last = out.rsplit('/').next().unwrap_or("");
+    if !last.contains(':') && !last.contains('@') {
+        out.push_str(":latest");
+    }
+    Ok(out)
+}
+
+/// `image` with kpt's short-name `prefix` applied (names without `/`).
+fn prefixed(image: &str, prefix: &str) -> String {
+    let prefix = prefix.trim_end_matches('/');
+    if image.contains('/') || prefix.is_empty() {
+        image.to_string()
+    } else {
+        format!("{prefix}/{image}")
+    }
+}
+
+/// The repository of a step's `image` after the prefix rule, without tag or
+/// digest: what a [`TagLister`] lists (e.g. `set-namespace:v0.4` →
+/// `ghcr.io/kptdev/krm-functions-catalog/set-namespace`).
+pub fn image_repository(image: &str, prefix: &str) -> String {
+    let out = prefixed(image, prefix);
+    let without_digest = out.split('@').next().unwrap_or("");
+    let slash = without_digest.rfind('/').map(|i| i + 1).unwrap_or(0);
+    match without_digest[slash..].find(':') {
+        Some(i) => without_digest[..slash + i].to_string(),
+        None => without_digest.to_string(),
+    }
+}
+
+/// True when a step's `tag` is a semver constraint (operators, ranges,
+/// `x` wildcards) rather than a literal tag, by kpt's rule (§3.10).
+pub fn is_tag_constraint(tag: &str) -> bool {
+    tag.chars().any(|c| "<>=~^*,| ".contains(c))
+        || tag.split('.').any(|p| p.eq_ignore_ascii_case("x"))
+}
+
+/// Picks the highest of `tags` (a registry's tag list) that satisfies the
+/// semver `constraint`, as kpt resolves a step's `tag` (§3.10): `sha256-*`
+/// and `*-git-*` tags are ignored, a leading `v` and missing minor/patch
+/// numbers are accepted (`v0.4` = 0.4.0), constraints use Masterminds'
+/// syntax (`~0.4`, `^1.2`, `>=0.4, <1`, `>=0.4 <1`, `1.x`, `a || b`; a
+/// version without an operator is an exact match, `=`, as in Masterminds).
+/// Returns the tag as the registry spells it (`v0.4.5`).
+///
+/// Errors: a constraint that does not parse, or no tag satisfies it (kpt's
+/// "no tag could be found matching the version constraint").
+pub fn pick_tag(constraint: &str, tags: &[String]) -> Result<String, String> {
+    let alternatives = constraint
+        .split("||")
+        .map(|alt| semver::VersionReq::parse(&cargo_requirement(alt)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("tag {constraint:?} is not a valid version constraint: {e}"))?;
+    tags.iter()
+        .filter(|t| !t.starts_with("sha256-") && !t.contains("-git-"))
+        .filter_map(|t| lenient_version(t).map(|v| (v, t)))
+        .filter(|(v, _)| alternatives.iter().any(|req| req.matches(v)))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, t)| t.clone())
+        .ok_or_else(|| {
+            format!(
+                "no tag could be found matching the version constraint {constraint:?} (among {} tags)",
+                tags.len()
+            )
+        })
+}
+
+/// A Masterminds-style AND group (`>= 0.4 <1`, `~v0.4`) in Cargo's
+/// comma-separated requirement syntax (`>=0.4, <1`, `~0.4`).
+fn cargo_requirement(group: &str) -> String {
+    let mut joined = String::new();
+    let mut chars = group.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        joined.push(c);
+        // Glue an operator to its version: `>= 0.4` → `>=0.4`.
+        if "<>=~^".contains(c) {
+            while chars.peek().is_some_and(|n| n.is_whitespace()) {
+                chars.next();
+            }
+        }
+    }
+    joined
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            // `v` before a version number goes: `~v0.4` → `~0.4`.
+            let op_end = p.find(|c: char| !"<>=~^".contains(c)).unwrap_or(p.len());
+            let (op, version) = p.split_at(op_end);
+            let version = version
+                .strip_prefix(['v', 'V'])
+                .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+                .unwrap_or(version);
+            // A bare version means `=` in Masterminds' syntax (where Cargo
+            // reads `^`): `1.2.3` is exactly 1.2.3, and a partial `1.2` is
+            // 1.2.x as with Cargo's `=1.2`. Wildcards (`1.2.x`) keep their
+            // own meaning, the same in both.
+            let wildcard = version.split('.').any(|p| matches!(p, "x" | "X" | "*"));
+            let op = if op.is_empty() && !wildcard { "=" } else { op };
+            format!("{op}{version}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A tag read as a version the way Masterminds' `NewVersion` does: optional
+/// `v`, and `1` or `1.2` padded to `1.0.0` / `1.2.0`; `None` otherwise.
+fn lenient_version(tag: &str) -> Option<semver::Version> {
+    let t = tag.strip_prefix(['v', 'V']).unwrap_or(tag);
+    let (core, rest) = match t.find(['-', '+']) {
+        Some(i) => t.split_at(i),
+        None => (t, ""),
+    };
+    let parts = core.split('.').count();
+    if core.is_empty() || parts > 3 {
+        return None;
+    }
+    let padded = format!("{core}{}{rest}", ".0".repeat(3 - parts));
+    semver::Version::parse(&padded).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::image::DEFAULT_IMAGE_PREFIX;
+
+    #[test]
+    fn image_resolution() {
+        let p = DEFAULT_IMAGE_PREFIX;
+        assert_eq!(
+            resolve_function_image("set-labels", "", p).unwrap(),
+            "ghcr.io/kptdev/krm-functions-catalog/set-labels:latest"
+        );
+        assert_eq!(
+            resolve_function_image("ghcr.io/x/set-namespace", "v0.4.5", p).unwrap(),
+            "ghcr.io/x/set-namespace:v0.4.5"
+        );
+        assert_eq!(
+            resolve_function_image("localhost:5000/x:v1@sha256:abc", "v2", p).unwrap(),
+            "localhost:5000/x:v2"
+        );
+        assert_eq!(resolve_function_image("x", "", "").unwrap(), "x:latest");
+        assert_eq!(
+            resolve_function_image(GEN_PKG_CONTEXT_IMAGE, "", p).unwrap(),
+            GEN_PKG_CONTEXT_IMAGE
+        );
+        assert!(resolve_function_image("x", "~0.2", p).is_err());
+        assert!(resolve_function_image("x", "0.4.1 - 0.4.3", p).is_err());
+    }
+}

@@ -1,0 +1,233 @@
+//! kyaml's annotation bookkeeping around a call: legacy/internal twins,
+//! migration ids and their reconciliation after the call, kpt's path
+//! invariants, and kyaml's field-order sync.
+
+use serde_json::Value;
+
+use crate::domain::render::annotations::{self as ann, clean_path};
+use crate::domain::render::error::StepError;
+
+/// Annotations kyaml records before a call, per input object.
+#[derive(Default)]
+pub(super) struct Snapshot {
+    path: Option<String>,
+    index: Option<String>,
+    legacy_path: Option<String>,
+    legacy_index: Option<String>,
+}
+
+const TWINS: [(&str, &str, &str); 3] = [
+    (ann::PATH, ann::LEGACY_PATH, "path"),
+    (ann::INDEX, ann::LEGACY_INDEX, "index"),
+    (ann::ID, ann::LEGACY_ID, "id"),
+];
+
+/// kyaml's pre-call step: record each object's path/index/id annotations,
+/// give it a migration id, fill missing legacy/internal twins, and refuse
+/// disagreeing twins. Returns the snapshots and which annotation forms the
+/// input uses.
+pub(super) fn prepare_annotations(
+    input: &mut [Value],
+) -> Result<(Vec<Snapshot>, bool, bool), String> {
+    let mut snapshots = Vec::with_capacity(input.len());
+    let mut internal: Option<bool> = None;
+    let mut legacy: Option<bool> = None;
+    let mut inconsistent = false;
+    for (i, item) in input.iter_mut().enumerate() {
+        ann::set(item, ann::MIGRATION_ID, i.to_string());
+        let annos = ann::annotations(item);
+        let has = |k: &str| annos.is_some_and(|a| a.contains_key(k));
+        let get = |k: &str| ann::get(item, k);
+        let snap = Snapshot {
+            path: get(ann::PATH),
+            index: get(ann::INDEX),
+            legacy_path: get(ann::LEGACY_PATH),
+            legacy_index: get(ann::LEGACY_INDEX),
+        };
+        let found_internal = has(ann::PATH) || has(ann::INDEX) || has(ann::ID);
+        let found_legacy = has(ann::LEGACY_PATH) || has(ann::LEGACY_INDEX) || has(ann::LEGACY_ID);
+        if (found_internal || found_legacy)
+            && (*internal.get_or_insert(found_internal) != found_internal
+                || *legacy.get_or_insert(found_legacy) != found_legacy)
+        {
+            inconsistent = true;
+        }
+        snapshots.push(snap);
+        fill_twins(item);
+        check_twins(item)?;
+    }
+    if inconsistent {
+        return Err("the annotation formatting in the input resources is not consistent".into());
+    }
+    let any = internal.is_some() || legacy.is_some();
+    Ok((snapshots, internal.unwrap_or(!any), legacy.unwrap_or(!any)))
+}
+
+/// Sets the missing one of each legacy/internal pair from the other.
+pub(super) fn fill_twins(item: &mut Value) {
+    for (new, old, _) in TWINS {
+        let n = ann::get(item, new).filter(|v| !v.is_empty());
+        let o = ann::get(item, old).filter(|v| !v.is_empty());
+        match (n, o) {
+            (Some(v), None) => ann::set(item, old, v),
+            (None, Some(v)) => ann::set(item, new, v),
+            _ => {}
+        }
+    }
+}
+
+fn check_twins(item: &Value) -> Result<(), String> {
+    for (new, old, what) in TWINS {
+        if let (Some(n), Some(o)) = (ann::get(item, new), ann::get(item, old))
+            && !n.is_empty()
+            && !o.is_empty()
+            && n != o
+        {
+            return Err(format!(
+                "resource input to function has mismatched legacy and internal {what} annotations"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// kyaml's post-call reconciliation: a function may edit either form of the
+/// path/index annotations; the edit is copied to the other form, forms the
+/// input did not use are dropped, and the migration id is removed.
+pub(super) fn reconcile_annotations(
+    out: &mut [Value],
+    snapshots: &[Snapshot],
+    use_internal: bool,
+    use_legacy: bool,
+) -> Result<(), String> {
+    for item in out.iter_mut() {
+        fill_twins(item);
+        let snap = ann::get(item, ann::MIGRATION_ID)
+            .and_then(|id| id.parse::<usize>().ok())
+            .and_then(|i| snapshots.get(i));
+        if let Some(snap) = snap {
+            for (new, old, what, original) in [
+                (
+                    ann::PATH,
+                    ann::LEGACY_PATH,
+                    "path",
+                    snap.path.clone().or_else(|| snap.legacy_path.clone()),
+                ),
+                (
+                    ann::INDEX,
+                    ann::LEGACY_INDEX,
+                    "index",
+                    snap.index.clone().or_else(|| snap.legacy_index.clone()),
+                ),
+            ] {
+                let Some(original) = original.filter(|o| !o.is_empty()) else {
+                    continue;
+                };
+                let n = ann::get(item, new).unwrap_or_default();
+                let o = ann::get(item, old).unwrap_or_default();
+                if original != n && original != o && n != o {
+                    return Err(format!(
+                        "resource input to function has mismatched legacy and internal {what} annotations"
+                    ));
+                } else if original != n {
+                    ann::set(item, old, n);
+                } else if original != o {
+                    ann::set(item, new, o);
+                }
+            }
+        }
+        if !use_internal {
+            ann::remove_all(item, &[ann::ID, ann::PATH, ann::INDEX]);
+        }
+        if !use_legacy {
+            ann::remove_all(item, &[ann::LEGACY_ID, ann::LEGACY_PATH, ann::LEGACY_INDEX]);
+        }
+        check_twins(item)?;
+        ann::remove(item, ann::MIGRATION_ID);
+    }
+    Ok(())
+}
+
+/// kpt's `enforcePathInvariants`: no path escaping the package, no two
+/// objects of one package with the same file and index.
+pub(super) fn check_paths(out: &[Value]) -> Result<(), StepError> {
+    let mut seen: std::collections::HashSet<(String, String, String)> =
+        std::collections::HashSet::with_capacity(out.len());
+    for item in out {
+        let pkg = ann::get(item, ann::PACKAGE_PATH).unwrap_or_default();
+        let raw = ann::path(item).unwrap_or_default();
+        let path = clean_path(&raw);
+        if path.starts_with("../") {
+            return Err(StepError::OutsidePackage(raw));
+        }
+        let index = ann::index(item).unwrap_or_default();
+        if !seen.insert((pkg, path.clone(), index.clone())) {
+            return Err(StepError::Duplicate { path, index });
+        }
+    }
+    Ok(())
+}
+
+/// kyaml's `SyncOrder`: map keys of `to` follow their order in `from`
+/// (keys only in `to` keep their relative order after them), recursively;
+/// sequences are matched by position.
+pub fn sync_order(from: &Value, to: &mut Value) {
+    match (from, to) {
+        (Value::Object(f), Value::Object(t)) => {
+            let in_order = {
+                let mut fi = f.keys().filter(|k| t.contains_key(*k));
+                t.keys()
+                    .filter(|k| f.contains_key(*k))
+                    .all(|k| fi.next() == Some(k))
+            };
+            if !in_order {
+                let mut old = std::mem::take(t);
+                for k in f.keys() {
+                    if let Some(v) = old.shift_remove(k) {
+                        t.insert(k.clone(), v);
+                    }
+                }
+                for (k, v) in old {
+                    t.insert(k, v);
+                }
+            }
+            for (k, fv) in f {
+                if let Some(tv) = t.get_mut(k) {
+                    sync_order(fv, tv);
+                }
+            }
+        }
+        (Value::Array(f), Value::Array(t)) => {
+            for (fv, tv) in f.iter().zip(t.iter_mut()) {
+                sync_order(fv, tv);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Removes the per-call annotations a failed step may leave behind.
+pub(super) fn strip_transient(mut item: Value) -> Value {
+    ann::remove_all(
+        &mut item,
+        &[ann::ID, ann::LEGACY_ID, ann::MIGRATION_ID, ann::RESOURCE_ID],
+    );
+    item
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sync_order_restores_input_key_order() {
+        let from = json!({"a": 1, "b": {"x": 1, "y": 2}, "c": [{"p": 1, "q": 2}]});
+        let mut to = json!({"c": [{"q": 2, "p": 1}], "new": 0, "b": {"y": 2, "x": 1}, "a": 1});
+        sync_order(&from, &mut to);
+        assert_eq!(
+            serde_json::to_string(&to).unwrap(),
+            r#"{"a":1,"b":{"x":1,"y":2},"c":[{"p":1,"q":2}],"new":0}"#
+        );
+    }
+}
