@@ -57,7 +57,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, PodSecurityContext, ResourceRequirements};
 use serde::{Deserialize, Serialize};
 
-use super::image::resolve_image;
+use super::image::{resolve_image, split_reference};
 use super::pod_cache::PodCacheConfigEntry;
 use super::pod_cache::config::{check_pool, parse_go_duration};
 use super::pod_cache::template::{ContainerOverrides, TemplateOverrides};
@@ -238,20 +238,13 @@ impl Reference {
     /// when nothing is left to match (empty input or name).
     fn parse(image: &str, default_prefix: &str) -> Option<Self> {
         let resolved = resolve_image(image, default_prefix);
-        let (rest, digest) = match resolved.split_once('@') {
-            Some((r, d)) => (r, Some(d.to_string())),
-            None => (resolved.as_str(), None),
-        };
-        let (repository, last) = rest.rsplit_once('/')?;
-        let (function, tag) = match last.split_once(':') {
-            Some((f, t)) => (f, Some(t.to_string())),
-            None => (last, None),
-        };
+        let (name, tag, digest) = split_reference(&resolved);
+        let (repository, function) = name.rsplit_once('/')?;
         (!function.is_empty() && !repository.is_empty()).then(|| Reference {
             repository: repository.to_string(),
             function: function.to_string(),
-            tag,
-            digest,
+            tag: tag.map(str::to_string),
+            digest: digest.map(str::to_string),
         })
     }
 

@@ -9,7 +9,6 @@
 //! message naming the version. `status` is kept as an untyped value: kpt
 //! writes it itself (§2.4) and its shape changed across kpt releases.
 
-mod image_name;
 mod unknown_fields;
 mod validate;
 
@@ -21,7 +20,7 @@ use serde_json::Value;
 
 use super::annotations as ann;
 use crate::domain::codec;
-pub use image_name::valid_image_name;
+pub use crate::domain::image::valid_image_name;
 use unknown_fields::unknown_field;
 use validate::validate_function;
 pub use validate::{PipelineInvalid, ValidateError, check_all_krm, check_krm};

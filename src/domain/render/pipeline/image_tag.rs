@@ -4,6 +4,7 @@
 
 #[cfg(doc)]
 use super::Renderer;
+use crate::domain::image::{image_repository, split_reference, with_prefix};
 #[cfg(doc)]
 use crate::ports::TagLister;
 
@@ -22,7 +23,7 @@ pub fn resolve_function_image(image: &str, tag: &str, prefix: &str) -> Result<St
     if image == GEN_PKG_CONTEXT_IMAGE {
         return Ok(image.to_string());
     }
-    let mut out = prefixed(image, prefix);
+    let mut out = with_prefix(image, prefix);
     if !tag.is_empty() {
         if is_tag_constraint(tag) {
             return Err(format!(
@@ -31,34 +32,10 @@ pub fn resolve_function_image(image: &str, tag: &str, prefix: &str) -> Result<St
         }
         out = format!("{}:{tag}", image_repository(image, prefix));
     }
-    let last = out.rsplit('/').next().unwrap_or("");
-    if !last.contains(':') && !last.contains('@') {
+    if let (_, None, None) = split_reference(&out) {
         out.push_str(":latest");
     }
     Ok(out)
-}
-
-/// `image` with kpt's short-name `prefix` applied (names without `/`).
-fn prefixed(image: &str, prefix: &str) -> String {
-    let prefix = prefix.trim_end_matches('/');
-    if image.contains('/') || prefix.is_empty() {
-        image.to_string()
-    } else {
-        format!("{prefix}/{image}")
-    }
-}
-
-/// The repository of a step's `image` after the prefix rule, without tag or
-/// digest: what a [`TagLister`] lists (e.g. `set-namespace:v0.4` →
-/// `ghcr.io/kptdev/krm-functions-catalog/set-namespace`).
-pub fn image_repository(image: &str, prefix: &str) -> String {
-    let out = prefixed(image, prefix);
-    let without_digest = out.split('@').next().unwrap_or("");
-    let slash = without_digest.rfind('/').map(|i| i + 1).unwrap_or(0);
-    match without_digest[slash..].find(':') {
-        Some(i) => without_digest[..slash + i].to_string(),
-        None => without_digest.to_string(),
-    }
 }
 
 /// True when a step's `tag` is a semver constraint (operators, ranges,

@@ -56,9 +56,8 @@ use super::source::{SourceMap, TextMap};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 use crate::ports::{FunctionRuntime, FunctionTarget, TagLister};
 
-pub use image_tag::{
-    GEN_PKG_CONTEXT_IMAGE, image_repository, is_tag_constraint, pick_tag, resolve_function_image,
-};
+pub use crate::domain::image::image_repository;
+pub use image_tag::{GEN_PKG_CONTEXT_IMAGE, is_tag_constraint, pick_tag, resolve_function_image};
 use order::{bfs_order, collect_partial, distribute};
 use reconcile::strip_transient;
 pub use reconcile::sync_order;
