@@ -5,7 +5,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::pb::EvaluateFunctionRequest;
 use super::pb::function_evaluator_client::FunctionEvaluatorClient;
-use super::status::from_status;
+use super::status::{StatusSource, from_status};
 use crate::domain::evaluation::{EvalError, EvaluationRequest, EvaluationResponse};
 use crate::ports::FunctionEvaluator;
 
@@ -78,7 +78,12 @@ impl FunctionEvaluator for RemoteEvaluator {
                     with_causes(&status)
                 )))
             }
-            Err(status) => Err(from_status(&request.image, &status, request.timeout)),
+            Err(status) => Err(from_status(
+                StatusSource::Runner,
+                &request.image,
+                &status,
+                request.timeout,
+            )),
         }
     }
 }

@@ -109,14 +109,56 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-/// Maps a status received from a remote function runner back to an
-/// evaluation error for `image`.
+/// Who sent a status that [`from_status`] reads back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusSource<'a> {
+    /// A function runner answering `EvaluateFunction` (this crate's server
+    /// or Porch's): its codes mean what [`to_status`] gives them.
+    Runner,
+    /// The wrapper server in function pod `pod` (the pod evaluator's call):
+    /// only a timeout, a cancellation, bad input and exhaustion carry a
+    /// meaning there; a lost connection means the pod is gone
+    /// ([`connection_lost`]); anything else is an internal error naming the
+    /// code, as Porch's pod evaluator words it.
+    WrapperPod(&'a str),
+}
+
+/// True when a call got no answer from its peer: `UNAVAILABLE`, or tonic's
+/// `UNKNOWN` with the transport error as its source (a connection that
+/// broke mid-call; a status the peer sent has no source).
+pub fn connection_lost(status: &Status) -> bool {
+    status.code() == Code::Unavailable
+        || (status.code() == Code::Unknown && std::error::Error::source(status).is_some())
+}
+
+/// Maps a status received from `source` back to an evaluation error for
+/// `image`; `timeout` is the call's time limit, reported by a timeout.
 pub fn from_status(
+    source: StatusSource<'_>,
     image: &str,
     status: &Status,
     timeout: Option<std::time::Duration>,
 ) -> EvalError {
     let message = status.message().to_string();
+    if let StatusSource::WrapperPod(pod) = source {
+        let context = format!("unable to evaluate {image} with pod evaluator");
+        if connection_lost(status) {
+            return EvalError::Unavailable(format!(
+                "{context}: function pod {pod} is unavailable ({message}); the pod was evicted from this runner and the next call gets another pod"
+            ));
+        }
+        match status.code() {
+            Code::DeadlineExceeded | Code::Cancelled | Code::InvalidArgument => {}
+            Code::ResourceExhausted => {
+                return EvalError::Exhausted(format!("{context}: {message}"));
+            }
+            code => {
+                return EvalError::Internal(format!(
+                    "{context}: rpc error: code = {code:?} desc = {message}"
+                ));
+            }
+        }
+    }
     match status.code() {
         Code::NotFound if message == EvalError::not_found(image).to_string() => {
             EvalError::not_found(image)
@@ -163,6 +205,7 @@ mod tests {
     use super::*;
     use crate::domain::evaluation::ExitReason;
     use bytes::Bytes;
+    use std::time::Duration;
 
     #[test]
     fn failed_function_keeps_results_when_stderr_is_huge() {
@@ -212,7 +255,12 @@ mod tests {
             to_status(&EvalError::Unavailable("x".into())).code(),
             Code::Unavailable
         );
-        let back = from_status("a", &to_status(&EvalError::not_found("a")), None);
+        let back = from_status(
+            StatusSource::Runner,
+            "a",
+            &to_status(&EvalError::not_found("a")),
+            None,
+        );
         assert!(back.is_not_found());
     }
 
@@ -225,7 +273,9 @@ mod tests {
         };
         let status = to_status(&denied);
         assert_eq!(status.code(), Code::PermissionDenied);
-        let EvalError::Denied { rule, reason, .. } = from_status("a", &status, None) else {
+        let EvalError::Denied { rule, reason, .. } =
+            from_status(StatusSource::Runner, "a", &status, None)
+        else {
             panic!("a denial comes back as a denial")
         };
         assert_eq!(rule, "no-a");
@@ -233,5 +283,50 @@ mod tests {
             reason.contains("denied by admission rule \"no-a\""),
             "{reason}"
         );
+    }
+
+    #[test]
+    fn a_wrapper_pods_status_reads_as_the_pod_evaluators() {
+        let pod = StatusSource::WrapperPod("fn-pod-1");
+        let read = |code, message: &str| {
+            from_status(
+                pod,
+                "img",
+                &Status::new(code, message),
+                Some(Duration::from_secs(3)),
+            )
+        };
+        let gone = read(Code::Unavailable, "connection refused");
+        assert!(matches!(gone, EvalError::Unavailable(_)), "{gone:?}");
+        assert!(
+            gone.to_string()
+                .contains("function pod fn-pod-1 is unavailable")
+        );
+        assert!(connection_lost(&Status::new(Code::Unavailable, "")));
+        assert!(!connection_lost(&Status::new(
+            Code::Unknown,
+            "sent by the peer"
+        )));
+        assert!(matches!(
+            read(Code::DeadlineExceeded, ""),
+            EvalError::Timeout { after, .. } if after == Duration::from_secs(3)
+        ));
+        let full = read(Code::ResourceExhausted, "too big");
+        assert_eq!(
+            full.to_string(),
+            "unable to evaluate img with pod evaluator: too big"
+        );
+        // No runner meaning from a pod: a NOT_FOUND does not fall through
+        // to the next evaluator.
+        let odd = read(Code::NotFound, "no such thing");
+        assert!(matches!(odd, EvalError::Internal(_)), "{odd:?}");
+        assert!(odd.to_string().contains("rpc error: code = NotFound"));
+        let runner = from_status(
+            StatusSource::Runner,
+            "img",
+            &Status::new(Code::NotFound, "x"),
+            None,
+        );
+        assert!(runner.is_not_found());
     }
 }

@@ -31,6 +31,7 @@ use tonic::Code;
 use tracing::Instrument;
 
 use crate::adapters::grpc::pb::EvaluateFunctionRequest;
+use crate::adapters::grpc::status::{StatusSource, connection_lost, from_status};
 use crate::adapters::oci::PullSecretSync;
 use crate::adapters::telemetry::{self, PodSample, PodState, spans};
 use crate::domain::evaluation::{EvalError, EvaluationRequest, EvaluationResponse};
@@ -433,8 +434,9 @@ impl FunctionEvaluator for PodEvaluator {
             }
             Err(status) => {
                 let pod = lease.assignment.pod_name.clone();
-                let (error, lost) = call_error(&request.image, request.timeout, &pod, &status);
-                if lost {
+                let source = StatusSource::WrapperPod(&pod);
+                let error = from_status(source, &request.image, &status, request.timeout);
+                if connection_lost(&status) {
                     self.pool.remove(&pod);
                     lease.unavailable();
                 }
@@ -442,41 +444,6 @@ impl FunctionEvaluator for PodEvaluator {
             }
         }
     }
-}
-
-/// Maps a failed wrapper call; also says whether the pod did not answer
-/// (UNAVAILABLE, or a connection that broke mid-call), which drains it.
-fn call_error(
-    image: &str,
-    timeout: Option<Duration>,
-    pod: &str,
-    status: &tonic::Status,
-) -> (EvalError, bool) {
-    let message = status.message();
-    // tonic reports a connection that broke mid-call as UNKNOWN with the
-    // transport error as its source; a status sent by the wrapper has none.
-    let lost = status.code() == Code::Unavailable
-        || (status.code() == Code::Unknown && std::error::Error::source(status).is_some());
-    let error = match status.code() {
-        _ if lost => EvalError::Unavailable(format!(
-            "unable to evaluate {image} with pod evaluator: function pod {pod} is unavailable ({message}); the pod was evicted from this runner and the next call gets another pod"
-        )),
-        Code::DeadlineExceeded => EvalError::Timeout {
-            image: image.to_string(),
-            after: timeout.unwrap_or_default(),
-        },
-        Code::Cancelled => EvalError::Cancelled {
-            image: image.to_string(),
-        },
-        Code::InvalidArgument => EvalError::InvalidInput(message.to_string()),
-        Code::ResourceExhausted => EvalError::Exhausted(format!(
-            "unable to evaluate {image} with pod evaluator: {message}"
-        )),
-        code => EvalError::Internal(format!(
-            "unable to evaluate {image} with pod evaluator: rpc error: code = {code:?} desc = {message}"
-        )),
-    };
-    (error, lost)
 }
 
 #[cfg(test)]
