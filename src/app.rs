@@ -1,7 +1,10 @@
 //! The composition root: turns settings into a wired evaluator chain.
 //!
 //! This is the one place that knows which adapters exist and in what order
-//! they are tried (exec, then pod — deterministic, unlike Porch), and which
+//! they are tried (exec, then pod — deterministic, unlike Porch; for
+//! `render`: builtins, local binaries, a function runner, `exec:` commands;
+//! for `eval` and the wrapper server: see [`build_eval_evaluator`] and
+//! [`build_wrapper_evaluator`]), and which
 //! of Porch's two configuration generations the runner serves
 //! ([`choose_generation`]): `config.yaml` + `pod-cache-config.yaml` +
 //! template ConfigMap, or the FunctionConfig CRD + template objects.
@@ -10,7 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::adapters::exec::{ExecEvaluator, ExecSettings};
+use crate::adapters::admission::{Admission, AdmittedEvaluator, AdmittedRuntime};
+use crate::adapters::exec::wrapper::EmptyEntrypoint;
+use crate::adapters::exec::{ExecEvaluator, ExecSettings, WrapperEvaluator};
+use crate::adapters::grpc::RemoteEvaluator;
 use crate::adapters::kube::function_configs::{FunctionConfigWatch, crd_installed};
 use crate::adapters::kube::templates::watch_template_objects;
 use crate::adapters::kube::{ApiRetry, KubePlatform};
@@ -19,12 +25,19 @@ use crate::adapters::pod::connections::{DirectResolver, MapFileResolver, Resolve
 use crate::adapters::pod::{
     AddressMode, PodEvaluator, PodRuntimeConfig, PodRuntimeError, TemplateFeed,
 };
+use crate::adapters::runtime::{
+    BuiltinRuntime, DeadlineRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
+};
 use crate::domain::chain::EvaluatorChain;
+use crate::domain::evaluation::EvalError;
 use crate::domain::exec_config::ExecConfig;
 use crate::domain::function_config::{FunctionConfigStore, GROUP, PLURAL};
 use crate::domain::pod_cache::template::inline_templates;
 use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy};
-use crate::ports::{ImageInspector, PodPlatform, SystemClock};
+use crate::ports::{
+    FunctionCall, FunctionEvaluator, FunctionOutput, FunctionRuntime, FunctionTarget,
+    ImageInspector, PodPlatform, SystemClock,
+};
 
 /// Porch's error when the pod runtime is enabled without its init image.
 const WRAPPER_IMAGE_MISSING: &str =
@@ -435,6 +448,240 @@ pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError
         warnings,
         pod,
     })
+}
+
+/// How `render` runs functions: its flags.
+#[derive(Debug, Clone)]
+pub struct RenderRuntimeSettings {
+    /// `--image-prefix`: prefix for short image names.
+    pub image_prefix: String,
+    /// `--exec-config`: an exec-runtime `config.yaml` mapping images to local binaries.
+    pub exec_config: Option<PathBuf>,
+    /// `--functions`: the directory holding the binaries of `exec_config`.
+    pub functions: PathBuf,
+    /// `--function-runner`: a function runner (host:port or unix:/path) for images.
+    pub function_runner: Option<String>,
+    /// `--max-message-size`: largest ResourceList a function may read or write, bytes.
+    pub max_message_bytes: usize,
+    /// `--admission-policy`: allow/deny rules checked before every `image:` step.
+    pub admission_policy: Option<PathBuf>,
+    /// `--plain-http-registry`: registries reached over plain HTTP when listing tags.
+    pub plain_http_registries: Vec<String>,
+}
+
+/// `render`'s wired function runtime and the tag lister for `tag` constraints.
+pub struct RenderRuntime {
+    /// The admission policy first (a denied step starts nothing), then the
+    /// step's time limit, then the chain of [`render_chain`].
+    pub runtime: AdmittedRuntime<DeadlineRuntime>,
+    /// Lists a registry's tags (with the Docker config's credentials, as kpt
+    /// through its container CLI) to resolve a step's `tag` constraint.
+    pub tags: Arc<OciImageInspector>,
+}
+
+/// Wires `render`'s runtime from its flags.
+///
+/// Errors: an exec config that cannot be read or parsed, a function-runner
+/// address that does not parse, a registry client that cannot be built, an
+/// admission policy that cannot be read; each as the message to print.
+pub fn build_render_runtime(settings: &RenderRuntimeSettings) -> Result<RenderRuntime, String> {
+    let chain = render_chain(settings).map_err(|e| e.to_string())?;
+    let tags = OciImageInspector::new(InspectorConfig {
+        plain_http_registries: settings.plain_http_registries.clone(),
+        ..InspectorConfig::new(&settings.image_prefix)
+    })
+    .map_err(|e| e.to_string())?;
+    let admission =
+        Admission::from_option(settings.admission_policy.as_deref(), &settings.image_prefix)?;
+    let runtime = NextStepOnNotFound {
+        chain,
+        builtins: BuiltinRuntime::new(&settings.image_prefix),
+        exec_config: settings.exec_config.clone(),
+        function_runner: settings.function_runner.clone(),
+    };
+    Ok(RenderRuntime {
+        runtime: AdmittedRuntime::new(DeadlineRuntime::new(Arc::new(runtime)), Arc::new(admission)),
+        tags: Arc::new(tags),
+    })
+}
+
+/// The runtime chain: builtins, then local binaries for images, then a
+/// function runner, then `exec:` commands.
+fn render_chain(args: &RenderRuntimeSettings) -> anyhow::Result<RuntimeChain> {
+    let mut chain =
+        RuntimeChain::new().with("builtin", Arc::new(BuiltinRuntime::new(&args.image_prefix)));
+    if let Some(config) = &args.exec_config {
+        // The exec runtime exactly as `serve --config` builds it.
+        let runtime = build_runtime(&RuntimeSettings {
+            config: Some(config.clone()),
+            functions: args.functions.clone(),
+            disabled: vec!["pod".into()],
+            max_message_bytes: args.max_message_bytes,
+            default_image_prefix: args.image_prefix.clone(),
+            exec_env: Vec::new(),
+            slots: Default::default(),
+        })?;
+        for warning in &runtime.warnings {
+            tracing::warn!("{warning}");
+        }
+        let images = EvaluatorRuntime::new(Arc::new(runtime.chain));
+        chain = chain.with("exec-images", Arc::new(images));
+    }
+    if let Some(address) = &args.function_runner {
+        let remote = EvaluatorRuntime::remote(address, args.max_message_bytes)?;
+        chain = chain.with("function-runner", Arc::new(remote));
+    }
+    Ok(chain.with(
+        "exec",
+        Arc::new(ExecCommandRuntime::inheriting(args.max_message_bytes)),
+    ))
+}
+
+/// The runtime chain, with a next step in the message of an image nothing
+/// serves: the builtins' tags when the image names a builtin's function, and
+/// the flags that make other images run.
+struct NextStepOnNotFound {
+    chain: RuntimeChain,
+    builtins: BuiltinRuntime,
+    exec_config: Option<PathBuf>,
+    function_runner: Option<String>,
+}
+
+impl NextStepOnNotFound {
+    fn hint(&self, image: &str) -> String {
+        let mut tried = vec!["no builtin".to_string()];
+        if let Some(c) = &self.exec_config {
+            tried.push(format!("no entry of --exec-config {}", c.display()));
+        }
+        if let Some(r) = &self.function_runner {
+            tried.push(format!("not the function runner at {r}"));
+        }
+        let mut hint = format!(
+            "{} serves it, and render has no container runtime",
+            tried.join(", ")
+        );
+        if let Some(note) = self.builtins.tags_note(image) {
+            hint.push_str(&format!(" ({note})"));
+        }
+        if self.exec_config.is_none() {
+            hint.push_str(
+                "; map the image to a local binary with --exec-config FILE --functions DIR",
+            );
+        } else {
+            hint.push_str("; add the image to the --exec-config file");
+        }
+        if self.function_runner.is_none() {
+            hint.push_str(", or run it on a function runner with --function-runner HOST:PORT");
+        }
+        hint
+    }
+}
+
+#[async_trait::async_trait]
+impl FunctionRuntime for NextStepOnNotFound {
+    async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
+        let image = match &call.target {
+            FunctionTarget::Image(i) => Some(i.clone()),
+            FunctionTarget::Exec(_) => None,
+        };
+        match (self.chain.run(call).await, image) {
+            (
+                Err(EvalError::NotFound {
+                    image,
+                    detail: None,
+                }),
+                Some(_),
+            ) => {
+                let detail = Some(self.hint(&image));
+                Err(EvalError::NotFound { image, detail })
+            }
+            (other, _) => other,
+        }
+    }
+}
+
+/// `eval`'s evaluator: a function runner at `address`, else the local exec
+/// runtime of `runtime` (pod runtime disabled); the admission policy of
+/// `admission_policy` in front of either. Start-up warnings are logged.
+///
+/// Errors: an address that does not parse or an exec config that cannot be
+/// read ([`EvalSetupError::Runtime`]); an admission policy that cannot be
+/// read ([`EvalSetupError::Admission`]).
+pub fn build_eval_evaluator(
+    address: Option<&str>,
+    runtime: &RuntimeSettings,
+    admission_policy: Option<&Path>,
+) -> Result<AdmittedEvaluator, EvalSetupError> {
+    let evaluator: Arc<dyn FunctionEvaluator> = match address {
+        Some(addr) => Arc::new(
+            RemoteEvaluator::new(addr, runtime.max_message_bytes).map_err(anyhow::Error::from)?,
+        ),
+        None => {
+            let runtime = build_runtime(runtime)?;
+            for w in &runtime.warnings {
+                tracing::warn!("{w}");
+            }
+            Arc::new(runtime.chain)
+        }
+    };
+    let admission = Admission::from_option(admission_policy, &runtime.default_image_prefix)
+        .map_err(EvalSetupError::Admission)?;
+    Ok(AdmittedEvaluator::new(evaluator, Arc::new(admission)))
+}
+
+/// `evaluator` behind the admission policy `admission`; without a policy
+/// the evaluator serves directly (nothing to check).
+pub fn admitted(
+    evaluator: Arc<dyn FunctionEvaluator>,
+    admission: Option<Admission>,
+) -> Arc<dyn FunctionEvaluator> {
+    match admission {
+        Some(a) => Arc::new(AdmittedEvaluator::new(evaluator, Arc::new(a))),
+        None => evaluator,
+    }
+}
+
+/// Why `eval` could not wire its evaluator.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalSetupError {
+    /// The runtime could not be built (address, exec config).
+    #[error(transparent)]
+    Runtime(#[from] anyhow::Error),
+    /// The admission policy could not be read.
+    #[error("{0}")]
+    Admission(String),
+}
+
+impl From<StartupError> for EvalSetupError {
+    fn from(e: StartupError) -> Self {
+        Self::Runtime(e.into())
+    }
+}
+
+/// The wrapper server's evaluator: the function `entrypoint` run as a child
+/// process with the scrubbed environment plus `exec_env` and the
+/// container's `PATH`, in the wrapper's working directory (the function
+/// image's `WORKDIR`, as Porch's wrapper runs it: a `FROM scratch` image
+/// has no `/tmp`), within `slots`. Porch's function processes inherit the
+/// container's whole environment instead.
+///
+/// Errors: an empty entrypoint.
+pub fn build_wrapper_evaluator(
+    entrypoint: Vec<std::ffi::OsString>,
+    max_message_bytes: usize,
+    exec_env: &[(String, String)],
+    slots: crate::adapters::exec::FunctionSlots,
+) -> Result<WrapperEvaluator, EmptyEntrypoint> {
+    let mut env = exec_env.to_vec();
+    if let Ok(path) = std::env::var("PATH") {
+        env.insert(0, ("PATH".into(), path));
+    }
+    let mut settings = ExecSettings::new(max_message_bytes, &env);
+    if let Ok(dir) = std::env::current_dir() {
+        settings.work_dir = dir;
+    }
+    settings.slots = slots;
+    WrapperEvaluator::new(entrypoint, settings)
 }
 
 /// What the pod runtime needs besides the cluster (Porch's pod flags and

@@ -3,15 +3,12 @@
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 
 use super::serve::{DEFAULT_MAX_MESSAGE_BYTES, parse_exec_env};
-use crate::adapters::admission::{Admission, AdmittedEvaluator};
-use crate::adapters::grpc::RemoteEvaluator;
-use crate::app::{RuntimeSettings, build_runtime};
+use crate::app::{EvalSetupError, RuntimeSettings, build_eval_evaluator};
 use crate::domain::evaluation::{EvalError, EvaluationRequest};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 use crate::domain::resource_list::{ResourceList, format_results};
@@ -61,35 +58,27 @@ pub struct EvalArgs {
 pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     super::init_logging(args.log_level);
     let local = args.address.is_none();
-    let evaluator: Arc<dyn FunctionEvaluator> = match (&args.address, &args.config) {
-        (Some(addr), _) => Arc::new(RemoteEvaluator::new(addr, args.max_request_body_size)?),
-        (None, config) => {
-            let runtime = build_runtime(&RuntimeSettings {
-                config: config.clone(),
-                functions: args.functions.clone(),
-                disabled: vec!["pod".into()],
-                max_message_bytes: args.max_request_body_size,
-                default_image_prefix: args.default_image_prefix.clone(),
-                exec_env: parse_exec_env(&args.exec_env)?,
-                slots: Default::default(),
-            })?;
-            for w in &runtime.warnings {
-                tracing::warn!("{w}");
-            }
-            Arc::new(runtime.chain)
-        }
+    let runtime = RuntimeSettings {
+        config: args.config.clone(),
+        functions: args.functions.clone(),
+        disabled: vec!["pod".into()],
+        max_message_bytes: args.max_request_body_size,
+        default_image_prefix: args.default_image_prefix.clone(),
+        exec_env: parse_exec_env(&args.exec_env)?,
+        slots: Default::default(),
     };
-    let admission = match Admission::from_option(
+    let evaluator = match build_eval_evaluator(
+        args.address.as_deref(),
+        &runtime,
         args.admission_policy.as_deref(),
-        &args.default_image_prefix,
     ) {
-        Ok(a) => Arc::new(a),
-        Err(e) => {
+        Ok(e) => e,
+        Err(EvalSetupError::Runtime(e)) => return Err(e),
+        Err(e @ EvalSetupError::Admission(_)) => {
             eprintln!("Error: {e}");
             return Ok(ExitCode::FAILURE);
         }
     };
-    let evaluator = AdmittedEvaluator::new(evaluator, admission);
     let input = read_input()?;
     if local && let Err(e) = ResourceList::validate(&input) {
         // The server's check and wording (INVALID_ARGUMENT there).

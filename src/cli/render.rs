@@ -12,24 +12,17 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 
 use super::serve::DEFAULT_MAX_MESSAGE_BYTES;
-use crate::adapters::admission::{Admission, AdmittedRuntime};
-use crate::adapters::oci::{InspectorConfig, OciImageInspector};
 use crate::adapters::package::{PackageIoError, PackageRender};
-use crate::adapters::runtime::{
-    BuiltinRuntime, DeadlineRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
-};
-use crate::app::{RuntimeSettings, build_runtime};
-use crate::domain::evaluation::EvalError;
+use crate::app::{RenderRuntime, RenderRuntimeSettings, build_render_runtime};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 use crate::domain::render::results::RESULTS_FILE;
 use crate::domain::render::{RenderErrorKind, RenderEvents, RenderOptions, StepRecord, StepStart};
-use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 
 /// Flags of `render`.
 #[derive(Debug, Args)]
@@ -100,10 +93,6 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             Some(d)
         }
     };
-    let runtime = match build_chain(&args) {
-        Ok(r) => r,
-        Err(e) => return fail(&e.to_string()),
-    };
     let options = RenderOptions::builder()
         .image_prefix(&args.image_prefix)
         .allow_exec(args.allow_exec)
@@ -115,28 +104,18 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| ".".into());
     let printer = Printer::new(root_name);
-    // `tag` constraints are resolved against the registry's tag list, with
-    // the Docker config's credentials (as kpt, through its container CLI).
-    let tags = match OciImageInspector::new(InspectorConfig {
-        plain_http_registries: args.plain_http_registries.clone(),
-        ..InspectorConfig::new(&args.image_prefix)
-    }) {
-        Ok(t) => Arc::new(t),
-        Err(e) => return fail(&e.to_string()),
-    };
-    let admission =
-        match Admission::from_option(args.admission_policy.as_deref(), &args.image_prefix) {
-            Ok(a) => Arc::new(a),
-            Err(e) => return fail(&e),
-        };
-    let runtime = NextStepOnNotFound {
-        chain: runtime,
-        builtins: BuiltinRuntime::new(&args.image_prefix),
+    let RenderRuntime { runtime, tags } = match build_render_runtime(&RenderRuntimeSettings {
+        image_prefix: args.image_prefix.clone(),
         exec_config: args.exec_config.clone(),
+        functions: args.functions.clone(),
         function_runner: args.function_runner.clone(),
+        max_message_bytes: args.max_message_size,
+        admission_policy: args.admission_policy.clone(),
+        plain_http_registries: args.plain_http_registries.clone(),
+    }) {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
     };
-    // The policy first (a denied step starts nothing), then the step's time limit.
-    let runtime = AdmittedRuntime::new(DeadlineRuntime::new(Arc::new(runtime)), admission);
     let rendered = match PackageRender::new(&runtime)
         .options(options)
         .events(&printer)
@@ -234,101 +213,6 @@ fn write_to_stdout(text: &str) -> Result<(), PackageIoError> {
 fn fail(message: &str) -> anyhow::Result<ExitCode> {
     eprintln!("Error: {message}");
     Ok(ExitCode::from(1))
-}
-
-/// The runtime chain: builtins, then local binaries for images, then a
-/// function runner, then `exec:` commands.
-fn build_chain(args: &RenderArgs) -> anyhow::Result<RuntimeChain> {
-    let mut chain =
-        RuntimeChain::new().with("builtin", Arc::new(BuiltinRuntime::new(&args.image_prefix)));
-    if let Some(config) = &args.exec_config {
-        // The exec runtime exactly as `serve --config` builds it.
-        let runtime = build_runtime(&RuntimeSettings {
-            config: Some(config.clone()),
-            functions: args.functions.clone(),
-            disabled: vec!["pod".into()],
-            max_message_bytes: args.max_message_size,
-            default_image_prefix: args.image_prefix.clone(),
-            exec_env: Vec::new(),
-            slots: Default::default(),
-        })?;
-        for warning in &runtime.warnings {
-            tracing::warn!("{warning}");
-        }
-        let images = EvaluatorRuntime::new(Arc::new(runtime.chain));
-        chain = chain.with("exec-images", Arc::new(images));
-    }
-    if let Some(address) = &args.function_runner {
-        let remote = EvaluatorRuntime::remote(address, args.max_message_size)?;
-        chain = chain.with("function-runner", Arc::new(remote));
-    }
-    Ok(chain.with(
-        "exec",
-        Arc::new(ExecCommandRuntime::inheriting(args.max_message_size)),
-    ))
-}
-
-/// The runtime chain, with a next step in the message of an image nothing
-/// serves: the builtins' tags when the image names a builtin's function, and
-/// the flags that make other images run.
-struct NextStepOnNotFound {
-    chain: RuntimeChain,
-    builtins: BuiltinRuntime,
-    exec_config: Option<PathBuf>,
-    function_runner: Option<String>,
-}
-
-impl NextStepOnNotFound {
-    fn hint(&self, image: &str) -> String {
-        let mut tried = vec!["no builtin".to_string()];
-        if let Some(c) = &self.exec_config {
-            tried.push(format!("no entry of --exec-config {}", c.display()));
-        }
-        if let Some(r) = &self.function_runner {
-            tried.push(format!("not the function runner at {r}"));
-        }
-        let mut hint = format!(
-            "{} serves it, and render has no container runtime",
-            tried.join(", ")
-        );
-        if let Some(note) = self.builtins.tags_note(image) {
-            hint.push_str(&format!(" ({note})"));
-        }
-        if self.exec_config.is_none() {
-            hint.push_str(
-                "; map the image to a local binary with --exec-config FILE --functions DIR",
-            );
-        } else {
-            hint.push_str("; add the image to the --exec-config file");
-        }
-        if self.function_runner.is_none() {
-            hint.push_str(", or run it on a function runner with --function-runner HOST:PORT");
-        }
-        hint
-    }
-}
-
-#[async_trait::async_trait]
-impl FunctionRuntime for NextStepOnNotFound {
-    async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
-        let image = match &call.target {
-            FunctionTarget::Image(i) => Some(i.clone()),
-            FunctionTarget::Exec(_) => None,
-        };
-        match (self.chain.run(call).await, image) {
-            (
-                Err(EvalError::NotFound {
-                    image,
-                    detail: None,
-                }),
-                Some(_),
-            ) => {
-                let detail = Some(self.hint(&image));
-                Err(EvalError::NotFound { image, detail })
-            }
-            (other, _) => other,
-        }
-    }
 }
 
 /// kpt's progress lines on stderr.

@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{ArgAction, Args};
 
-use crate::adapters::admission::{Admission, AdmittedEvaluator};
+use crate::adapters::admission::Admission;
 use crate::adapters::grpc::ServeOptions;
 use crate::adapters::pod::AddressMode;
-use crate::app::{PodSettings, RuntimeSettings, start_runtimes};
+use crate::app::{PodSettings, RuntimeSettings, admitted, start_runtimes};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 
 pub use crate::domain::evaluation::DEFAULT_MAX_MESSAGE_BYTES;
@@ -294,11 +294,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     server
         .run_with_health(
-            // Without a policy file the chain serves directly: nothing to check.
-            match admission {
-                Some(a) => Arc::new(AdmittedEvaluator::new(Arc::new(chain), Arc::new(a))),
-                None => Arc::new(chain),
-            },
+            admitted(Arc::new(chain), admission),
             options,
             shutdown_signal(),
             health,

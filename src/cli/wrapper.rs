@@ -14,8 +14,8 @@ use anyhow::Context;
 use clap::{CommandFactory, Parser};
 
 use super::serve::{DEFAULT_MAX_MESSAGE_BYTES, shutdown_signal};
-use crate::adapters::exec::{ExecSettings, WrapperEvaluator};
 use crate::adapters::grpc::ServeOptions;
+use crate::app::build_wrapper_evaluator;
 
 /// The wrapper server's command line.
 #[derive(Debug, Parser)]
@@ -54,28 +54,15 @@ pub struct WrapperArgs {
     pub entrypoint: Vec<OsString>,
 }
 
-/// Function processes inherit the container's environment in Porch; here
-/// they get the scrubbed one plus `--exec-env`, and the container's `PATH`.
-/// They run in the wrapper's own working directory (the function image's
-/// `WORKDIR`), as Porch's wrapper runs them: a function image need not
-/// have a `/tmp` (a `FROM scratch` image has none).
-fn settings(args: &WrapperArgs) -> anyhow::Result<ExecSettings> {
-    let mut env = super::serve::parse_exec_env(&args.exec_env)?;
-    if let Ok(path) = std::env::var("PATH") {
-        env.insert(0, ("PATH".into(), path));
-    }
-    let mut settings = ExecSettings::new(args.max_request_body_size, &env);
-    if let Ok(dir) = std::env::current_dir() {
-        settings.work_dir = dir;
-    }
-    settings.slots = args.limits.slots();
-    Ok(settings)
-}
-
 /// Runs the wrapper server until SIGTERM/SIGINT.
 pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
     let telemetry = super::init_telemetry("wrapper-server", args.verbosity).await?;
-    let evaluator = WrapperEvaluator::new(args.entrypoint.clone(), settings(&args)?)?;
+    let evaluator = build_wrapper_evaluator(
+        args.entrypoint.clone(),
+        args.max_request_body_size,
+        &super::serve::parse_exec_env(&args.exec_env)?,
+        args.limits.slots(),
+    )?;
     let server = super::bind("wrapper-server", args.listen.as_deref(), args.port).await?;
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,
