@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::ArgAction;
+
 use crate::adapters::admission::{Admission, AdmittedEvaluator, AdmittedRuntime};
 use crate::adapters::exec::wrapper::EmptyEntrypoint;
 use crate::adapters::exec::{ExecEvaluator, ExecSettings, WrapperEvaluator};
@@ -684,74 +686,107 @@ pub fn build_wrapper_evaluator(
     WrapperEvaluator::new(entrypoint, settings)
 }
 
-/// What the pod runtime needs besides the cluster (Porch's pod flags and
-/// `WRAPPER_SERVER_IMAGE`).
-#[derive(Debug, Clone)]
+/// What the pod runtime needs besides the cluster: Porch's pod-runtime and
+/// registry flags (parsed by clap, with Porch's names and defaults), plus
+/// `WRAPPER_SERVER_IMAGE` and the flags shared with the exec runtime, which
+/// the command line fills in.
+#[derive(Debug, Clone, clap::Args)]
 pub struct PodSettings {
-    /// `--kubeconfig`; `None` lets kube-rs infer the configuration
-    /// (`KUBECONFIG`, `~/.kube/config`, then in-cluster).
-    pub kubeconfig: Option<PathBuf>,
-    /// `--pod-namespace`.
+    /// Namespace for function pods, services and the pull secret.
+    #[arg(
+        long = "pod-namespace",
+        value_name = "POD_NAMESPACE",
+        default_value = "porch-fn-system"
+    )]
     pub namespace: String,
-    /// `--pod-ttl`.
+    /// Default idle time-to-live of a function pod.
+    #[arg(long = "pod-ttl",
+        value_name = "POD_TTL", value_parser = humantime::parse_duration, default_value = "30m")]
     pub ttl: Duration,
-    /// `--scan-interval`.
+    /// Garbage-collection period of the pod cache.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1m")]
     pub scan_interval: Duration,
-    /// `--warm-up-pod-cache`.
+    /// Pre-create one pod per --pod-cache-config entry (or per FunctionConfig podExecutor) at start-up.
+    #[arg(long = "warm-up-pod-cache",
+        value_name = "WARM_UP_POD_CACHE", action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
     pub warm_up: bool,
-    /// `--pod-cache-config` if given (config.yaml generation; the default
-    /// [`DEFAULT_POD_CACHE_CONFIG`] is read if it exists).
+    /// Per-function pod settings and warm-up list; giving it selects the config.yaml generation [default: /pod-cache-config/pod-cache-config.yaml].
+    #[arg(long)]
     pub pod_cache_config: Option<PathBuf>,
-    /// `--function-pod-template`: ConfigMap name in the runner's namespace,
-    /// `<namespace>/<name>` elsewhere, or empty for the inline templates.
+    /// ConfigMap holding `template` and `serviceTemplate` for function pods (in the runner's namespace, or NAMESPACE/NAME); giving it selects the config.yaml generation.
+    #[arg(long, default_value = "")]
     pub function_pod_template: String,
-    /// `--max-waitlist-length` (≤ 0 means 2, as in Porch).
+    /// Load on a pod before another pod is started.
+    #[arg(long, default_value_t = 2)]
     pub max_waitlist_length: i64,
-    /// `--max-parallel-pods-per-function` (≤ 0 means 1, as in Porch).
+    /// Most pods per function image.
+    #[arg(long, default_value_t = 1)]
     pub max_parallel_pods_per_function: i64,
-    /// `--max-load-per-pod`.
-    pub max_load_per_pod: u32,
-    /// `--pod-ready-timeout`.
-    pub pod_ready_timeout: Duration,
-    /// `--replica-token`; derived from the host name and process id when unset.
-    pub replica_token: Option<String>,
-    /// `--pod-address-mode`.
-    pub address_mode: AddressMode,
-    /// `--wrapper-address-map`.
-    pub wrapper_address_map: Option<PathBuf>,
-    /// `--wrapper-connect-timeout`.
-    pub connect_timeout: Duration,
-    /// `--api-timeout`: bound on each API call.
-    pub api_timeout: Duration,
-    /// `--api-retries`: attempts of an API call failing transiently.
-    pub api_retries: u32,
-    /// `--api-retry-backoff`: first delay between those attempts (doubled each time).
-    pub api_retry_backoff: Duration,
-    /// `--write-retry-backoff`: first delay before the pod cache retries a
-    /// reclaim-after patch or pod deletion that failed (doubled each time,
-    /// at most 30 s or this, whichever is longer).
-    pub write_retry_backoff: Duration,
-    /// `--sync-timeout`: how long start-up waits for the FunctionConfig and
-    /// template watches to list their objects.
-    pub sync_timeout: Duration,
-    /// `WRAPPER_SERVER_IMAGE`.
-    pub wrapper_image: Option<String>,
-    /// `--max-request-body-size`, bytes.
-    pub max_message_bytes: usize,
-    /// `--default-image-prefix`.
-    pub default_image_prefix: String,
-    /// `--enable-private-registries`.
+    /// Use the Docker config at --registry-auth-secret-path for private registries.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     pub enable_private_registries: bool,
-    /// `--registry-auth-secret-path`.
+    /// Mounted Docker config JSON for private registries.
+    #[arg(long, default_value = "/var/tmp/config-secret/.dockerconfigjson")]
     pub registry_auth_secret_path: PathBuf,
-    /// `--registry-auth-secret-name`.
+    /// Name of the pull secret created in --pod-namespace.
+    #[arg(long, default_value = "auth-secret")]
     pub registry_auth_secret_name: String,
-    /// `--enable-private-registries-tls`.
+    /// Trust the CA in --tls-secret-path for private registries.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     pub enable_private_registries_tls: bool,
-    /// `--tls-secret-path`.
+    /// Directory holding ca.crt or ca.pem.
+    #[arg(long, default_value = "/var/tmp/tls-secret/")]
     pub tls_secret_path: PathBuf,
-    /// `--plain-http-registry`: registries reached over plain HTTP.
+    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster, as kube-rs infers it).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Requests a pod may carry once the function has all its pods; more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 64)]
+    pub max_load_per_pod: u32,
+    /// How long a new function pod may take to become ready (Porch: fixed 60s).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub pod_ready_timeout: Duration,
+    /// How the runner reaches wrapper servers: service (the pod's ClusterIP service DNS name) or pod-ip.
+    #[arg(long = "pod-address-mode",
+        value_name = "POD_ADDRESS_MODE", value_enum, default_value_t = AddressMode::Service)]
+    pub address_mode: AddressMode,
+    /// Short name of this replica inside pod names (1-8 of a-z0-9), unique among replicas and, ideally, per start [default: random per process start].
+    #[arg(long)]
+    pub replica_token: Option<String>,
+    /// File mapping wrapper endpoints to dialable addresses (`<endpoint> <host:port>` per line), for runners outside the cluster network.
+    #[arg(long)]
+    pub wrapper_address_map: Option<PathBuf>,
+    /// Bound on connecting to a wrapper server.
+    #[arg(long = "wrapper-connect-timeout",
+        value_name = "WRAPPER_CONNECT_TIMEOUT", value_parser = humantime::parse_duration, default_value = "5s")]
+    pub connect_timeout: Duration,
+    /// Bound on each Kubernetes API call (an API server that does not answer fails the call after this long).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub api_timeout: Duration,
+    /// Attempts of a Kubernetes API call that fails transiently (5xx, 429, timeouts), the first included.
+    #[arg(long, default_value_t = 4)]
+    pub api_retries: u32,
+    /// First delay between those attempts; doubled each time.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
+    pub api_retry_backoff: Duration,
+    /// First delay before the pod cache retries a failed reclaim-after patch or pod deletion; doubled each time up to 30s.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub write_retry_backoff: Duration,
+    /// How long start-up waits for the FunctionConfig, PodTemplate and ServiceTemplate watches to list their objects.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub sync_timeout: Duration,
+    /// Registry (host:port) reached over plain HTTP, e.g. a registry on loopback. Repeatable.
+    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
     pub plain_http_registries: Vec<String>,
+    /// `WRAPPER_SERVER_IMAGE` (from the environment, not a flag).
+    #[arg(skip)]
+    pub wrapper_image: Option<String>,
+    /// `--max-request-body-size`, bytes (a flag shared with the exec runtime).
+    #[arg(skip)]
+    pub max_message_bytes: usize,
+    /// `--default-image-prefix` (a flag shared with the exec runtime).
+    #[arg(skip)]
+    pub default_image_prefix: String,
 }
 
 /// Where Kubernetes mounts the pod's namespace.

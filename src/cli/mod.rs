@@ -347,6 +347,6 @@ mod tests {
         };
         assert_eq!(s.port, 9445);
         assert_eq!(s.max_request_body_size, 6291456);
-        assert!(s.pod.warm_up_pod_cache);
+        assert!(s.pod.warm_up);
     }
 }

@@ -6,11 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{ArgAction, Args};
+use clap::Args;
 
 use crate::adapters::admission::Admission;
 use crate::adapters::grpc::ServeOptions;
-use crate::adapters::pod::AddressMode;
 use crate::app::{PodSettings, RuntimeSettings, admitted, start_runtimes};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 
@@ -57,128 +56,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub limits: super::limits::LimitArgs,
     #[command(flatten)]
-    pub pod: PodArgs,
-}
-
-/// Pod-runtime and registry flags, accepted with Porch's names and defaults.
-#[derive(Debug, Args)]
-pub struct PodArgs {
-    /// Namespace for function pods, services and the pull secret.
-    #[arg(long, default_value = "porch-fn-system")]
-    pub pod_namespace: String,
-    /// Default idle time-to-live of a function pod.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m")]
-    pub pod_ttl: Duration,
-    /// Garbage-collection period of the pod cache.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1m")]
-    pub scan_interval: Duration,
-    /// Pre-create one pod per --pod-cache-config entry (or per FunctionConfig podExecutor) at start-up.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
-    pub warm_up_pod_cache: bool,
-    /// Per-function pod settings and warm-up list; giving it selects the config.yaml generation [default: /pod-cache-config/pod-cache-config.yaml].
-    #[arg(long)]
-    pub pod_cache_config: Option<PathBuf>,
-    /// ConfigMap holding `template` and `serviceTemplate` for function pods (in the runner's namespace, or NAMESPACE/NAME); giving it selects the config.yaml generation.
-    #[arg(long, default_value = "")]
-    pub function_pod_template: String,
-    /// Load on a pod before another pod is started.
-    #[arg(long, default_value_t = 2)]
-    pub max_waitlist_length: i64,
-    /// Most pods per function image.
-    #[arg(long, default_value_t = 1)]
-    pub max_parallel_pods_per_function: i64,
-    /// Use the Docker config at --registry-auth-secret-path for private registries.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
-    pub enable_private_registries: bool,
-    /// Mounted Docker config JSON for private registries.
-    #[arg(long, default_value = "/var/tmp/config-secret/.dockerconfigjson")]
-    pub registry_auth_secret_path: PathBuf,
-    /// Name of the pull secret created in --pod-namespace.
-    #[arg(long, default_value = "auth-secret")]
-    pub registry_auth_secret_name: String,
-    /// Trust the CA in --tls-secret-path for private registries.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
-    pub enable_private_registries_tls: bool,
-    /// Directory holding ca.crt or ca.pem.
-    #[arg(long, default_value = "/var/tmp/tls-secret/")]
-    pub tls_secret_path: PathBuf,
-    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster, as kube-rs infers it).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// Requests a pod may carry once the function has all its pods; more are refused with RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = 64)]
-    pub max_load_per_pod: u32,
-    /// How long a new function pod may take to become ready (Porch: fixed 60s).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
-    pub pod_ready_timeout: Duration,
-    /// How the runner reaches wrapper servers: service (the pod's ClusterIP service DNS name) or pod-ip.
-    #[arg(long, value_enum, default_value_t = AddressMode::Service)]
-    pub pod_address_mode: AddressMode,
-    /// Short name of this replica inside pod names (1-8 of a-z0-9), unique among replicas and, ideally, per start [default: random per process start].
-    #[arg(long)]
-    pub replica_token: Option<String>,
-    /// File mapping wrapper endpoints to dialable addresses (`<endpoint> <host:port>` per line), for runners outside the cluster network.
-    #[arg(long)]
-    pub wrapper_address_map: Option<PathBuf>,
-    /// Bound on connecting to a wrapper server.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
-    pub wrapper_connect_timeout: Duration,
-    /// Bound on each Kubernetes API call (an API server that does not answer fails the call after this long).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
-    pub api_timeout: Duration,
-    /// Attempts of a Kubernetes API call that fails transiently (5xx, 429, timeouts), the first included.
-    #[arg(long, default_value_t = 4)]
-    pub api_retries: u32,
-    /// First delay between those attempts; doubled each time.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
-    pub api_retry_backoff: Duration,
-    /// First delay before the pod cache retries a failed reclaim-after patch or pod deletion; doubled each time up to 30s.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
-    pub write_retry_backoff: Duration,
-    /// How long start-up waits for the FunctionConfig, PodTemplate and ServiceTemplate watches to list their objects.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
-    pub sync_timeout: Duration,
-    /// Registry (host:port) reached over plain HTTP, e.g. a registry on loopback. Repeatable.
-    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
-    pub plain_http_registries: Vec<String>,
-}
-
-impl PodArgs {
-    /// The pod runtime's settings from these flags, `WRAPPER_SERVER_IMAGE`
-    /// and the shared `max_message_bytes` and `default_image_prefix`.
-    pub fn settings(&self, max_message_bytes: usize, default_image_prefix: &str) -> PodSettings {
-        PodSettings {
-            kubeconfig: self.kubeconfig.clone(),
-            namespace: self.pod_namespace.clone(),
-            ttl: self.pod_ttl,
-            scan_interval: self.scan_interval,
-            warm_up: self.warm_up_pod_cache,
-            pod_cache_config: self.pod_cache_config.clone(),
-            function_pod_template: self.function_pod_template.clone(),
-            max_waitlist_length: self.max_waitlist_length,
-            max_parallel_pods_per_function: self.max_parallel_pods_per_function,
-            max_load_per_pod: self.max_load_per_pod,
-            pod_ready_timeout: self.pod_ready_timeout,
-            replica_token: self.replica_token.clone(),
-            address_mode: self.pod_address_mode,
-            wrapper_address_map: self.wrapper_address_map.clone(),
-            connect_timeout: self.wrapper_connect_timeout,
-            api_timeout: self.api_timeout,
-            api_retries: self.api_retries,
-            api_retry_backoff: self.api_retry_backoff,
-            write_retry_backoff: self.write_retry_backoff,
-            sync_timeout: self.sync_timeout,
-            wrapper_image: std::env::var("WRAPPER_SERVER_IMAGE").ok(),
-            max_message_bytes,
-            default_image_prefix: default_image_prefix.to_string(),
-            enable_private_registries: self.enable_private_registries,
-            registry_auth_secret_path: self.registry_auth_secret_path.clone(),
-            registry_auth_secret_name: self.registry_auth_secret_name.clone(),
-            enable_private_registries_tls: self.enable_private_registries_tls,
-            tls_secret_path: self.tls_secret_path.clone(),
-            plain_http_registries: self.plain_http_registries.clone(),
-        }
-    }
+    pub pod: PodSettings,
 }
 
 /// clap's check of one `--exec-env` value (a usage error, exit 2, when bad).
@@ -264,9 +142,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         exec_env: parse_exec_env(&args.exec_env)?,
         slots: args.limits.slots(),
     };
-    let pod_settings = args
-        .pod
-        .settings(args.max_request_body_size, &args.default_image_prefix);
+    let pod_settings = PodSettings {
+        wrapper_image: std::env::var("WRAPPER_SERVER_IMAGE").ok(),
+        max_message_bytes: args.max_request_body_size,
+        default_image_prefix: args.default_image_prefix.clone(),
+        ..args.pod.clone()
+    };
     let started = start_runtimes(&settings, &pod_settings)
         .await
         .map_err(|e| startup_error(e, &settings))?;
