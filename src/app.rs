@@ -104,6 +104,9 @@ pub enum StartupError {
     /// The pod runtime could not start.
     #[error("{0}")]
     Pod(String),
+    /// The pod runtime's own start-up failed (its templates, its pod watch).
+    #[error(transparent)]
+    PodRuntime(#[from] PodRuntimeError),
     /// Neither configuration generation can work (the message says why
     /// and names both ways to fix it).
     #[error("{0}")]
@@ -865,7 +868,7 @@ async fn config_yaml_templates(
     };
     TemplateFeed::config_map(platform.clone(), &namespace, &name, s.scan_interval)
         .await
-        .map_err(|e| StartupError::Pod(PodRuntimeError::Template(e).to_string()))
+        .map_err(|e| PodRuntimeError::Template(e).into())
 }
 
 /// A replica token unique per process start: 6 base-36 characters from a
@@ -988,7 +991,7 @@ pub async fn start_pod_runtime(
             warm_up = warm_up_list(s.warm_up, images, &policy);
             watch_template_objects(client, &s.namespace, &wrapper_image, s.sync_timeout)
                 .await
-                .map_err(|e| pod_err(PodRuntimeError::Template(e).to_string()))?
+                .map_err(PodRuntimeError::Template)?
         }
         None => {
             let (with_config, images) = pod_cache_config(s, policy, &mut warnings);
@@ -1016,8 +1019,6 @@ pub async fn start_pod_runtime(
         clock: Arc::new(SystemClock),
     };
     tracing::info!(namespace = %s.namespace, replica = %token, mode = ?s.address_mode, "starting the pod runtime");
-    let pod = PodEvaluator::start(config, platform, inspector, pull_secret, resolver)
-        .await
-        .map_err(|e| pod_err(e.to_string()))?;
+    let pod = PodEvaluator::start(config, platform, inspector, pull_secret, resolver).await?;
     Ok((pod, warnings))
 }

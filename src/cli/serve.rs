@@ -106,7 +106,10 @@ fn startup_error(e: crate::app::StartupError, settings: &RuntimeSettings) -> any
     let on = |r: &str| !settings.disabled.iter().any(|d| d == r);
     let cluster = matches!(
         e,
-        StartupError::Pod(_) | StartupError::Generation(_) | StartupError::FunctionConfigs(_)
+        StartupError::Pod(_)
+            | StartupError::PodRuntime(_)
+            | StartupError::Generation(_)
+            | StartupError::FunctionConfigs(_)
     );
     if cluster && on("pod") && on("exec") {
         anyhow::anyhow!(
