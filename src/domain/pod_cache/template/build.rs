@@ -45,7 +45,7 @@ pub struct PodBuild<'a> {
 }
 
 impl<'a> PodBuild<'a> {
-    /// The build parameters of a [`Command::CreatePod`](super::Command::CreatePod):
+    /// The build parameters of a [`Command::CreatePod`](crate::domain::pod_cache::Command::CreatePod):
     /// name, image, template version and initial reclaim-after from
     /// `creation`, in `namespace`, with the image's `entrypoint`, the
     /// `overrides` derived from the creation's settings

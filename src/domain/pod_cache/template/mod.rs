@@ -157,7 +157,7 @@ pub struct Templates {
     pub pod: Pod,
     /// The service template.
     pub service: Service,
-    /// Its version ([`INLINE_TEMPLATE_VERSION`] or the source object's `resourceVersion`).
+    /// Its version ([`INLINE_TEMPLATE_VERSION`](super::INLINE_TEMPLATE_VERSION) or the source object's `resourceVersion`).
     pub version: String,
 }
 
