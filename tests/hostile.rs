@@ -9,7 +9,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Runner, config_map_rl, script};
+use common::{Runner, config_map_rl, processes_matching, script, wait_until};
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
@@ -34,45 +34,6 @@ fn groups_matching(marker: &str) -> usize {
     groups.sort();
     groups.dedup();
     groups.len()
-}
-
-/// Processes whose command line contains `marker` (NULs read as spaces),
-/// the functions' supervisors (`krm-fn-supervisor RUNNER_PID PROGRAM …`,
-/// whose argv names the function) excepted.
-fn processes_matching(marker: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let text: String = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let supervisor = text
-            .split(' ')
-            .next()
-            .is_some_and(|argv0| argv0.ends_with("/krm-fn-supervisor"));
-        if text.contains(marker) && !supervisor && common::alive(pid) {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-fn wait_until(within: Duration, mut ok: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    ok()
 }
 
 fn request(image: &str, rl: Vec<u8>) -> EvaluateFunctionRequest {
@@ -110,14 +71,17 @@ fn escaping_function(dir: &Path, tag: u32) -> std::path::PathBuf {
 }
 
 /// The servers whose confinement is checked: serve and wrapper-server with
-/// the `krm-fn-supervisor` program found next to them, and serve with the
-/// in-process fallback (`KRM_FN_SUPERVISOR=in-process`). `tag` is
-/// the `sleep` duration prefix that marks the processes of each round.
-fn confined_servers(tag: u32) -> [(u32, &'static str); 3] {
+/// the resident `krm-fn-supervisor` found next to them (the default), serve
+/// with the program started per call (`KRM_FN_SUPERVISOR=per-call`), and
+/// serve with the in-process fallback (`KRM_FN_SUPERVISOR=in-process`).
+/// `tag` is the `sleep` duration prefix that marks the processes of each
+/// round.
+fn confined_servers(tag: u32) -> [(u32, &'static str); 4] {
     [
         (tag, "serve"),
         (tag + 10, "wrapper"),
-        (tag + 20, "serve, in-process supervisor"),
+        (tag + 20, "serve, per-call supervisor"),
+        (tag + 30, "serve, in-process supervisor"),
     ]
 }
 
@@ -128,11 +92,15 @@ fn start_confined(server: &str, dir: &Path, name: &str, path: &Path) -> Runner {
     let (runner, way) = match server {
         "wrapper" => (
             Runner::start_wrapper(&["--", path.to_str().unwrap()]),
-            "functions start under the supervisor program",
+            "functions start under the resident supervisor program",
         ),
         "serve" => (
             Runner::start(&serve),
-            "functions start under the supervisor program",
+            "functions start under the resident supervisor program",
+        ),
+        "serve, per-call supervisor" => (
+            Runner::start_with_env(&serve, &[("KRM_FN_SUPERVISOR", "per-call")]),
+            "functions start under the supervisor program, one per call",
         ),
         _ => (
             Runner::start_with_env(&serve, &[("KRM_FN_SUPERVISOR", "in-process")]),
@@ -143,8 +111,7 @@ fn start_confined(server: &str, dir: &Path, name: &str, path: &Path) -> Runner {
     runner
 }
 
-/// Serve, then wrapper-server, then serve with the in-process supervisor:
-/// a function that escapes its process group (new session, double fork,
+/// Each of [`confined_servers`]: a function that escapes its process group (new session, double fork,
 /// pipes held open or closed) still ends with its call: the reply is the
 /// function's output, it arrives although a descendant held stdout open (no
 /// deadline needed), and 0 processes remain.
@@ -175,8 +142,7 @@ async fn escaped_descendants_end_with_the_call() {
     }
 }
 
-/// Serve, then wrapper-server, then serve with the in-process supervisor:
-/// SIGKILL of the server with 6 calls in flight, each of whose functions
+/// Each of [`confined_servers`]: SIGKILL of the server with 6 calls in flight, each of whose functions
 /// started a setsid child and a double-forked grandchild, leaves 0 of their
 /// 18 processes within 5 s.
 #[tokio::test(flavor = "multi_thread")]

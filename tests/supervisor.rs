@@ -1,7 +1,9 @@
-//! The two ways a function gets its supervisor — the `krm-fn-supervisor`
-//! program (spawned with `posix_spawn`) and the in-process fork fallback —
-//! behave the same to the caller: the same output, exit codes, deaths by
-//! signal and start-up errors, and the same confinement.
+//! The three ways a function gets its supervisor — a per-call process forked
+//! by the resident `krm-fn-supervisor --resident` (the default), the
+//! `krm-fn-supervisor` program spawned per call with `posix_spawn`, and the
+//! in-process fork fallback — behave the same to the caller: the same
+//! output, exit codes, deaths by signal and start-up errors, and the same
+//! confinement.
 
 mod common;
 
@@ -15,10 +17,15 @@ use krm_fn_runner::adapters::exec::process::{
 };
 use krm_fn_runner::domain::evaluation::ExitReason;
 
-/// Both ways, the program one first.
-fn both() -> [Confinement; 2] {
+fn program() -> PathBuf {
+    env!("CARGO_BIN_EXE_krm-fn-supervisor").into()
+}
+
+/// Every way: resident, per-call program, in-process.
+fn every_way() -> [Confinement; 3] {
     [
-        Confinement::Program(env!("CARGO_BIN_EXE_krm-fn-supervisor").into()),
+        Confinement::Resident(program()),
+        Confinement::Program(program()),
         Confinement::InProcess,
     ]
 }
@@ -55,8 +62,8 @@ fn sh(script: &str) -> ProcessSpec {
 /// signal at its default and no signal blocked, and with its three pipes
 /// open (through the program, only those).
 #[tokio::test]
-async fn both_ways_relay_the_same_results() {
-    for c in both() {
+async fn every_way_relays_the_same_results() {
+    for c in every_way() {
         let out = run(&c, &spec("cat", &[]), b"a ResourceList").await.unwrap();
         assert_eq!(out.exit, ExitReason::Code(0), "{c:?}");
         assert_eq!(&out.stdout[..], b"a ResourceList", "{c:?}");
@@ -115,16 +122,16 @@ async fn both_ways_relay_the_same_results() {
         for fd in ["0", "1", "2"] {
             assert!(fds.contains(&fd), "{c:?}: {fds:?}");
         }
-        if let Confinement::Program(_) = c {
+        if !matches!(c, Confinement::InProcess) {
             assert_eq!(fds, ["0", "1", "2", "3"], "{c:?}");
         }
     }
 }
 
-/// A program that cannot start is the same start-up error both ways, with
+/// A program that cannot start is the same start-up error every way, with
 /// the `exec` error of the program itself.
 #[tokio::test]
-async fn both_ways_report_the_same_start_up_errors() {
+async fn every_way_reports_the_same_start_up_errors() {
     let dir = tempfile::tempdir().unwrap();
     let not_executable = dir.path().join("data");
     std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
@@ -141,7 +148,7 @@ async fn both_ways_report_the_same_start_up_errors() {
     ];
     for (spec, kind) in cases {
         let mut messages = Vec::new();
-        for c in both() {
+        for c in every_way() {
             match run(&c, &spec, b"input").await {
                 Err(e @ ProcessError::Spawn { .. }) => {
                     let ProcessError::Spawn { program, source } = &e else {
@@ -158,25 +165,208 @@ async fn both_ways_report_the_same_start_up_errors() {
             }
         }
         assert_eq!(messages[0], messages[1]);
+        assert_eq!(messages[0], messages[2]);
     }
 }
 
-/// A supervisor program that is not there is a start-up error naming it.
+/// A supervisor program that is not there is a start-up error naming it,
+/// resident or per call.
 #[tokio::test]
 async fn a_missing_supervisor_program_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("krm-fn-supervisor");
-    let err = run(
-        &Confinement::Program(missing.clone()),
-        &spec("cat", &[]),
-        b"",
-    )
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(&err, ProcessError::Spawn { program, .. } if program == &missing),
-        "{err:?}"
+    for c in [
+        Confinement::Resident(missing.clone()),
+        Confinement::Program(missing.clone()),
+    ] {
+        let err = run(&c, &spec("cat", &[]), b"").await.unwrap_err();
+        assert!(
+            matches!(&err, ProcessError::Spawn { program, .. } if program == &missing),
+            "{c:?}: {err:?}"
+        );
+    }
+}
+
+/// The processes whose command line contains `marker`, the supervisors'
+/// own excepted.
+fn left(marker: &str) -> Vec<u32> {
+    common::processes_matching(marker)
+}
+
+/// A function (a script in `dir`) that starts a `setsid` child, a
+/// double-forked grandchild and a plain child, sleeping `tag`1..3 seconds,
+/// and waits: three processes whose command line holds `sleep TAG/10`.
+fn lingering(dir: &Path, tag: u32) -> ProcessSpec {
+    let path = common::script(
+        dir,
+        &format!("linger-{tag}"),
+        &format!(
+            "#!/bin/sh
+setsid sleep {tag}1 </dev/null >/dev/null 2>&1 &
+sh -c 'sleep {tag}2 &'
+sleep {tag}3 &
+wait
+"
+        ),
     );
+    spec(path, &[])
+}
+
+/// A call that is dropped — its timeout passed, or the caller's future was
+/// dropped (a cancelled request) — ends the function and every descendant,
+/// whatever session it moved to, every way; the timeout is the same
+/// [`ProcessError::TimedOut`].
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_call_ends_the_whole_function_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, c) in every_way().into_iter().enumerate() {
+        let tag = 64_410 + 10 * i as u32;
+        let marker = format!("sleep {}", tag / 10);
+        let limits = ProcessLimits {
+            max_output_bytes: 1 << 20,
+            timeout: Some(Duration::from_millis(1500)),
+        };
+        let started = std::time::Instant::now();
+        let err = match run_confined(&lingering(dir.path(), tag), Bytes::new(), limits, &c).await {
+            Err(e) => e,
+            Ok(out) => panic!("{c:?}: expected a timeout, got {out:?}"),
+        };
+        assert!(
+            matches!(err, ProcessError::TimedOut(t) if t == Duration::from_millis(1500)),
+            "{c:?}: {err:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{c:?}");
+        assert!(
+            common::wait_until(Duration::from_secs(5), || left(&marker).is_empty()),
+            "{c:?}: after the timeout: {:?}",
+            left(&marker)
+        );
+
+        let tag = tag + 5;
+        let marker = format!("sleep {}", tag / 10);
+        let function = lingering(dir.path(), tag);
+        let call = run(&c, &function, b"");
+        let dropped = tokio::time::timeout(Duration::from_millis(1500), call).await;
+        assert!(dropped.is_err(), "{c:?}: the call ended by itself");
+        assert!(
+            common::wait_until(Duration::from_secs(5), || left(&marker).is_empty()),
+            "{c:?}: after the call was dropped: {:?}",
+            left(&marker)
+        );
+    }
+}
+
+/// The resident supervisor started from `program` for this test process.
+fn resident_pid(program: &Path) -> Option<u32> {
+    let me = format!("{} --resident {}", program.display(), std::process::id());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(&me))
+                .unwrap_or(false)
+        })
+        // Its per-call children carry the same command line: the resident
+        // one is the child of this process.
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit(')')
+                        .next()?
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse()
+                        .ok()
+                })
+                == Some(std::process::id())
+        })
+}
+
+/// Killing the resident supervisor (SIGKILL) while calls run: each fails
+/// with [`ProcessError::SupervisorLost`], whose message says what happened,
+/// their functions and every descendant end, and the next call starts a
+/// new resident supervisor and succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_resident_supervisor_fails_its_calls_clearly_and_is_restarted() {
+    // A copy of the program: a resident supervisor of its own, apart from
+    // the one the other tests share.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("krm-fn-supervisor");
+    std::fs::copy(program(), &copy).unwrap();
+    let c = Confinement::Resident(copy.clone());
+    // Started by a first call.
+    let out = run(&c, &spec("cat", &[]), b"warm").await.unwrap();
+    assert_eq!(&out.stdout[..], b"warm");
+    let tag = 65_410;
+    let marker = format!("sleep {}", tag / 10);
+    let function = lingering(dir.path(), tag);
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let (c, function) = (c.clone(), function.clone());
+            tokio::spawn(async move { run(&c, &function, b"").await })
+        })
+        .collect();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || left(&marker).len() == 9),
+        "{:?}",
+        left(&marker)
+    );
+    let resident = resident_pid(&copy).expect("a resident supervisor");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(resident as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    for call in calls {
+        let err = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the call ends")
+            .unwrap()
+            .unwrap_err();
+        assert!(matches!(err, ProcessError::SupervisorLost), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("supervisor") && text.contains("killed or crashed"),
+            "{text}"
+        );
+    }
+    assert!(
+        common::wait_until(Duration::from_secs(5), || left(&marker).is_empty()),
+        "{:?}",
+        left(&marker)
+    );
+    let out = run(&c, &spec("cat", &[]), b"again").await.unwrap();
+    assert_eq!(&out.stdout[..], b"again");
+    let restarted = resident_pid(&copy).expect("a new resident supervisor");
+    assert_ne!(restarted, resident);
+}
+
+/// Many calls at once through the resident supervisor each get their own
+/// input back, exit code and stderr.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_calls_through_the_resident_supervisor_stay_apart() {
+    let c = Confinement::Resident(program());
+    let calls: Vec<_> = (0..48)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let script = format!("cat; echo {i} >&2; exit {}", i % 7);
+                let input = format!("input {i} ").repeat(1000 * (i % 5 + 1));
+                let out = run_confined(&sh(&script), Bytes::from(input.clone()), LIMITS, &c)
+                    .await
+                    .unwrap();
+                assert_eq!(out.stdout, input.as_bytes(), "call {i}");
+                assert_eq!(out.stderr, format!("{i}\n").as_bytes(), "call {i}");
+                assert_eq!(out.exit, ExitReason::Code((i % 7) as i32), "call {i}");
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap();
+    }
 }
 
 /// Where the runner looks for the program: next to its executable, or one
@@ -187,11 +377,7 @@ fn the_program_is_found_next_to_the_executable() {
     // This test binary sits in target/<profile>/deps; the program in
     // target/<profile>.
     let (found, why) = Confinement::detect();
-    assert_eq!(
-        found,
-        Confinement::Program(env!("CARGO_BIN_EXE_krm-fn-supervisor").into()),
-        "{why:?}"
-    );
+    assert_eq!(found, Confinement::Resident(program()), "{why:?}");
 }
 
 /// `KRM_FN_SUPERVISOR` naming no usable program: the runner still serves,

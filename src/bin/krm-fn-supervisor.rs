@@ -24,6 +24,10 @@
 //! turns exactly that into the same start-up error as a failed `exec` of
 //! its own.
 //!
+//! Resident mode (the default): `krm-fn-supervisor --resident RUNNER_PID`,
+//! started once by the runner with its control socket as descriptor 0,
+//! serves every call (see [`resident`]).
+//!
 //! `no_main`: the C runtime calls [`main`] directly, skipping the Rust
 //! runtime's start-up (which would, among other things, set SIGPIPE to be
 //! ignored, a disposition the function would inherit).
@@ -80,6 +84,7 @@ fn last_errno() -> i32 {
 
 fn usage() -> ! {
     let text = b"usage: krm-fn-supervisor RUNNER_PID TOKEN PROGRAM [ARG...]\n\
+        \x20      krm-fn-supervisor --resident RUNNER_PID\n\
         krm-fn-runner starts this program for each function it runs; it is not meant to be run by hand.\n";
     // SAFETY: a write from a static buffer, then the process ends.
     unsafe {
@@ -95,6 +100,20 @@ fn usage() -> ! {
 /// C runtime passes them.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
+    if argc == 3 {
+        // SAFETY: argv[1] and argv[2] are valid C strings (argc = 3).
+        let (mode, runner) = unsafe {
+            (
+                CStr::from_ptr(*argv.add(1)).to_bytes(),
+                CStr::from_ptr(*argv.add(2)).to_bytes(),
+            )
+        };
+        match (mode, parse_pid(runner)) {
+            // SAFETY: called once, at the start of the process.
+            (b"--resident", Some(runner)) => unsafe { resident::serve(runner) },
+            _ => usage(),
+        }
+    }
     if argc < 4 {
         usage();
     }
@@ -231,4 +250,304 @@ fn parse_pid(text: &[u8]) -> Option<libc::pid_t> {
         .parse()
         .ok()
         .filter(|&p| p > 0)
+}
+
+/// The resident supervisor: one long-lived process that forks a per-call
+/// supervisor for each request the runner sends on its control socket
+/// (descriptor 0; the protocol is in `confine.rs`, [`confine::MAX_REQUEST`]).
+///
+/// - It is single-threaded, so its per-call children can tie their death
+///   signal to it; it is tied to the runner the same way, and it also ends
+///   when the runner's end of the control socket closes (the runner exited
+///   or was killed), which a death signal tied to one runner thread could
+///   miss. When it ends, each per-call supervisor is signalled and kills
+///   its function's whole tree.
+/// - Each per-call child is the child subreaper of its function, starts it
+///   exactly as the per-call program does, and reports on the call's status
+///   socket once the function and every descendant are gone (or why the
+///   function could not start). It stops the call when the runner closes
+///   that socket.
+mod resident {
+    use std::ffi::c_char;
+    use std::io::IoSliceMut;
+    use std::os::fd::RawFd;
+
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+
+    use super::{FUNCTION_STACK, Start, confine, last_errno, reset_internal_signals};
+
+    unsafe extern "C" {
+        static mut environ: *const *const c_char;
+    }
+
+    /// Sends a report on a call's status socket (nothing when the runner
+    /// has already closed its end).
+    fn report(status: RawFd, kind: u32, value: i32) {
+        let bytes = confine::encode_report(kind, value);
+        // SAFETY: a send from a stack buffer.
+        unsafe {
+            libc::send(
+                status,
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            );
+        }
+    }
+
+    fn close_all(fds: &[RawFd]) {
+        for &fd in fds {
+            // SAFETY: closing descriptors this process received.
+            unsafe {
+                libc::close(fd);
+            }
+        }
+    }
+
+    /// Serves calls until the runner's end of the control socket closes or
+    /// the runner dies.
+    ///
+    /// # Safety
+    /// Once, at the start of the process, with the control socket as
+    /// descriptor 0.
+    pub(super) unsafe fn serve(runner: libc::pid_t) -> ! {
+        // SAFETY: raw system calls on values of this function.
+        unsafe {
+            confine::close_descriptors_from(3);
+            reset_internal_signals();
+            let Ok((handled, before)) = confine::block_handled() else {
+                libc::_exit(confine::SETUP_FAILED);
+            };
+            if confine::tie_to(runner).is_err() {
+                libc::_exit(confine::SETUP_FAILED);
+            }
+            let signals = libc::signalfd(-1, &handled, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+            if signals < 0 {
+                libc::_exit(confine::SETUP_FAILED);
+            }
+            let me = libc::getpid();
+            let mut buf = vec![0u8; confine::MAX_REQUEST];
+            let mut space = nix::cmsg_space!([RawFd; 4]);
+            loop {
+                let mut fds = [
+                    libc::pollfd {
+                        fd: 0,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: signals,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                if libc::poll(fds.as_mut_ptr(), 2, -1) < 0 {
+                    if last_errno() == libc::EINTR {
+                        continue;
+                    }
+                    libc::_exit(confine::SETUP_FAILED);
+                }
+                if fds[1].revents != 0 {
+                    take_signals(signals, runner);
+                }
+                if fds[0].revents == 0 {
+                    continue;
+                }
+                let mut iov = [IoSliceMut::new(&mut buf)];
+                let (len, received, whole) = match recvmsg::<()>(
+                    0,
+                    &mut iov,
+                    Some(&mut space),
+                    MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+                ) {
+                    Ok(msg) => {
+                        let mut received = Vec::new();
+                        if let Ok(cmsgs) = msg.cmsgs() {
+                            for c in cmsgs {
+                                if let ControlMessageOwned::ScmRights(fds) = c {
+                                    received.extend(fds);
+                                }
+                            }
+                        }
+                        let whole = !msg
+                            .flags
+                            .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+                        (msg.bytes, received, whole)
+                    }
+                    Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => continue,
+                    // The runner is gone.
+                    Err(_) => libc::_exit(0),
+                };
+                if len == 0 && received.is_empty() {
+                    // The runner closed its end: it exited or was killed.
+                    libc::_exit(0);
+                }
+                start_call(
+                    me,
+                    signals,
+                    &handled,
+                    &before,
+                    &buf[..len],
+                    &received,
+                    whole,
+                );
+                close_all(&received);
+            }
+        }
+    }
+
+    /// Reads the pending signals: reaps finished per-call children, and
+    /// ends this process on a stop signal or when the runner died.
+    unsafe fn take_signals(signals: RawFd, runner: libc::pid_t) {
+        // SAFETY: reads into a stack value, waitpid on a stack integer.
+        unsafe {
+            let mut info: libc::signalfd_siginfo = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            while libc::read(
+                signals,
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            ) == size as isize
+            {
+                match info.ssi_signo as libc::c_int {
+                    libc::SIGCHLD => {
+                        let mut st = 0;
+                        while libc::waitpid(-1, &mut st, libc::WNOHANG) > 0 {}
+                    }
+                    // Fired by a thread of the runner exiting: not a stop.
+                    confine::PARENT_DIED if libc::getppid() == runner => {}
+                    _ => libc::_exit(0),
+                }
+            }
+        }
+    }
+
+    /// Forks the per-call supervisor for one request, or reports why not.
+    unsafe fn start_call(
+        me: libc::pid_t,
+        signals: RawFd,
+        handled: &libc::sigset_t,
+        before: &libc::sigset_t,
+        request: &[u8],
+        received: &[RawFd],
+        whole: bool,
+    ) {
+        let &[input, output, errors, status] = received else {
+            if let Some(&status) = received.get(3) {
+                report(status, confine::REPORT_BAD_REQUEST, 0);
+            }
+            return;
+        };
+        let Some(request) = confine::decode_request(request).filter(|_| whole) else {
+            report(status, confine::REPORT_BAD_REQUEST, 0);
+            return;
+        };
+        let argv: Vec<*const c_char> = request
+            .argv
+            .iter()
+            .map(|s| s.as_ptr().cast())
+            .chain([std::ptr::null()])
+            .collect();
+        let envp: Vec<*const c_char> = request
+            .env
+            .iter()
+            .map(|s| s.as_ptr().cast())
+            .chain([std::ptr::null()])
+            .collect();
+        // SAFETY: fork of this single-threaded process; the child only
+        // makes system calls and never returns.
+        unsafe {
+            match libc::fork() {
+                0 => {
+                    libc::close(signals);
+                    let call = Call {
+                        resident: me,
+                        handled,
+                        before,
+                        fds: [input, output, errors, status],
+                        cwd: request.cwd.map(|c| c.as_ptr().cast()),
+                        argv: argv.as_ptr(),
+                        envp: envp.as_ptr(),
+                    };
+                    run_call(call)
+                }
+                pid if pid < 0 => report(status, confine::REPORT_START_FAILED, last_errno()),
+                _ => {}
+            }
+        }
+    }
+
+    /// What a per-call supervisor needs.
+    struct Call<'a> {
+        resident: libc::pid_t,
+        handled: &'a libc::sigset_t,
+        before: &'a libc::sigset_t,
+        /// The function's stdin, stdout and stderr, and the status socket.
+        fds: [RawFd; 4],
+        cwd: Option<*const c_char>,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    }
+
+    /// The per-call supervisor: starts the function, supervises it and
+    /// reports on the status socket.
+    unsafe fn run_call(call: Call<'_>) -> ! {
+        let [input, output, errors, status] = call.fds;
+        let failed = |errno: i32| -> ! {
+            report(status, confine::REPORT_START_FAILED, errno);
+            // SAFETY: the process ends.
+            unsafe { libc::_exit(0) }
+        };
+        // SAFETY: raw system calls in this single-threaded process.
+        unsafe {
+            if confine::arm(call.resident).is_err() {
+                failed(last_errno());
+            }
+            // The control socket (descriptor 0) is replaced by the stdin.
+            if libc::dup2(input, 0) < 0 || libc::dup2(output, 1) < 0 || libc::dup2(errors, 2) < 0 {
+                failed(last_errno());
+            }
+            close_all(&[input, output, errors]);
+            if let Some(cwd) = call.cwd
+                && libc::chdir(cwd) != 0
+            {
+                failed(last_errno());
+            }
+            environ = call.envp;
+            let mut start = Start {
+                supervisor: libc::getpid(),
+                before: *call.before,
+                argv: call.argv,
+                errno: 0,
+            };
+            let mut stack = vec![0u8; FUNCTION_STACK];
+            let top = (stack.as_mut_ptr() as usize + FUNCTION_STACK) & !15;
+            let function = libc::clone(
+                super::start_function,
+                top as *mut libc::c_void,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                (&mut start as *mut Start).cast(),
+            );
+            let clone_errno = last_errno();
+            drop(stack);
+            // The pipes belong to the function.
+            close_all(&[0, 1, 2]);
+            if function < 0 {
+                failed(clone_errno);
+            }
+            let errno = std::ptr::read_volatile(&start.errno);
+            if errno != 0 {
+                let mut st = 0;
+                libc::waitpid(function, &mut st, 0);
+                failed(errno);
+            }
+            // Nothing to report when the resident supervisor died: the
+            // runner reads the end of the socket as that.
+            if let Some(st) = confine::supervise_call(call.resident, function, call.handled, status)
+            {
+                report(status, confine::REPORT_EXITED, st);
+            }
+            libc::_exit(0)
+        }
+    }
 }

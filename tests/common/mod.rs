@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
 use tonic::transport::{Channel, Endpoint};
@@ -246,8 +246,8 @@ impl Runner {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let deadline = std::time::Instant::now() + within;
-        while std::time::Instant::now() < deadline {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
             if let Ok(Some(s)) = self.child.try_wait() {
                 return Some(s);
             }
@@ -338,7 +338,7 @@ pub fn render_cli(
 ) -> (std::process::Output, String, Duration) {
     let results = dir.join("results");
     let _ = std::fs::remove_dir_all(&results);
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let out = Command::new(runner_binary())
         .arg("render")
         .arg(pkg)
@@ -375,6 +375,47 @@ pub fn alive(pid: u32) -> bool {
             state != "Z" && state != "X"
         }
     }
+}
+
+/// Processes whose command line contains `marker` (NULs read as spaces),
+/// the functions' supervisors (`krm-fn-supervisor RUNNER_PID TOKEN PROGRAM
+/// …`, whose argv names the function) excepted.
+pub fn processes_matching(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text: String = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let supervisor = text
+            .split(' ')
+            .next()
+            .is_some_and(|argv0| argv0.ends_with("/krm-fn-supervisor"));
+        if text.contains(marker) && !supervisor && alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Polls `ok` every 20 ms until it holds or `within` has passed; returns
+/// its last answer.
+pub fn wait_until(within: Duration, mut ok: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ok()
 }
 
 /// A tool built by one of the repository's scripts (`scripts/<script>`):
@@ -424,7 +465,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = std::time::Instant::now() + within;
+    let deadline = Instant::now() + within;
     loop {
         if let Some(v) = check().await {
             return v;

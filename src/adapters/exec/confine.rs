@@ -47,7 +47,7 @@ use std::io;
 /// The signal the kernel sends the supervisor when the runner dies; told
 /// apart from a thread exit of the runner (which also fires it) by checking
 /// that the supervisor was re-parented.
-const PARENT_DIED: libc::c_int = libc::SIGUSR2;
+pub(crate) const PARENT_DIED: libc::c_int = libc::SIGUSR2;
 
 /// Signals the supervisor handles itself; blocked and taken with `sigwaitinfo`.
 const HANDLED: [libc::c_int; 6] = [
@@ -100,14 +100,25 @@ pub(crate) unsafe fn block_handled() -> io::Result<(libc::sigset_t, libc::sigset
 /// runner `runner`: exits with [`SETUP_FAILED`] when the runner is already
 /// gone (it died before the death signal was armed).
 pub(crate) unsafe fn arm(runner: libc::pid_t) -> io::Result<()> {
-    // SAFETY: prctl and getppid on values.
+    // SAFETY: prctl on values.
     unsafe {
-        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0
-            || libc::prctl(libc::PR_SET_PDEATHSIG, PARENT_DIED, 0, 0, 0) != 0
-        {
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
             return Err(io::Error::last_os_error());
         }
-        if libc::getppid() != runner {
+        tie_to(runner)
+    }
+}
+
+/// Ties this process to its parent `parent` ([`PARENT_DIED`] when the
+/// thread that started it ends): exits with [`SETUP_FAILED`] when the
+/// parent is already gone.
+pub(crate) unsafe fn tie_to(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: prctl and getppid on values.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, PARENT_DIED, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
             libc::_exit(SETUP_FAILED);
         }
     }
@@ -212,6 +223,121 @@ pub(crate) unsafe fn supervise(
                 _ => {}
             }
         }
+    }
+    // SAFETY: as above.
+    unsafe { end_tree(function, status) }
+}
+
+/// The resident supervisor's per-call process: waits for the function
+/// `function` to exit, for a stop signal, for the death of the resident
+/// supervisor `resident` (its parent), or for the runner to close its end
+/// of the call's status socket `status_fd` (the call was dropped: timeout,
+/// output over the limit, client cancel), then kills and reaps every
+/// descendant ([`end_tree`]). Returns the function's wait status (SIGKILL
+/// when it was stopped before it exited), or `None` when the resident
+/// supervisor died first (the call has no status to report then).
+#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+pub(crate) unsafe fn supervise_call(
+    resident: libc::pid_t,
+    function: libc::pid_t,
+    handled: &libc::sigset_t,
+    status_fd: libc::c_int,
+) -> Option<libc::c_int> {
+    let mut status: Option<libc::c_int> = None;
+    let mut lost = false;
+    // SAFETY: raw system calls on stack values.
+    unsafe {
+        // Without a signalfd, the signals are polled for every 10 ms.
+        let signals = libc::signalfd(-1, handled, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        'wait: loop {
+            reap(function, &mut status);
+            if status.is_some() {
+                break;
+            }
+            let mut fds = [
+                libc::pollfd {
+                    fd: signals,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                // The runner never writes here: readable means hang-up.
+                libc::pollfd {
+                    fd: status_fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            let n = libc::poll(fds.as_mut_ptr(), 2, if signals < 0 { 10 } else { -1 });
+            if n < 0 && errno() != libc::EINTR {
+                break;
+            }
+            if fds[1].revents != 0 {
+                break;
+            }
+            if signals < 0 {
+                let pending = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                loop {
+                    match libc::sigtimedwait(handled, std::ptr::null_mut(), &pending) {
+                        s if s <= 0 => break,
+                        s if stops(s, resident) => {
+                            lost = s == PARENT_DIED;
+                            break 'wait;
+                        }
+                        _ => {}
+                    }
+                }
+                continue;
+            }
+            let mut info: libc::signalfd_siginfo = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            while libc::read(
+                signals,
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            ) == size as isize
+            {
+                let sig = info.ssi_signo as libc::c_int;
+                if stops(sig, resident) {
+                    lost = sig == PARENT_DIED;
+                    break 'wait;
+                }
+            }
+        }
+        if signals >= 0 {
+            libc::close(signals);
+        }
+        let status = end_tree(function, status);
+        (!lost).then_some(status)
+    }
+}
+
+/// Whether the handled signal `sig` stops the function: any but SIGCHLD,
+/// and [`PARENT_DIED`] only once this process was re-parented away from
+/// `parent`.
+#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+unsafe fn stops(sig: libc::c_int, parent: libc::pid_t) -> bool {
+    match sig {
+        libc::SIGCHLD => false,
+        // SAFETY: getppid has no memory effect.
+        PARENT_DIED => (unsafe { libc::getppid() }) != parent,
+        _ => true,
+    }
+}
+
+/// Kills the function `function` (unless its wait status is already in
+/// `status`) and every descendant of this process, and reaps them all.
+/// Their own descendants become this subreaper's children as they are
+/// orphaned and are killed in the next round, until none is left. Returns
+/// the function's wait status, SIGKILL when it had not exited by itself.
+pub(crate) unsafe fn end_tree(
+    function: libc::pid_t,
+    mut status: Option<libc::c_int>,
+) -> libc::c_int {
+    // SAFETY: raw system calls on stack values.
+    unsafe {
         if status.is_none() {
             libc::kill(function, libc::SIGKILL);
         }
@@ -398,6 +524,114 @@ pub(crate) unsafe fn relay(status: libc::c_int) -> ! {
     }
 }
 
+/// The resident supervisor's protocol (`krm-fn-supervisor --resident
+/// RUNNER_PID`, its control socket as descriptor 0): one `SOCK_SEQPACKET`
+/// message per call, the bytes of [`encode_request`] with four descriptors
+/// attached (`SCM_RIGHTS`): the function's stdin, stdout and stderr, and
+/// the call's status socket, on which the per-call process sends one
+/// [`REPORT_BYTES`]-byte report ([`encode_report`]) and which the runner
+/// closes to stop the call.
+///
+/// The most bytes of a request; a call whose argv, environment and working
+/// directory take more is started by a per-call supervisor program instead.
+pub(crate) const MAX_REQUEST: usize = 64 << 10;
+
+/// Bytes of a report on a call's status socket.
+pub(crate) const REPORT_BYTES: usize = 8;
+
+/// Report kind: the function ended; the value is its wait status.
+pub(crate) const REPORT_EXITED: u32 = 0;
+/// Report kind: the function could not be started; the value is the `errno`.
+pub(crate) const REPORT_START_FAILED: u32 = 1;
+/// Report kind: the request could not be read; the value is 0.
+#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+pub(crate) const REPORT_BAD_REQUEST: u32 = 2;
+
+/// A report: the kind (little-endian `u32`) and the value (`i32`).
+#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+pub(crate) fn encode_report(kind: u32, value: i32) -> [u8; REPORT_BYTES] {
+    let mut out = [0u8; REPORT_BYTES];
+    out[..4].copy_from_slice(&kind.to_le_bytes());
+    out[4..].copy_from_slice(&value.to_le_bytes());
+    out
+}
+
+/// The kind and value of a report, or `None` when `bytes` is not one.
+pub(crate) fn decode_report(bytes: &[u8]) -> Option<(u32, i32)> {
+    let bytes: &[u8; REPORT_BYTES] = bytes.try_into().ok()?;
+    let kind = u32::from_le_bytes(bytes[..4].try_into().ok()?);
+    let value = i32::from_le_bytes(bytes[4..].try_into().ok()?);
+    Some((kind, value))
+}
+
+/// A request: `argc` and `envc` (little-endian `u32`), a byte saying
+/// whether a working directory follows, then NUL-terminated strings: the
+/// working directory, `argv` (`argv[0]` is the program, looked up in the
+/// environment's `PATH`) and the environment's `NAME=VALUE` entries.
+/// Returns `None` when a string holds a NUL byte.
+pub(crate) fn encode_request<'a>(
+    cwd: Option<&[u8]>,
+    argv: &[&'a [u8]],
+    env: &[&'a [u8]],
+) -> Option<Vec<u8>> {
+    let strings = cwd.iter().chain(argv).chain(env);
+    let size: usize = 9 + strings.clone().map(|s| s.len() + 1).sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(&(argv.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(env.len() as u32).to_le_bytes());
+    out.push(cwd.is_some() as u8);
+    for s in strings {
+        if s.contains(&0) {
+            return None;
+        }
+        out.extend_from_slice(s);
+        out.push(0);
+    }
+    Some(out)
+}
+
+/// A request read back: the working directory, `argv` and the environment,
+/// each string with its NUL. Returns `None` when `bytes` is not exactly one
+/// request with a non-empty `argv`.
+#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+pub(crate) fn decode_request(bytes: &[u8]) -> Option<DecodedRequest<'_>> {
+    let argc = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    let envc = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?) as usize;
+    let has_cwd = match *bytes.get(8)? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let mut rest = &bytes[9..];
+    let mut next = || {
+        let end = rest.iter().position(|&b| b == 0)?;
+        let (s, tail) = rest.split_at(end + 1);
+        rest = tail;
+        Some(s)
+    };
+    let cwd = if has_cwd { Some(next()?) } else { None };
+    if argc == 0 || argc > bytes.len() || envc > bytes.len() {
+        return None;
+    }
+    let argv = (0..argc).map(|_| next()).collect::<Option<Vec<_>>>()?;
+    let env = (0..envc).map(|_| next()).collect::<Option<Vec<_>>>()?;
+    if next().is_some() || !rest.is_empty() {
+        return None;
+    }
+    Some(DecodedRequest { cwd, argv, env })
+}
+
+/// A request read by [`decode_request`]; each string ends with its NUL.
+#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+pub(crate) struct DecodedRequest<'a> {
+    /// The working directory, if any.
+    pub(crate) cwd: Option<&'a [u8]>,
+    /// The function's argv.
+    pub(crate) argv: Vec<&'a [u8]>,
+    /// The function's environment, `NAME=VALUE` entries.
+    pub(crate) env: Vec<&'a [u8]>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,5 +646,23 @@ mod tests {
             Some(17)
         );
         assert_eq!(stat_ppid(b"garbage"), None);
+    }
+
+    #[test]
+    fn requests_and_reports_read_back() {
+        let bytes = encode_request(Some(b"/tmp"), &[b"cat", b"-"], &[b"PATH=/bin"]).unwrap();
+        let r = decode_request(&bytes).unwrap();
+        assert_eq!(r.cwd, Some(&b"/tmp\0"[..]));
+        assert_eq!(r.argv, [&b"cat\0"[..], b"-\0"]);
+        assert_eq!(r.env, [&b"PATH=/bin\0"[..]]);
+        let bytes = encode_request(None, &[b"cat"], &[]).unwrap();
+        assert!(decode_request(&bytes).unwrap().cwd.is_none());
+        assert!(encode_request(None, &[b"c\0at"], &[]).is_none());
+        assert!(decode_request(&bytes[..bytes.len() - 1]).is_none());
+        assert!(decode_request(&[&bytes[..], b"x\0"].concat()).is_none());
+        assert!(decode_request(&encode_request(None, &[], &[]).unwrap()).is_none());
+        assert!(decode_request(b"\xff\xff\xff\xff").is_none());
+        assert_eq!(decode_report(&encode_report(1, -2)), Some((1, -2)));
+        assert_eq!(decode_report(b"short"), None);
     }
 }

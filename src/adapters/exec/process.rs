@@ -20,6 +20,7 @@
 //!   and a flooding function gets a clear error.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::Command;
 
 use crate::adapters::parse_pool::parse_off_workers;
@@ -51,6 +52,13 @@ pub enum Confinement {
     /// each page it writes while any supervisor lives: slower under
     /// concurrency. The fallback when the program is not found.
     InProcess,
+    /// The default: one long-lived `krm-fn-supervisor --resident
+    /// RUNNER_PID` started from this path (on first use, and again after it
+    /// ended), which forks a small per-call supervisor for each call and
+    /// gets the call's pipes and a status socket over a Unix socket: no
+    /// `exec` of a supervisor per call. A call whose argv and environment
+    /// exceed 64 KiB is started the [`Confinement::Program`] way.
+    Resident(PathBuf),
 }
 
 impl Confinement {
@@ -58,17 +66,33 @@ impl Confinement {
     pub const PROGRAM: &'static str = "krm-fn-supervisor";
 
     /// The environment variable that overrides where the program is looked
-    /// for: a path to it, or `in-process` for [`Confinement::InProcess`].
+    /// for and how it runs: a path to it (resident), `per-call` for
+    /// [`Confinement::Program`] with the program found as without the
+    /// variable, or `in-process` for [`Confinement::InProcess`].
     pub const ENV: &'static str = "KRM_FN_SUPERVISOR";
+
+    /// The [`Confinement::ENV`] value that selects [`Confinement::Program`].
+    pub const PER_CALL: &'static str = "per-call";
 
     /// Finds the supervisor program: the path in [`Confinement::ENV`] when
     /// set (an unusable path is reported in the result's reason), else
     /// [`Confinement::PROGRAM`] next to the running executable, or one
     /// directory up when the executable sits in a `deps` directory (cargo's
-    /// test and bench binaries). Returns the choice and, for
+    /// test and bench binaries); [`Confinement::Resident`] with it, or
+    /// [`Confinement::Program`] when the variable is
+    /// [`Confinement::PER_CALL`]. Returns the choice and, for
     /// [`Confinement::InProcess`], why.
     pub fn detect() -> (Confinement, Option<String>) {
-        if let Some(value) = std::env::var_os(Self::ENV) {
+        let per_call = std::env::var_os(Self::ENV).is_some_and(|v| v == Self::PER_CALL);
+        let found = Self::find();
+        match found {
+            (Confinement::Resident(path), why) if per_call => (Confinement::Program(path), why),
+            other => other,
+        }
+    }
+
+    fn find() -> (Confinement, Option<String>) {
+        if let Some(value) = std::env::var_os(Self::ENV).filter(|v| v != Self::PER_CALL) {
             if value == "in-process" {
                 return (
                     Confinement::InProcess,
@@ -77,7 +101,7 @@ impl Confinement {
             }
             let path = PathBuf::from(value);
             return match executable(&path) {
-                Ok(()) => (Confinement::Program(path), None),
+                Ok(()) => (Confinement::Resident(path), None),
                 Err(why) => (
                     Confinement::InProcess,
                     Some(format!("{}={}: {why}", Self::ENV, path.display())),
@@ -98,7 +122,7 @@ impl Confinement {
         while let Some(d) = dir {
             let candidate = d.join(Self::PROGRAM);
             if executable(&candidate).is_ok() {
-                return (Confinement::Program(candidate), None);
+                return (Confinement::Resident(candidate), None);
             }
             tried.push(candidate);
             dir = d
@@ -120,9 +144,13 @@ impl Confinement {
         CURRENT.get_or_init(|| {
             let (choice, why) = Self::detect();
             match &choice {
+                Confinement::Resident(path) => tracing::info!(
+                    supervisor = %path.display(),
+                    "functions start under the resident supervisor program"
+                ),
                 Confinement::Program(path) => tracing::info!(
                     supervisor = %path.display(),
-                    "functions start under the supervisor program"
+                    "functions start under the supervisor program, one per call"
                 ),
                 Confinement::InProcess => tracing::warn!(
                     reason = why.as_deref().unwrap_or_default(),
@@ -215,6 +243,14 @@ pub enum ProcessError {
     /// The timeout passed; the function and its descendants were killed.
     #[error("the function did not finish within {0:?}; it was stopped")]
     TimedOut(Duration),
+    /// The resident supervisor ended (killed or crashed) before it reported
+    /// how the function ended; the function's processes were signalled to
+    /// stop. The next call starts a new resident supervisor.
+    #[error(
+        "the function's supervisor (krm-fn-supervisor) ended before the function did: it was \
+         killed or crashed; the function was stopped, and the next call starts a new supervisor"
+    )]
+    SupervisorLost,
     /// Reading or writing the pipes failed.
     #[error("I/O error talking to the function: {0}")]
     Io(#[from] io::Error),
@@ -260,17 +296,33 @@ pub async fn run(
 /// Errors: as [`run`]; a function the supervisor program could not start
 /// is the same [`ProcessError::Spawn`] (with the `exec` error) as with
 /// [`Confinement::InProcess`], and a supervisor program that cannot be
-/// started is a [`ProcessError::Spawn`] naming that program.
+/// started is a [`ProcessError::Spawn`] naming that program. With
+/// [`Confinement::Resident`], a resident supervisor that ends before the
+/// call's report (killed, crashed) is [`ProcessError::SupervisorLost`].
 pub async fn run_confined(
     spec: &ProcessSpec,
     stdin: Bytes,
     limits: ProcessLimits,
     confinement: &Confinement,
 ) -> Result<ProcessOutput, ProcessError> {
+    let per_call;
+    let confinement = match confinement {
+        Confinement::Resident(supervisor) => match resident_request(spec)? {
+            Some(request) => {
+                return run_resident(spec, stdin, limits, supervisor, &request).await;
+            }
+            // Too large for one message: a supervisor of its own.
+            None => {
+                per_call = Confinement::Program(supervisor.clone());
+                &per_call
+            }
+        },
+        other => other,
+    };
     let runner = std::process::id() as libc::pid_t;
     let token = format!("{:016x}", rand::random::<u64>());
     let mut cmd = match confinement {
-        Confinement::Program(supervisor) => {
+        Confinement::Program(supervisor) | Confinement::Resident(supervisor) => {
             // No `pre_exec`: std spawns it with `posix_spawn`.
             let mut cmd = Command::new(supervisor);
             cmd.arg(runner.to_string()).arg(&token).arg(&spec.program);
@@ -297,7 +349,9 @@ pub async fn run_confined(
     }
     let mut child = cmd.spawn().map_err(|source| ProcessError::Spawn {
         program: match confinement {
-            Confinement::Program(supervisor) => supervisor.clone(),
+            Confinement::Program(supervisor) | Confinement::Resident(supervisor) => {
+                supervisor.clone()
+            }
             Confinement::InProcess => spec.program.clone(),
         },
         source,
@@ -306,12 +360,64 @@ pub async fn run_confined(
         child.id().map(|id| Pid::from_raw(id as i32)),
         std::sync::atomic::AtomicBool::new(false),
     );
-
     let input = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let limit = limits.max_output_bytes;
+    let wait = async {
+        // The supervisor exits only when the function and every descendant
+        // are gone.
+        let status = child.wait().await?;
+        stopper.1.store(true, std::sync::atomic::Ordering::Release);
+        Ok::<_, ProcessError>(status)
+    };
+    let (out, err, status) =
+        exchange(&spec.program, stdin, limits, input, stdout, stderr, wait).await?;
+    drop(stopper);
+    if let Confinement::Program(_) = confinement
+        && let Some(errno) = start_failure(status.code(), &err, &token)
+    {
+        return Err(ProcessError::Spawn {
+            program: spec.program.clone(),
+            source: io::Error::from_raw_os_error(errno),
+        });
+    }
+    Ok(output(status, out, err))
+}
 
+/// The result of a run that ended with `status`.
+fn output(status: std::process::ExitStatus, out: Vec<u8>, err: Vec<u8>) -> ProcessOutput {
+    let exit = match (status.code(), status.signal()) {
+        (Some(code), _) => ExitReason::Code(code),
+        (None, Some(sig)) => ExitReason::Signal(sig),
+        (None, None) => ExitReason::Code(-1),
+    };
+    ProcessOutput {
+        exit,
+        stdout: out.into(),
+        stderr: err.into(),
+    }
+}
+
+/// Writes `stdin` to `input` while reading `stdout` and `stderr` (each
+/// capped at the limit) and waiting for `wait`, the supervisor's report that
+/// the function and every descendant are gone; output still open
+/// [`OUTPUT_GRACE`] after that is taken as complete. The whole exchange is
+/// bounded by the limits' timeout. Returns stdout, stderr and `wait`'s value.
+async fn exchange<W, R, E, T>(
+    program: &Path,
+    stdin: Bytes,
+    limits: ProcessLimits,
+    input: Option<W>,
+    stdout: Option<R>,
+    stderr: Option<E>,
+    wait: impl Future<Output = Result<T, ProcessError>>,
+) -> Result<(Vec<u8>, Vec<u8>, T), ProcessError>
+where
+    W: AsyncWrite + Unpin,
+    R: AsyncRead + Unpin,
+    E: AsyncRead + Unpin,
+{
+    let limit = limits.max_output_bytes;
     let write_stdin = async move {
         if let Some(mut pipe) = input {
             match pipe.write_all(&stdin).await {
@@ -340,16 +446,13 @@ pub async fn run_confined(
                 let _ = on_exit.await;
                 tokio::time::sleep(OUTPUT_GRACE).await;
             } => {
-                tracing::warn!(program = %spec.program.display(), "the function's pipes stayed open after it exited; its output was taken as complete");
+                tracing::warn!(program = %program.display(), "the function's pipes stayed open after it exited; its output was taken as complete");
                 Ok(())
             }
         }
     };
     let wait = async {
-        // The supervisor exits only when the function and every descendant
-        // are gone.
-        let status = child.wait().await?;
-        stopper.1.store(true, std::sync::atomic::Ordering::Release);
+        let status = wait.await?;
         let _ = exited.send(());
         Ok::<_, ProcessError>(status)
     };
@@ -360,25 +463,121 @@ pub async fn run_confined(
             .map_err(|_| ProcessError::TimedOut(t))??,
         None => work.await?,
     };
-    drop(stopper);
-    if let Confinement::Program(_) = confinement
-        && let Some(errno) = start_failure(status.code(), &err, &token)
-    {
-        return Err(ProcessError::Spawn {
+    Ok((out, err, status))
+}
+
+/// The resident supervisor's request for `spec`, or `None` when it takes
+/// more than [`super::confine::MAX_REQUEST`] bytes.
+///
+/// Errors: a NUL byte in the program, an argument, the environment or the
+/// working directory: the same [`ProcessError::Spawn`] as `std`'s.
+fn resident_request(spec: &ProcessSpec) -> Result<Option<Vec<u8>>, ProcessError> {
+    use std::os::unix::ffi::OsStrExt;
+    let argv: Vec<&[u8]> = std::iter::once(spec.program.as_os_str().as_bytes())
+        .chain(spec.args.iter().map(|a| a.as_bytes()))
+        .collect();
+    let env: Vec<Vec<u8>> = spec
+        .env
+        .iter()
+        .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+        .collect();
+    let env: Vec<&[u8]> = env.iter().map(Vec::as_slice).collect();
+    let cwd = spec.cwd.as_ref().map(|c| c.as_os_str().as_bytes());
+    let request =
+        super::confine::encode_request(cwd, &argv, &env).ok_or_else(|| ProcessError::Spawn {
             program: spec.program.clone(),
-            source: io::Error::from_raw_os_error(errno),
-        });
-    }
-    let exit = match (status.code(), status.signal()) {
-        (Some(code), _) => ExitReason::Code(code),
-        (None, Some(sig)) => ExitReason::Signal(sig),
-        (None, None) => ExitReason::Code(-1),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "nul byte found in provided data",
+            ),
+        })?;
+    Ok((request.len() <= super::confine::MAX_REQUEST).then_some(request))
+}
+
+/// [`run_confined`] through the resident supervisor `supervisor`: new
+/// pipes and a status socket for this call, passed with `request`; the call
+/// is stopped (the whole function tree killed) when the status socket is
+/// closed, which dropping this future does.
+async fn run_resident(
+    spec: &ProcessSpec,
+    stdin: Bytes,
+    limits: ProcessLimits,
+    supervisor: &Path,
+    request: &[u8],
+) -> Result<ProcessOutput, ProcessError> {
+    use super::confine::{REPORT_BYTES, REPORT_EXITED, REPORT_START_FAILED, decode_report};
+    use nix::fcntl::OFlag;
+    use nix::unistd::pipe2;
+    use std::os::fd::AsRawFd;
+    use tokio::net::unix::pipe;
+
+    let (input_theirs, input) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let (stdout, stdout_theirs) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let (stderr, stderr_theirs) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let (status, status_theirs) = super::resident::seqpacket_pair()?;
+    let fds = [
+        input_theirs.as_raw_fd(),
+        stdout_theirs.as_raw_fd(),
+        stderr_theirs.as_raw_fd(),
+        status_theirs.as_raw_fd(),
+    ];
+    super::resident::send(supervisor, request, &fds)
+        .await
+        .map_err(|e| match e {
+            Ok(source) => ProcessError::Spawn {
+                program: supervisor.to_path_buf(),
+                source,
+            },
+            Err(_) => ProcessError::SupervisorLost,
+        })?;
+    // Only the supervisor's copies remain.
+    drop((input_theirs, stdout_theirs, stderr_theirs, status_theirs));
+    let input = pipe::Sender::from_owned_fd(input)?;
+    let stdout = pipe::Receiver::from_owned_fd(stdout)?;
+    let stderr = pipe::Receiver::from_owned_fd(stderr)?;
+    super::resident::set_nonblocking(&status)?;
+    let status = super::resident::register(status, tokio::io::Interest::READABLE)?;
+    let wait = async {
+        let mut report = [0u8; REPORT_BYTES + 1];
+        let len = loop {
+            let mut ready = status.readable().await?;
+            match ready.try_io(|fd| {
+                nix::sys::socket::recv(
+                    fd.as_raw_fd(),
+                    &mut report,
+                    nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+                )
+                .map_err(io::Error::from)
+            }) {
+                Ok(len) => break len?,
+                Err(_would_block) => continue,
+            }
+        };
+        match decode_report(&report[..len]) {
+            Some((REPORT_EXITED, st)) => Ok(std::process::ExitStatus::from_raw(st)),
+            Some((REPORT_START_FAILED, errno)) => Err(ProcessError::Spawn {
+                program: spec.program.clone(),
+                source: io::Error::from_raw_os_error(errno),
+            }),
+            // The end of the socket without a report: the supervisor ended.
+            None if len == 0 => Err(ProcessError::SupervisorLost),
+            _ => Err(ProcessError::Io(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the function's supervisor could not read the request",
+            ))),
+        }
     };
-    Ok(ProcessOutput {
-        exit,
-        stdout: out.into(),
-        stderr: err.into(),
-    })
+    let (out, err, status) = exchange(
+        &spec.program,
+        stdin,
+        limits,
+        Some(input),
+        Some(stdout),
+        Some(stderr),
+        wait,
+    )
+    .await?;
+    Ok(output(status, out, err))
 }
 
 /// The `errno` the supervisor program reported for a function it could not

@@ -1,0 +1,160 @@
+//! The runner's side of the resident supervisor: one long-lived
+//! `krm-fn-supervisor --resident RUNNER_PID` process per supervisor program,
+//! started on first use, which forks a per-call supervisor for each call
+//! (see `src/bin/krm-fn-supervisor.rs` and the protocol in `super::confine`).
+//!
+//! The control socket is shared by every call without a lock: each request
+//! is one `SOCK_SEQPACKET` message, sent whole or not at all. A resident
+//! supervisor found gone when a request is sent (killed, crashed) is
+//! replaced by a new one and the request sent again, once.
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, sendmsg, socketpair,
+};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
+/// One running resident supervisor.
+#[derive(Debug)]
+pub(crate) struct Resident {
+    /// The runner's end of the control socket (non-blocking).
+    control: OwnedFd,
+    /// Reaped by tokio once it exits, whenever this handle is dropped.
+    _process: Mutex<tokio::process::Child>,
+}
+
+/// The resident supervisor of each program path in use (normally one).
+static RESIDENTS: Mutex<Vec<(PathBuf, Arc<Resident>)>> = Mutex::new(Vec::new());
+
+/// A connected pair of `SOCK_SEQPACKET` Unix sockets, close-on-exec.
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?)
+}
+
+/// `fd` registered with the current tokio runtime for `interest`.
+pub(crate) fn register(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an `OwnedFd` keeps its descriptor open, and the same one,
+    // until it is dropped.
+    Ok(unsafe { AsyncFd::register_with_interest(fd, interest) }?)
+}
+
+/// Puts `fd` in non-blocking mode.
+pub(crate) fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Sends one request with `fds` attached to the resident supervisor of
+/// `program`, starting it first when none runs, and starting a new one when
+/// the current one is found gone.
+///
+/// Errors: the supervisor program cannot be started (the `io::Error` of its
+/// spawn, in `Err(Ok(..))`), or the request cannot be sent (`Err(Err(..))`).
+pub(crate) async fn send(
+    program: &Path,
+    request: &[u8],
+    fds: &[RawFd; 4],
+) -> Result<(), Result<io::Error, io::Error>> {
+    let mut retried = false;
+    loop {
+        let resident = current(program).map_err(Ok)?;
+        match resident.send(request, fds).await {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if !retried
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EPIPE | libc::ECONNRESET | libc::ECONNREFUSED | libc::ENOTCONN)
+                    ) =>
+            {
+                tracing::warn!(
+                    supervisor = %program.display(),
+                    "the resident function supervisor had ended; starting a new one"
+                );
+                forget(program, &resident);
+                retried = true;
+            }
+            Err(e) => return Err(Err(e)),
+        }
+    }
+}
+
+/// The resident supervisor of `program`, started when there is none.
+fn current(program: &Path) -> io::Result<Arc<Resident>> {
+    let mut all = RESIDENTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, r)) = all.iter().find(|(p, _)| p == program) {
+        return Ok(r.clone());
+    }
+    let r = Arc::new(Resident::start(program)?);
+    all.push((program.to_path_buf(), r.clone()));
+    Ok(r)
+}
+
+/// Drops `stale` as the resident supervisor of `program` (unless another
+/// call has replaced it already).
+fn forget(program: &Path, stale: &Arc<Resident>) {
+    let mut all = RESIDENTS.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(p, r)| !(p == program && Arc::ptr_eq(r, stale)));
+}
+
+impl Resident {
+    /// Starts `program --resident RUNNER_PID` with `posix_spawn`, its
+    /// control socket as stdin, in its own process group (a terminal's
+    /// Ctrl-C reaches the runner, which ends calls its own way).
+    fn start(program: &Path) -> io::Result<Self> {
+        let (ours, theirs) = seqpacket_pair()?;
+        set_nonblocking(&ours)?;
+        let process = tokio::process::Command::new(program)
+            .arg("--resident")
+            .arg(std::process::id().to_string())
+            .env_clear()
+            .stdin(Stdio::from(theirs))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        tracing::debug!(pid = process.id(), supervisor = %program.display(), "resident function supervisor started");
+        Ok(Self {
+            control: ours,
+            _process: Mutex::new(process),
+        })
+    }
+
+    /// Sends one request; waits (without blocking the thread) while the
+    /// socket's buffer is full.
+    async fn send(&self, request: &[u8], fds: &[RawFd; 4]) -> io::Result<()> {
+        loop {
+            match sendmsg::<()>(
+                self.control.as_raw_fd(),
+                &[IoSlice::new(request)],
+                &[ControlMessage::ScmRights(fds)],
+                MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                None,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => {
+                    // A duplicate, registered with this call's runtime only
+                    // while it waits.
+                    let fd = register(self.control.try_clone()?, Interest::WRITABLE)?;
+                    let _ = fd.writable().await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
