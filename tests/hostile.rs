@@ -36,6 +36,21 @@ fn groups_matching(marker: &str) -> usize {
     groups.len()
 }
 
+/// Whether any live process's command line (NULs read as spaces) contains
+/// `text`.
+fn any_cmdline_contains(text: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            return false;
+        };
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+            String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .contains(text)
+        }) && common::alive(pid)
+    })
+}
+
 fn request(image: &str, rl: Vec<u8>) -> EvaluateFunctionRequest {
     EvaluateFunctionRequest {
         resource_list: rl.into(),
@@ -182,6 +197,12 @@ async fn no_function_survives_a_killed_server() {
             gone,
             "{server}: processes left after SIGKILL of the server: {:?}",
             processes_matching(&marker)
+        );
+        // The resident supervisor went with the server.
+        let resident = format!("krm-fn-supervisor --resident {}", runner.pid());
+        assert!(
+            wait_until(Duration::from_secs(5), || !any_cmdline_contains(&resident)),
+            "{server}: the resident supervisor outlived the server"
         );
         for c in calls {
             c.abort();
