@@ -236,7 +236,7 @@ pub(crate) unsafe fn supervise(
 /// descendant ([`end_tree`]). Returns the function's wait status (SIGKILL
 /// when it was stopped before it exited), or `None` when the resident
 /// supervisor died first (the call has no status to report then).
-#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+#[allow(dead_code)] // used by the supervisor program
 pub(crate) unsafe fn supervise_call(
     resident: libc::pid_t,
     function: libc::pid_t,
@@ -317,7 +317,7 @@ pub(crate) unsafe fn supervise_call(
 /// Whether the handled signal `sig` stops the function: any but SIGCHLD,
 /// and [`PARENT_DIED`] only once this process was re-parented away from
 /// `parent`.
-#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+#[allow(dead_code)] // used by the supervisor program
 unsafe fn stops(sig: libc::c_int, parent: libc::pid_t) -> bool {
     match sig {
         libc::SIGCHLD => false,
@@ -544,11 +544,11 @@ pub(crate) const REPORT_EXITED: u32 = 0;
 /// Report kind: the function could not be started; the value is the `errno`.
 pub(crate) const REPORT_START_FAILED: u32 = 1;
 /// Report kind: the request could not be read; the value is 0.
-#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+#[allow(dead_code)] // used by the supervisor program
 pub(crate) const REPORT_BAD_REQUEST: u32 = 2;
 
 /// A report: the kind (little-endian `u32`) and the value (`i32`).
-#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+#[allow(dead_code)] // used by the supervisor program
 pub(crate) fn encode_report(kind: u32, value: i32) -> [u8; REPORT_BYTES] {
     let mut out = [0u8; REPORT_BYTES];
     out[..4].copy_from_slice(&kind.to_le_bytes());
@@ -593,7 +593,7 @@ pub(crate) fn encode_request<'a>(
 /// A request read back: the working directory, `argv` and the environment,
 /// each string with its NUL. Returns `None` when `bytes` is not exactly one
 /// request with a non-empty `argv`.
-#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+#[allow(dead_code)] // used by the supervisor program
 pub(crate) fn decode_request(bytes: &[u8]) -> Option<DecodedRequest<'_>> {
     let argc = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
     let envc = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?) as usize;
@@ -622,7 +622,7 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Option<DecodedRequest<'_>> {
 }
 
 /// A request read by [`decode_request`]; each string ends with its NUL.
-#[cfg_attr(not(test), allow(dead_code))] // used by the supervisor program
+#[allow(dead_code)] // used by the supervisor program
 pub(crate) struct DecodedRequest<'a> {
     /// The working directory, if any.
     pub(crate) cwd: Option<&'a [u8]>,
