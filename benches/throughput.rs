@@ -7,8 +7,10 @@
 //! Measured, per runner:
 //! - **large inputs** (1, 5 and 6 MiB ResourceLists of Deployments, one
 //!   caller): the server's own CPU per call (its `utime + stime` from
-//!   `/proc/<pid>/stat`) against the function's (the reaped children's
-//!   `cutime + cstime` in the same run), and the median call time;
+//!   `/proc/<pid>/stat`, plus its resident function supervisor's) against
+//!   the function's (the reaped children's `cutime + cstime` in the same
+//!   run, the resident supervisor's reaped children included), and the
+//!   median call time;
 //! - **one caller** (the small ResourceList of `benches/evaluate.rs`): p50
 //!   and p99, beside the bare-spawn floor (the binary run directly, no
 //!   server);
@@ -16,7 +18,8 @@
 //!   per call, and the CPU ceiling (cores ÷ the function's CPU seconds per
 //!   call) with the fraction of it reached;
 //! - **memory**: RSS when idle and the peak (`VmHWM`) after the 16-caller
-//!   rounds.
+//!   rounds, krm-fn-runner's with its resident function supervisor's
+//!   added (it starts with the first call, so only the peak has it).
 //!
 //! Prints a Markdown table and writes a JSON summary (machine cores, load
 //! average before and after, every figure) to `target/throughput.json`, or
@@ -197,6 +200,41 @@ fn cpu(pid: u32) -> Cpu {
     }
 }
 
+/// [`cpu`] of the server `pid` with its resident function supervisor's
+/// (`krm-fn-supervisor --resident`, a live child of the server) added: the
+/// resident process's own CPU to the server's, and its reaped children's
+/// (the per-call supervisors with their functions) to the functions'.
+/// A per-call supervisor program, reaped by the server itself, is in the
+/// server's children's CPU already.
+fn cpu_with_resident(pid: u32) -> Cpu {
+    let mut total = cpu(pid);
+    if let Some(resident) = resident_of(pid) {
+        let r = cpu(resident);
+        total.own += r.own;
+        total.children += r.children;
+    }
+    total
+}
+
+/// The resident function supervisor of the server `pid`, when one runs.
+fn resident_of(pid: u32) -> Option<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks.flatten().find_map(|task| {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.split_whitespace().find_map(|child| {
+            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).ok()?;
+            let arg = cmdline.split(|&b| b == 0).nth(1)?;
+            (arg == b"--resident").then(|| child.parse().ok())?
+        })
+    })
+}
+
+/// [`status_kib`] of the server `pid` plus its resident function
+/// supervisor's, when one runs.
+fn status_kib_with_resident(pid: u32, key: &str) -> u64 {
+    status_kib(pid, key) + resident_of(pid).map_or(0, |r| status_kib(r, key))
+}
+
 /// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`).
 fn status_kib(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -236,7 +274,7 @@ struct Run {
 /// calls from `callers` callers on one connection.
 fn ghz(ghz: &Path, peer: &Peer, message: &Path, callers: usize, calls: usize) -> Run {
     let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto/evaluator.proto");
-    let before = cpu(peer.pid());
+    let before = cpu_with_resident(peer.pid());
     let out = Command::new(ghz)
         .args([
             "--insecure",
@@ -260,7 +298,7 @@ fn ghz(ghz: &Path, peer: &Peer, message: &Path, callers: usize, calls: usize) ->
         .stderr(Stdio::inherit())
         .output()
         .expect("run ghz");
-    let used = cpu(peer.pid()) - before;
+    let used = cpu_with_resident(peer.pid()) - before;
     assert!(out.status.success(), "ghz failed");
     let report: Value = serde_json::from_slice(&out.stdout).expect("ghz's JSON report");
     let quantile = |q: f64| {
@@ -363,7 +401,11 @@ fn main() {
 
     let peers = [start_ours(), start_porch(&porch_bin)];
     std::thread::sleep(Duration::from_secs(1));
-    let idle_rss: Vec<u64> = peers.iter().map(|p| status_kib(p.pid(), "VmRSS")).collect();
+    // Before any call: a resident function supervisor starts with the first.
+    let idle_rss: Vec<u64> = peers
+        .iter()
+        .map(|p| status_kib_with_resident(p.pid(), "VmRSS"))
+        .collect();
 
     let small = work.path().join("small.bin");
     std::fs::write(&small, request_message(SMALL_INPUT.as_bytes(), &image)).unwrap();
@@ -385,7 +427,11 @@ fn main() {
     let concurrent = interleaved(rounds, &peers, |p| {
         ghz(&ghz_bin, p, &small, 16, CONCURRENT_CALLS)
     });
-    let peak_rss: Vec<u64> = peers.iter().map(|p| status_kib(p.pid(), "VmHWM")).collect();
+    let peak_rss: Vec<u64> = peers
+        .iter()
+        .map(|p| status_kib_with_resident(p.pid(), "VmHWM"))
+        .collect();
+    let resident_rss_kib = resident_of(peers[0].pid()).map(|r| status_kib(r, "VmRSS"));
 
     // Large inputs.
     let mut large = Vec::new();
@@ -414,6 +460,7 @@ fn main() {
             "rounds": rounds,
         },
         "bare_spawn_ms": {"p50": median(bare.clone()), "runs": bare.len()},
+        "resident_supervisor_rss_kib": resident_rss_kib,
         "runners": [],
     });
     let mut table = vec![
