@@ -399,17 +399,10 @@ mod resident {
     /// Reads the pending signals: reaps finished per-call children, and
     /// ends this process on a stop signal or when the runner died.
     unsafe fn take_signals(signals: RawFd, runner: libc::pid_t) {
-        // SAFETY: reads into a stack value, waitpid on a stack integer.
+        // SAFETY: reads of the signalfd, waitpid on a stack integer.
         unsafe {
-            let mut info: libc::signalfd_siginfo = std::mem::zeroed();
-            let size = std::mem::size_of::<libc::signalfd_siginfo>();
-            while libc::read(
-                signals,
-                (&mut info as *mut libc::signalfd_siginfo).cast(),
-                size,
-            ) == size as isize
-            {
-                match info.ssi_signo as libc::c_int {
+            while let Some(sig) = confine::next_signal(signals) {
+                match sig {
                     libc::SIGCHLD => {
                         let mut st = 0;
                         while libc::waitpid(-1, &mut st, libc::WNOHANG) > 0 {}
@@ -442,18 +435,16 @@ mod resident {
             report(status, confine::REPORT_BAD_REQUEST, 0);
             return;
         };
-        let argv: Vec<*const c_char> = request
-            .argv
-            .iter()
-            .map(|s| s.as_ptr().cast())
-            .chain([std::ptr::null()])
-            .collect();
-        let envp: Vec<*const c_char> = request
-            .env
-            .iter()
-            .map(|s| s.as_ptr().cast())
-            .chain([std::ptr::null()])
-            .collect();
+        // Null-terminated arrays of the strings (each ends with its NUL).
+        let pointers = |strings: &[&[u8]]| -> Vec<*const c_char> {
+            strings
+                .iter()
+                .map(|s| s.as_ptr().cast())
+                .chain([std::ptr::null()])
+                .collect()
+        };
+        let argv = pointers(&request.argv);
+        let envp = pointers(&request.env);
         // SAFETY: fork of this single-threaded process; the child only
         // makes system calls and never returns.
         unsafe {

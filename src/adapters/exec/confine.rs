@@ -291,15 +291,7 @@ pub(crate) unsafe fn supervise_call(
                 }
                 continue;
             }
-            let mut info: libc::signalfd_siginfo = std::mem::zeroed();
-            let size = std::mem::size_of::<libc::signalfd_siginfo>();
-            while libc::read(
-                signals,
-                (&mut info as *mut libc::signalfd_siginfo).cast(),
-                size,
-            ) == size as isize
-            {
-                let sig = info.ssi_signo as libc::c_int;
+            while let Some(sig) = next_signal(signals) {
                 if stops(sig, resident) {
                     lost = sig == PARENT_DIED;
                     break 'wait;
@@ -311,6 +303,22 @@ pub(crate) unsafe fn supervise_call(
         }
         let status = end_tree(function, status);
         (!lost).then_some(status)
+    }
+}
+
+/// The next signal pending on the non-blocking signalfd `signals`, or
+/// `None` when there is none.
+pub(crate) unsafe fn next_signal(signals: libc::c_int) -> Option<libc::c_int> {
+    // SAFETY: a read into a stack value of the size it is.
+    unsafe {
+        let mut info: libc::signalfd_siginfo = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        let n = libc::read(
+            signals,
+            (&mut info as *mut libc::signalfd_siginfo).cast(),
+            size,
+        );
+        (n == size as isize).then_some(info.ssi_signo as libc::c_int)
     }
 }
 
