@@ -27,11 +27,15 @@
 //! The function itself runs in its own process group with
 //! `PR_SET_PDEATHSIG(SIGKILL)` tied to the supervisor.
 //!
-//! The supervisor is normally the `krm-fn-supervisor` program
-//! (`src/bin/krm-fn-supervisor.rs`, which includes this file), which the
-//! runner starts with `posix_spawn` (no copy of the runner's address space);
-//! without that program, the runner's own forked child becomes the
-//! supervisor ([`become_supervisor`]).
+//! The supervisor is normally a process forked for the call by the resident
+//! `krm-fn-supervisor --resident` (`src/bin/krm-fn-supervisor.rs`, which
+//! includes this file), one long-lived process the runner starts once with
+//! `posix_spawn` and sends each call to over a Unix socket (the protocol is
+//! below, [`MAX_REQUEST`]); there it waits with [`supervise_call`], which
+//! also stops the call when the runner closes the call's status socket. It
+//! can also be that program started per call (`posix_spawn`, no copy of the
+//! runner's address space), or, without the program, the runner's own
+//! forked child ([`become_supervisor`]).
 //!
 //! This needs no privilege (no cgroup, no namespace), so it works the same
 //! in a non-root Kubernetes container where cgroups are read-only and
@@ -40,7 +44,9 @@
 //! Everything in this module may run in the forked child of a
 //! multi-threaded process, between `fork` and `exec`, where only
 //! async-signal-safe calls are allowed: no allocation, no locks — raw system
-//! calls on stack buffers.
+//! calls on stack buffers. The exception is the resident supervisor's
+//! request codec ([`encode_request`], [`decode_request`]), which allocates
+//! and runs only in the runner and in the single-threaded resident process.
 
 use std::io;
 
