@@ -191,7 +191,7 @@ pub fn merge(
             .is_ok();
         if ok
             && let Some(text) = apply(base.text(), &mut ed.out)
-            && reads_as(&text, target)
+            && (edits_read_as(base, root, &ed.out, target) || reads_as(&text, target))
         {
             return Ok(text);
         }
@@ -230,6 +230,114 @@ fn with_newline(mut s: String) -> String {
 /// True when `text` parses to `target`.
 fn reads_as(text: &str, target: &Value) -> bool {
     super::tree::parse_value(text).is_ok_and(|v| &v == target)
+}
+
+/// The check of an edit that re-reads only what it touched: true when the
+/// splices of `base`'s text leave every top-level entry they do not touch as
+/// it was and the touched entries' new text, read on its own, holds exactly
+/// `target`'s other entries. Such a document reads as `target` without
+/// parsing it whole: a root block mapping whose keys all start lines at
+/// column 0 is read entry by entry, each entry running from its key's line
+/// to the next key's line (the comment lines before a key go with the entry
+/// above it — comments hold no value).
+///
+/// False (the caller parses the whole result) when that shape does not hold:
+/// another root, a splice across two entries, a touched entry whose new text
+/// would not start a line at column 0 or end one, or a read that differs.
+fn edits_read_as(base: &YamlDoc, root: &Node, splices: &[Splice], target: &Value) -> bool {
+    let (
+        Kind::Map {
+            flow: false,
+            entries,
+        },
+        Value::Object(old),
+        Value::Object(new),
+    ) = (&root.kind, base.value(), target)
+    else {
+        return false;
+    };
+    let t = base.text();
+    if entries.is_empty()
+        || entries
+            .iter()
+            .any(|e| e.key.props || column(t, e.key.start) != 0 || !old.contains_key(&e.name))
+    {
+        return false;
+    }
+    // Entry i runs from bounds[i] to bounds[i + 1].
+    let mut bounds: Vec<usize> = Vec::with_capacity(entries.len() + 1);
+    bounds.push(0);
+    bounds.extend(entries[1..].iter().map(|e| line_start(t, e.key.start)));
+    bounds.push(t.len());
+    if bounds.windows(2).any(|w| w[0] > w[1]) {
+        return false;
+    }
+    // Which entry each splice edits: an insertion at an entry's first byte
+    // belongs to the entry above (text appended after its last line).
+    let mut touched: Vec<Vec<&Splice>> = vec![Vec::new(); entries.len()];
+    for s in splices {
+        let i = match bounds[1..].iter().position(|&b| s.start < b) {
+            Some(i) if i > 0 && s.start == s.end && s.start == bounds[i] => i - 1,
+            Some(i) => i,
+            None if s.start == t.len() => entries.len() - 1,
+            None => return false,
+        };
+        if s.end > bounds[i + 1] {
+            return false;
+        }
+        touched[i].push(s);
+    }
+    let mut check = String::new();
+    for (i, splices) in touched.iter_mut().enumerate() {
+        if splices.is_empty() {
+            let e = &entries[i];
+            if new.get(&e.name) != old.get(&e.name) {
+                return false;
+            }
+            continue;
+        }
+        splices.sort_by_key(|s| (s.start, s.end));
+        let (from, to) = (bounds[i], bounds[i + 1]);
+        let mut part = String::with_capacity(to - from + 64);
+        let mut at = from;
+        for s in splices.iter() {
+            if s.start < at {
+                return false;
+            }
+            part.push_str(&t[at..s.start]);
+            part.push_str(&s.text);
+            at = s.end;
+        }
+        part.push_str(&t[at..to]);
+        let first_content = part.lines().find(|l| {
+            let l = l.trim();
+            !l.is_empty() && !l.starts_with('#')
+        });
+        if first_content.is_some_and(|l| l.starts_with([' ', '\t']))
+            || (to < t.len() && !part.is_empty() && !part.ends_with('\n'))
+        {
+            return false;
+        }
+        check.push_str(&part);
+    }
+    let read = match super::tree::parse_value(&check) {
+        Ok(Value::Object(m)) => m,
+        Ok(Value::Null) => Map::new(),
+        _ => return false,
+    };
+    let kept = entries
+        .iter()
+        .zip(&touched)
+        .filter(|(_, s)| s.is_empty())
+        .count();
+    kept + read.len() == new.len()
+        && read.iter().all(|(k, v)| {
+            new.get(k) == Some(v)
+                && !entries
+                    .iter()
+                    .zip(&touched)
+                    .any(|(e, s)| s.is_empty() && &e.name == k)
+        })
 }
 
 /// True when the source has a comment text the base does not have (as many
