@@ -37,13 +37,25 @@ impl FunctionRuntime for Chain<dyn FunctionRuntime> {
     /// NotFound, else the last NotFound (or a plain NotFound for an empty chain).
     async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
         let what = call.target.to_string();
+        let name = call.target.name().to_string();
+        // The last member gets the call itself: a render's call holds every
+        // item and its texts, so only runtimes that may fall through get a copy.
+        let mut left = self.names().len();
+        let mut call = Some(call);
+        let missing = &name;
         let answer = self
             .first_found(&what, |runtime| {
-                let call = call.clone();
-                async move { runtime.run(call).await }
+                left = left.saturating_sub(1);
+                let call = if left == 0 { call.take() } else { call.clone() };
+                async move {
+                    match call {
+                        Some(call) => runtime.run(call).await,
+                        None => Err(EvalError::not_found(missing)),
+                    }
+                }
             })
             .await;
-        answer.unwrap_or_else(|| Err(EvalError::not_found(call.target.name())))
+        answer.unwrap_or_else(|| Err(EvalError::not_found(&name)))
     }
 }
 
