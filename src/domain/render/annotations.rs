@@ -5,6 +5,8 @@
 //! that writes a number (`internal.config.kubernetes.io/index: 0`, as YAML
 //! allows) is read as its decimal text, as kyaml reads scalar nodes.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 /// File path of an object, relative to the package that owns it (kyaml).
@@ -43,6 +45,16 @@ pub fn annotations(item: &Value) -> Option<&Map<String, Value>> {
 /// The value of annotation `key` on `item`, scalars rendered as text.
 pub fn get(item: &Value, key: &str) -> Option<String> {
     scalar_text(annotations(item)?.get(key)?)
+}
+
+/// The value of annotation `key` on `item` as [`get`] reads it, borrowed
+/// when it is a string (no copy: the render reads a few annotations of
+/// every object at every step).
+pub fn get_text<'a>(item: &'a Value, key: &str) -> Option<Cow<'a, str>> {
+    match annotations(item)?.get(key)? {
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        v => scalar_text(v).map(Cow::Owned),
+    }
 }
 
 /// Text of a scalar value: strings as-is, numbers and booleans in decimal /

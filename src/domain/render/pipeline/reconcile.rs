@@ -66,19 +66,22 @@ pub(super) fn prepare_annotations(
 /// Sets the missing one of each legacy/internal pair from the other.
 pub(super) fn fill_twins(item: &mut Value) {
     for (new, old, _) in TWINS {
-        let n = ann::get(item, new).filter(|v| !v.is_empty());
-        let o = ann::get(item, old).filter(|v| !v.is_empty());
-        match (n, o) {
-            (Some(v), None) => ann::set(item, old, v),
-            (None, Some(v)) => ann::set(item, new, v),
-            _ => {}
+        let n = ann::get_text(item, new).filter(|v| !v.is_empty());
+        let o = ann::get_text(item, old).filter(|v| !v.is_empty());
+        let fill = match (n, o) {
+            (Some(v), None) => Some((old, v.into_owned())),
+            (None, Some(v)) => Some((new, v.into_owned())),
+            _ => None,
+        };
+        if let Some((key, v)) = fill {
+            ann::set(item, key, v);
         }
     }
 }
 
 fn check_twins(item: &Value) -> Result<(), String> {
     for (new, old, what) in TWINS {
-        if let (Some(n), Some(o)) = (ann::get(item, new), ann::get(item, old))
+        if let (Some(n), Some(o)) = (ann::get_text(item, new), ann::get_text(item, old))
             && !n.is_empty()
             && !o.is_empty()
             && n != o

@@ -166,9 +166,17 @@ impl Renderer<'_> {
         let mut out = output.resource_list.items;
         let mut matched: Vec<Option<usize>> = vec![None; out.len()];
         for (k, item) in out.iter_mut().enumerate() {
-            let id = ann::get(item, ann::ID).or_else(|| ann::get(item, ann::LEGACY_ID));
-            if let Some(&j) = id.as_ref().and_then(|id| ids.get(id)) {
-                sync_order(&input[j], item);
+            let id = ann::get_text(item, ann::ID).or_else(|| ann::get_text(item, ann::LEGACY_ID));
+            let j = id.and_then(|id| ids.get(id.as_ref()).copied());
+            if let Some(j) = j {
+                // An item returned byte for byte is the input's value, in its order.
+                let same = matches!(
+                    item_texts.as_ref().and_then(|t| t.get(k)),
+                    Some(OutputItem::Same(s)) if *s == j
+                );
+                if !same {
+                    sync_order(&input[j], item);
+                }
                 ann::remove_all(item, &[ann::ID, ann::LEGACY_ID]);
                 matched[k] = Some(j);
             }
