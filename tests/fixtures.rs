@@ -336,7 +336,10 @@ fn with_comments(dir: &Path, rl: ResourceList) -> String {
         target: FunctionTarget::Exec(String::new()),
         resource_list: rl,
         timeout: None,
-        sources: Some(CallSources { texts }),
+        sources: Some(CallSources {
+            texts,
+            values_only_output: false,
+        }),
     };
     call.input_yaml().unwrap()
 }

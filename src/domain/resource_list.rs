@@ -105,11 +105,29 @@ impl ResourceList {
         sent_values: &[serde_json::Value],
     ) -> Result<(Self, Option<Vec<OutputItem>>), ResourceListError> {
         if let Ok(text) = std::str::from_utf8(bytes)
-            && let Some(parsed) = parse_by_item(text, sent, sent_values)
+            && let Some(parsed) = parse_by_item(text, sent, sent_values, true)
         {
             return Ok((parsed.0, Some(parsed.1)));
         }
         Ok((Self::parse(bytes)?, None))
+    }
+
+    /// [`ResourceList::parse_output`] without the item texts: the same
+    /// values, each changed item read as a value only (no node tree, no
+    /// comments) — for output whose layout nobody keeps.
+    ///
+    /// Errors: as [`ResourceList::parse`].
+    pub fn parse_output_values(
+        bytes: &[u8],
+        sent: &[Arc<str>],
+        sent_values: &[serde_json::Value],
+    ) -> Result<Self, ResourceListError> {
+        if let Ok(text) = std::str::from_utf8(bytes)
+            && let Some(parsed) = parse_by_item(text, sent, sent_values, false)
+        {
+            return Ok(parsed.0);
+        }
+        Self::parse(bytes)
     }
 
     /// Checks that `bytes` are a single YAML object of kind `ResourceList`
@@ -225,6 +243,7 @@ fn parse_by_item(
     text: &str,
     sent: &[Arc<str>],
     sent_values: &[serde_json::Value],
+    texts: bool,
 ) -> Option<(ResourceList, Vec<OutputItem>)> {
     if text.contains('\r') || text.starts_with('%') {
         return None;
@@ -294,11 +313,26 @@ fn parse_by_item(
         .enumerate()
         .map(|(i, t)| (t.as_ref(), i))
         .collect();
-    move_head_comments(&mut chunks, sent);
+    if texts {
+        move_head_comments(&mut chunks, sent);
+    }
     let mut items = Vec::with_capacity(chunks.len());
     let mut values = Vec::with_capacity(chunks.len());
     for (i, chunk) in chunks.iter().enumerate() {
         let doc = dedent_item(chunk, col)?;
+        if !texts {
+            // Values only: an item sent back unchanged is the input's value.
+            let same = sent
+                .get(i)
+                .filter(|s| s.as_ref() == doc)
+                .map(|_| i)
+                .or_else(|| by_text.get(doc.as_str()).copied());
+            values.push(match same {
+                Some(j) => sent_values.get(j)?.clone(),
+                None => codec::tree::parse_value(&doc).ok()?,
+            });
+            continue;
+        }
         let doc = indent_comments_like_their_node(doc);
         let same = sent
             .get(i)

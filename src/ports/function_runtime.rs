@@ -139,6 +139,10 @@ impl FunctionCall {
         crate::domain::resource_list::ResourceListError,
     > {
         match sent {
+            Some(sent) if self.sources.as_ref().is_some_and(|s| s.values_only_output) => Ok((
+                ResourceList::parse_output_values(stdout, sent, &self.resource_list.items)?,
+                None,
+            )),
             Some(sent) => ResourceList::parse_output(stdout, sent, &self.resource_list.items),
             None => Ok((ResourceList::parse(stdout)?, None)),
         }

@@ -152,7 +152,7 @@ impl YamlDoc {
     /// with anchors, aliases or tags) is refused by the codec.
     pub fn parse(text: impl Into<Arc<str>>) -> Result<Self, CodecError> {
         let text: Arc<str> = text.into();
-        let (root, comments, value, opaque) = Builder::run(&text)?;
+        let (root, comments, value, opaque) = Builder::run(&text, true)?;
         let value = match (opaque, value) {
             (false, v) => v,
             (true, _) => super::from_yaml_str(&text)?,
@@ -219,7 +219,7 @@ impl YamlDoc {
 ///
 /// Errors: as [`YamlDoc::parse`].
 pub fn parse_value(text: &str) -> Result<Value, CodecError> {
-    let (_, _, value, opaque) = Builder::run(text)?;
+    let (_, _, value, opaque) = Builder::run(text, false)?;
     if opaque {
         return super::from_yaml_str(text);
     }
@@ -234,6 +234,9 @@ struct Builder<'a> {
     peeked: Option<(Event<'a>, Range<usize>)>,
     comments: Vec<Comment>,
     opaque: bool,
+    /// Build the node tree and record comments; `false` reads the value
+    /// only (the returned nodes then hold no entries or items).
+    tree: bool,
 }
 
 fn err(message: impl std::fmt::Display) -> CodecError {
@@ -241,13 +244,14 @@ fn err(message: impl std::fmt::Display) -> CodecError {
 }
 
 impl<'a> Builder<'a> {
-    fn run(text: &'a str) -> Result<Built, CodecError> {
+    fn run(text: &'a str, tree: bool) -> Result<Built, CodecError> {
         let mut b = Builder {
             text,
             parser: Parser::new_from_str(text),
             peeked: None,
             comments: Vec::new(),
             opaque: false,
+            tree,
         };
         let (root, value) = b.document()?;
         Ok((root, b.comments, value, b.opaque))
@@ -268,6 +272,9 @@ impl<'a> Builder<'a> {
                 .byte_range()
                 .ok_or_else(|| err("the YAML parser gave no byte offsets"))?;
             if let Event::Comment(_, placement) = &event {
+                if !self.tree {
+                    continue;
+                }
                 self.comments.push(Comment {
                     start: range.start,
                     end: range.end,
@@ -376,6 +383,8 @@ impl<'a> Builder<'a> {
                 let flow = style == granit_parser::StructureStyle::Flow;
                 let mut items = Vec::new();
                 let mut values = Vec::new();
+                // First item's dash and last item's end (kept without the tree too).
+                let mut span: Option<(usize, usize)> = None;
                 let mut cursor = if flow { range.end } else { after };
                 loop {
                     if matches!(self.peek()?.0, Event::SequenceEnd) {
@@ -383,9 +392,7 @@ impl<'a> Builder<'a> {
                         let (start, end) = if flow {
                             (range.start, end_range.end)
                         } else {
-                            let start = items.first().map_or(after, |i: &Item| i.dash);
-                            let end = items.last().map_or(after, Item::end);
-                            (start, end)
+                            span.unwrap_or((after, after))
                         };
                         return Ok((
                             Node {
@@ -410,7 +417,11 @@ impl<'a> Builder<'a> {
                     let (node, v) = self.node(item_after, depth + 1)?;
                     let dash = dash.unwrap_or(node.start);
                     cursor = node.end.max(dash + 1);
-                    items.push(Item { dash, node });
+                    let item = Item { dash, node };
+                    span = Some((span.map_or(dash, |s| s.0), item.end()));
+                    if self.tree {
+                        items.push(item);
+                    }
                     values.push(v);
                 }
             }
@@ -420,16 +431,15 @@ impl<'a> Builder<'a> {
                 let flow = style == granit_parser::StructureStyle::Flow;
                 let mut entries: Vec<Entry> = Vec::new();
                 let mut map = Map::new();
+                // First key's start and last entry's end (kept without the tree too).
+                let mut span: Option<(usize, usize)> = None;
                 loop {
                     if matches!(self.peek()?.0, Event::MappingEnd) {
                         let (_, end_range) = self.next()?;
                         let (start, end) = if flow {
                             (range.start, end_range.end)
                         } else {
-                            (
-                                entries.first().map_or(after, |e| e.key.start),
-                                entries.last().map_or(after, Entry::end),
-                            )
+                            span.unwrap_or((after, after))
                         };
                         return Ok((
                             Node {
@@ -441,11 +451,9 @@ impl<'a> Builder<'a> {
                             Value::Object(map),
                         ));
                     }
-                    let key_after = entries
-                        .last()
-                        .map_or(if flow { range.end } else { after }, Entry::end);
+                    let key_after = span.map_or(if flow { range.end } else { after }, |s| s.1);
                     let (key, key_value) = self.node(key_after, depth + 1)?;
-                    let name = match (&key.kind, key_value) {
+                    let mut name = match (&key.kind, key_value) {
                         (Kind::Scalar { .. }, Value::String(s)) => s,
                         (Kind::Scalar { .. }, Value::Null) => {
                             // `~: x` or `null: x`: the key's text, as the codec reads it.
@@ -463,16 +471,32 @@ impl<'a> Builder<'a> {
                     let colon = colon_after(self.text, key.end);
                     let value_after = colon.map_or(key.end, |c| c + 1);
                     let (value, v) = self.node(value_after, depth + 1)?;
-                    if map.contains_key(&name) && !self.opaque {
-                        return Err(err(format!("duplicate mapping key {name:?}")));
+                    let entry_end = value.end.max(colon.map_or(key.end, |c| c + 1));
+                    span = Some((span.map_or(key.start, |s| s.0), entry_end));
+                    let key_name = if self.tree {
+                        name.clone()
+                    } else {
+                        std::mem::take(&mut name)
+                    };
+                    match map.entry(key_name) {
+                        serde_json::map::Entry::Occupied(mut o) => {
+                            if !self.opaque {
+                                return Err(err(format!("duplicate mapping key {:?}", o.key())));
+                            }
+                            o.insert(v);
+                        }
+                        serde_json::map::Entry::Vacant(e) => {
+                            e.insert(v);
+                        }
                     }
-                    map.insert(name.clone(), v);
-                    entries.push(Entry {
-                        key,
-                        name,
-                        colon,
-                        value,
-                    });
+                    if self.tree {
+                        entries.push(Entry {
+                            key,
+                            name,
+                            colon,
+                            value,
+                        });
+                    }
                 }
             }
             other => Err(err(format!("unexpected YAML event {other:?}"))),

@@ -171,6 +171,11 @@ impl TextMap {
 pub struct CallSources {
     /// Per input item, its texts.
     pub texts: Vec<Option<ObjectText>>,
+    /// Read the function's output items as values only, without their
+    /// texts: for a validator, whose output is checked and never written
+    /// (kpt discards it), reading each changed item's layout and comments
+    /// would be wasted.
+    pub values_only_output: bool,
 }
 
 impl CallSources {

@@ -109,6 +109,7 @@ impl Renderer<'_> {
                 .iter()
                 .map(|k| k.as_ref().and_then(|k| texts.get(k)).cloned())
                 .collect(),
+            values_only_output: kind != StepKind::Mutator,
         });
         let input_texts = sources.as_ref().map(|s| s.texts.clone());
         let mut rl = ResourceList::new(input.to_vec());
