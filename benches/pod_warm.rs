@@ -1,8 +1,10 @@
 //! The warm pod path: EvaluateFunction through `krm-fn-runner serve` with
 //! the pod runtime (a ready pod, so the runner only picks the pod and
 //! forwards the call over its pooled connection) versus a direct call to
-//! the same wrapper server, interleaved in one run. Prints the p50 and p90
-//! of both and the runner's added latency at p50 (target: at most 0.3 ms).
+//! the same wrapper server, interleaved in one run. Prints the p50, p90 and
+//! p99 of both and the runner's added latency at p50 and p99 (targets: at
+//! most 0.2 ms and 0.5 ms). `KRM_FN_RUNNER_BIN` runs another build of the
+//! runner (an A/B pair on the same machine).
 //!
 //! Runs on the pod evaluator's test bed (kube-apiserver and etcd from
 //! `scripts/build-test-apiserver.sh`, Debian's `docker-registry`, the test
@@ -111,12 +113,15 @@ async fn run() {
     a.sort();
     b.sort();
     let (a50, b50) = (percentile(&a, 0.5), percentile(&b, 0.5));
+    let (a99, b99) = (percentile(&a, 0.99), percentile(&b, 0.99));
     println!(
-        "warm pod path ({ROUNDS} calls each, interleaved): direct to the wrapper p50 {b50:.3} ms p90 {:.3} ms; \
-         through the runner p50 {a50:.3} ms p90 {:.3} ms; added at p50 {:.3} ms (target <= 0.3 ms)",
+        "warm pod path ({ROUNDS} calls each, interleaved): direct to the wrapper p50 {b50:.3} ms p90 {:.3} ms p99 {b99:.3} ms; \
+         through the runner p50 {a50:.3} ms p90 {:.3} ms p99 {a99:.3} ms; \
+         added at p50 {:.3} ms (target <= 0.2 ms), at p99 {:.3} ms (target <= 0.5 ms)",
         percentile(&b, 0.9),
         percentile(&a, 0.9),
-        a50 - b50
+        a50 - b50,
+        a99 - b99
     );
     assert_eq!(kubelet.started(), 1, "every call ran on the one warm pod");
     drop(runner);

@@ -388,14 +388,27 @@ impl FunctionEvaluator for PodEvaluator {
             resource_list: request.resource_list,
             image: request.image.clone(),
         });
-        if let Some(t) = request.timeout {
-            call.set_timeout(t.saturating_sub(started.elapsed()));
+        let remaining = request.timeout.map(|t| t.saturating_sub(started.elapsed()));
+        if let Some(left) = remaining {
+            call.set_timeout(left);
         }
         let call_started = Instant::now();
         let result = async move {
             // The wrapper server continues this call's trace.
             telemetry::grpc::inject_context(call.metadata_mut());
-            client.evaluate_function(call).await
+            let answer = client.evaluate_function(call);
+            match remaining {
+                // The wrapper server keeps the same deadline (grpc-timeout);
+                // this one also holds when the pod stops answering.
+                Some(left) => tokio::time::timeout(left, answer)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(tonic::Status::cancelled(
+                            tonic::TimeoutExpired(()).to_string(),
+                        ))
+                    }),
+                None => answer.await,
+            }
         }
         .instrument(spans::function_run("pod", &image))
         .await;
@@ -422,7 +435,7 @@ impl FunctionEvaluator for PodEvaluator {
                     log: r.log,
                 })
             }
-            // tonic enforces the call's own timeout as CANCELLED.
+            // The call's own timeout, enforced above, is CANCELLED.
             Err(status)
                 if status.code() == Code::Cancelled
                     && request.timeout.is_some_and(|t| started.elapsed() >= t) =>
