@@ -399,15 +399,10 @@ impl FunctionEvaluator for PodEvaluator {
             let answer = client.evaluate_function(call);
             match remaining {
                 // The wrapper server keeps the same deadline (grpc-timeout);
-                // this one also holds when the pod stops answering.
-                Some(left) => tokio::time::timeout(left, answer)
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(tonic::Status::cancelled(
-                            tonic::TimeoutExpired(()).to_string(),
-                        ))
-                    }),
-                None => answer.await,
+                // this one also holds when the pod stops answering. `None`:
+                // the time is up.
+                Some(left) => tokio::time::timeout(left, answer).await.ok(),
+                None => Some(answer.await),
             }
         }
         .instrument(spans::function_run("pod", &image))
@@ -421,7 +416,11 @@ impl FunctionEvaluator for PodEvaluator {
             "evaluated in pod"
         );
         match result {
-            Ok(r) => {
+            None => Err(EvalError::Timeout {
+                image: request.image.clone(),
+                after: request.timeout.unwrap_or_default(),
+            }),
+            Some(Ok(r)) => {
                 let r = r.into_inner();
                 if !r.log.is_empty() {
                     tracing::warn!(
@@ -435,8 +434,8 @@ impl FunctionEvaluator for PodEvaluator {
                     log: r.log,
                 })
             }
-            // The call's own timeout, enforced above, is CANCELLED.
-            Err(status)
+            // A wrapper server that gave up on the call's deadline.
+            Some(Err(status))
                 if status.code() == Code::Cancelled
                     && request.timeout.is_some_and(|t| started.elapsed() >= t) =>
             {
@@ -445,7 +444,7 @@ impl FunctionEvaluator for PodEvaluator {
                     after: request.timeout.unwrap_or_default(),
                 })
             }
-            Err(status) => {
+            Some(Err(status)) => {
                 let pod = lease.assignment.pod_name.clone();
                 let source = StatusSource::WrapperPod(&pod);
                 let error = from_status(source, &request.image, &status, request.timeout);

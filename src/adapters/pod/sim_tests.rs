@@ -58,6 +58,26 @@ async fn replica(
     token: &str,
     scan: Duration,
 ) -> PodEvaluator {
+    replica_via(
+        platform,
+        client,
+        clock,
+        token,
+        scan,
+        Box::new(DirectResolver),
+    )
+    .await
+}
+
+/// As [`replica`], dialling the wrapper servers through `resolver`.
+async fn replica_via(
+    platform: &SimPlatform,
+    client: usize,
+    clock: &TokioClock,
+    token: &str,
+    scan: Duration,
+    resolver: Box<dyn Resolver>,
+) -> PodEvaluator {
     let defaults = FunctionSettings {
         ttl: TTL,
         max_waitlist: 4,
@@ -89,7 +109,7 @@ async fn replica(
         Arc::new(platform.for_client(client)),
         inspector(),
         None,
-        Box::new(DirectResolver),
+        resolver,
     )
     .await
     .unwrap();
@@ -251,4 +271,50 @@ async fn health_follows_the_pod_watch() {
     );
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert!(*a.health().borrow(), "listed again");
+}
+
+/// Dials every pod at one address.
+struct OneAddress(String);
+
+impl Resolver for OneAddress {
+    fn resolve(&self, _endpoint: &str) -> Result<String, String> {
+        Ok(self.0.clone())
+    }
+}
+
+// A pod whose wrapper server stops answering (it takes the connection and
+// never replies, as a frozen process does) costs the caller its own
+// timeout, not more: the connection's keep-alive would only notice after
+// 30 s of silence plus 20 s for the ping's answer.
+#[tokio::test(start_paused = true)]
+async fn a_silent_pod_costs_the_caller_only_its_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = silent.local_addr().unwrap().to_string();
+    let (platform, clock) = platform();
+    let runner = replica_via(
+        &platform,
+        0,
+        &clock,
+        "ra",
+        GC,
+        Box::new(OneAddress(address)),
+    )
+    .await;
+    let mut request =
+        EvaluationRequest::new(IMG, "apiVersion: v1\nkind: ResourceList\nitems: []\n");
+    request.timeout = Some(Duration::from_secs(5));
+    let started = tokio::time::Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(600), runner.evaluate(request))
+        .await
+        .expect("the call ended");
+    assert!(
+        matches!(outcome, Err(EvalError::Timeout { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        started.elapsed() <= Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(silent);
 }
