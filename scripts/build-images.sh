@@ -12,15 +12,19 @@
 #
 # Steps:
 #   1. the four binaries, static (x86_64-unknown-linux-musl, cargo profile
-#      `image`: release, stripped), in ${KRM_FN_IMAGE_TARGET_DIR:-CACHE/image-target}
-#      so that dependencies are compiled once per machine;
+#      `image`: release, thin LTO, line tables), in
+#      ${KRM_FN_IMAGE_TARGET_DIR:-CACHE/image-target} so that dependencies
+#      are compiled once per machine; then each is split with objcopy into a
+#      stripped binary and its debug info, TARGET_DIR/image-bin/NAME and
+#      NAME.debug (the binary names the .debug file: gdb and other debuggers
+#      find it through its .gnu_debuglink section);
 #   2. the catalog function binaries (scripts/install-catalog-functions.sh,
 #      static Go builds) and their config.yaml;
 #   3. a staged build context per image, then `buildah bud` FROM scratch with
 #      a fixed timestamp (same inputs, same digest).
 #
 # Needs: cargo + rustup (adds the musl target when missing), Go, and the
-# Debian packages buildah, musl-tools (musl-gcc), busybox-static (the
+# Debian packages buildah, binutils (objcopy), musl-tools (musl-gcc), busybox-static (the
 # wrapper image's `cp`, or KRM_FN_STATIC_CP) and ca-certificates. Buildah runs with
 # --isolation chroot and the storage driver $STORAGE_DRIVER (default vfs),
 # which work without privileges beyond root in a container.
@@ -57,6 +61,7 @@ DRIVER="${STORAGE_DRIVER:-vfs}"
 
 command -v buildah >/dev/null || die "buildah is not installed: apt-get install -y buildah"
 command -v musl-gcc >/dev/null || die "musl-gcc is not installed: apt-get install -y musl-tools"
+command -v objcopy >/dev/null || die "objcopy is not installed: apt-get install -y binutils"
 [[ -f "$CA_BUNDLE" ]] || die "$CA_BUNDLE is missing: apt-get install -y ca-certificates"
 # busybox-static installs a statically linked /bin/busybox (it runs `cp`
 # when called by that name); the `busybox` package's is dynamic and would not
@@ -75,7 +80,16 @@ echo "build-images: building the static binaries ($TARGET, profile image)" >&2
 CC_x86_64_unknown_linux_musl=musl-gcc \
   cargo build --profile image --target "$TARGET" --target-dir "$TARGET_DIR" \
   --bin krm-fn-runner --bin wrapper-server --bin grpc-health-probe --bin krm-fn-supervisor >&2
-bins="$TARGET_DIR/$TARGET/image"
+built="$TARGET_DIR/$TARGET/image"
+bins="$TARGET_DIR/image-bin"
+mkdir -p "$bins"
+for bin in krm-fn-runner wrapper-server grpc-health-probe krm-fn-supervisor; do
+  # The debug link is the file name only: debuggers look for it beside the
+  # binary (or in its .debug/ directory, or under /usr/lib/debug).
+  objcopy --only-keep-debug "$built/$bin" "$bins/$bin.debug"
+  (cd "$bins" && objcopy --strip-all --add-gnu-debuglink="$bin.debug" "$built/$bin" "$bin")
+  echo "build-images: $bin $(stat -c %s "$bins/$bin") bytes stripped, debug info in $bins/$bin.debug" >&2
+done
 echo "build-images: binaries ready after $((SECONDS - start))s" >&2
 
 bash scripts/install-catalog-functions.sh "$CATALOG" >&2

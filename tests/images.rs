@@ -200,6 +200,69 @@ async fn pushed_size(reg: &TestRegistry, image: &str) -> u64 {
     manifest.layers.iter().map(|l| l.size as u64).sum::<u64>() + manifest.config.size as u64
 }
 
+/// Where `scripts/build-images.sh` leaves the stripped binaries and their
+/// `.debug` files.
+fn image_bin_dir() -> PathBuf {
+    let target = std::env::var_os("KRM_FN_IMAGE_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("KRM_FN_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/krm-fn-runner")
+                })
+                .join("image-target")
+        });
+    target.join("image-bin")
+}
+
+/// The section names of ELF file `path` (`readelf -S`).
+fn sections(path: &Path) -> Vec<String> {
+    let out = Command::new("readelf")
+        .args(["-S", "--wide"])
+        .arg(path)
+        .output()
+        .expect("run readelf");
+    assert!(out.status.success(), "readelf -S {}", path.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| Some(l.split_once("] ")?.1.split_whitespace().next()?.to_string()))
+        .collect()
+}
+
+/// The README's promise: the runner at most 30 MB and the wrapper server at
+/// most 15 MB, stripped (no symbols, no debug info), each with its debug
+/// info (line tables) in a `.debug` file beside it that it names.
+fn assert_binaries_stripped_and_split() {
+    let dir = image_bin_dir();
+    for (bin, limit) in [
+        ("krm-fn-runner", 30_000_000),
+        ("wrapper-server", 15_000_000),
+        ("grpc-health-probe", 15_000_000),
+        ("krm-fn-supervisor", 15_000_000),
+    ] {
+        let path = dir.join(bin);
+        let size = std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .len();
+        eprintln!("{bin}: {size} bytes");
+        assert!(size <= limit, "{bin} is {size} bytes, over {limit}");
+        let names = sections(&path);
+        assert!(
+            !names
+                .iter()
+                .any(|n| n == ".symtab" || n.starts_with(".debug_")),
+            "{bin} is not stripped: {names:?}"
+        );
+        assert!(names.iter().any(|n| n == ".gnu_debuglink"), "{names:?}");
+        let debug = sections(&dir.join(format!("{bin}.debug")));
+        assert!(
+            debug.iter().any(|n| n == ".debug_line") && debug.iter().any(|n| n == ".symtab"),
+            "{bin}.debug lacks line tables or symbols: {debug:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn images_build_push_inspect_and_run() {
     let reg = TestRegistry::start(Setup::anonymous());
@@ -251,6 +314,7 @@ async fn images_build_push_inspect_and_run() {
         assert_eq!(&meta.digest, digest, "{image}");
         assert_eq!(meta.entrypoint, entrypoint, "{image}");
     }
+    assert_binaries_stripped_and_split();
     let runner_size = pushed_size(&reg, "krm-fn-runner:test").await;
     let wrapper_size = pushed_size(&reg, "krm-fn-wrapper-server:test").await;
     eprintln!("pushed (compressed) sizes: runner {runner_size} B, wrapper {wrapper_size} B");
