@@ -111,14 +111,5 @@ async fn run() {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing
-    // and only checks that this builds.
-    if !std::env::args().any(|a| a == "--bench") {
-        return;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(run());
+    common::bench_main(run);
 }

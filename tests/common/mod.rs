@@ -101,6 +101,21 @@ pub fn wrapper_binary() -> PathBuf {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_wrapper-server").into())
 }
 
+/// The `main` of a benchmark without criterion: under `cargo bench` (which
+/// passes `--bench`) runs `bench` on a multi-threaded tokio runtime; under
+/// `cargo test --benches` (no `--bench`) does nothing, the build was the
+/// check.
+pub fn bench_main<F: std::future::Future<Output = ()>>(bench: impl FnOnce() -> F) {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench());
+}
+
 /// A running `krm-fn-runner serve` process, killed on drop.
 pub struct Runner {
     child: Child,
