@@ -309,6 +309,9 @@ pub async fn start_runtimes(
     );
     if choice.generation == Generation::ConfigYaml {
         let runtime = build_runtime(settings)?;
+        if enabled("exec") {
+            crate::adapters::exec::process::start_resident();
+        }
         let mut warnings = runtime.warnings;
         let mut chain = runtime.chain;
         let mut pod_runtime = None;
@@ -354,6 +357,7 @@ pub async fn start_runtimes(
             ExecSettings::new(settings.max_message_bytes, &settings.exec_env),
         );
         chain = chain.with("exec", Arc::new(exec));
+        crate::adapters::exec::process::start_resident();
     }
     let mut pod_runtime = None;
     if enabled("pod") {

@@ -172,6 +172,14 @@ async fn no_function_survives_a_killed_server() {
             ),
         );
         let mut runner = start_confined(server, dir.path(), "hold", &hold);
+        let resident = format!("krm-fn-supervisor --resident {}", runner.pid());
+        if matches!(server, "serve" | "wrapper") {
+            // Started with the server, before any call.
+            assert!(
+                wait_until(Duration::from_secs(5), || any_cmdline_contains(&resident)),
+                "{server}: no resident supervisor before the first call"
+            );
+        }
         let mut calls = Vec::new();
         for _ in 0..6 {
             let mut client = runner.client().await;
@@ -199,7 +207,6 @@ async fn no_function_survives_a_killed_server() {
             processes_matching(&marker)
         );
         // The resident supervisor went with the server.
-        let resident = format!("krm-fn-supervisor --resident {}", runner.pid());
         assert!(
             wait_until(Duration::from_secs(5), || !any_cmdline_contains(&resident)),
             "{server}: the resident supervisor outlived the server"

@@ -338,14 +338,73 @@ async fn a_killed_resident_supervisor_fails_its_calls_clearly_and_is_restarted()
         "{:?}",
         left(&marker)
     );
+    // Its spares, idle or serving a call, went with it.
+    assert!(
+        common::wait_until(Duration::from_secs(5), || resident_family(&copy).is_empty()),
+        "{:?}",
+        resident_family(&copy)
+    );
     let out = run(&c, &spec("cat", &[]), b"again").await.unwrap();
     assert_eq!(&out.stdout[..], b"again");
     let restarted = resident_pid(&copy).expect("a new resident supervisor");
     assert_ne!(restarted, resident);
 }
 
+/// Every process started from `program --resident` for this test process:
+/// the resident supervisor, its spares and its per-call supervisors.
+fn resident_family(program: &Path) -> Vec<u32> {
+    let me = format!("{} --resident {}", program.display(), std::process::id());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(&me))
+                .unwrap_or(false)
+                && common::alive(*pid)
+        })
+        .collect()
+}
+
+/// The resident supervisor keeps pre-forked spares waiting for calls
+/// (`KRM_FN_SUPERVISOR_SPARES`, 2 by default); killing it (SIGKILL) while
+/// they are idle ends them too, and the next call starts a new resident
+/// supervisor with new spares and succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_spares_end_with_a_killed_resident_supervisor() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("krm-fn-supervisor");
+    std::fs::copy(program(), &copy).unwrap();
+    let c = Confinement::Resident(copy.clone());
+    let out = run(&c, &spec("cat", &[]), b"warm").await.unwrap();
+    assert_eq!(&out.stdout[..], b"warm");
+    // The resident supervisor and its 2 idle spares.
+    assert!(
+        common::wait_until(Duration::from_secs(5), || resident_family(&copy).len() == 3),
+        "{:?}",
+        resident_family(&copy)
+    );
+    let resident = resident_pid(&copy).expect("a resident supervisor");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(resident as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        common::wait_until(Duration::from_secs(5), || resident_family(&copy).is_empty()),
+        "spares outlived the resident supervisor: {:?}",
+        resident_family(&copy)
+    );
+    let out = run(&c, &spec("cat", &[]), b"again").await.unwrap();
+    assert_eq!(&out.stdout[..], b"again");
+    assert_ne!(resident_pid(&copy), Some(resident));
+}
+
 /// Many calls at once through the resident supervisor each get their own
-/// input back, exit code and stderr.
+/// input back, exit code and stderr: 48 calls, far more than its 2 spares,
+/// so most wait for a spare to be forked again (or for the resident
+/// process to serve them itself).
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_calls_through_the_resident_supervisor_stay_apart() {
     let c = Confinement::Resident(program());

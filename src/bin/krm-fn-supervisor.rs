@@ -24,9 +24,11 @@
 //! turns exactly that into the same start-up error as a failed `exec` of
 //! its own.
 //!
-//! Resident mode (the default): `krm-fn-supervisor --resident RUNNER_PID`,
-//! started once by the runner with its control socket as descriptor 0,
-//! serves every call (see [`resident`]).
+//! Resident mode (the default): `krm-fn-supervisor --resident RUNNER_PID
+//! [SPARES]`, started once by the runner with its control socket as
+//! descriptor 0, serves every call, keeping `SPARES` (default 0, at most
+//! [`resident::MAX_SPARES`]) pre-forked per-call supervisors waiting for
+//! the next call (see [`resident`]).
 //!
 //! `no_main`: the C runtime calls [`main`] directly, skipping the Rust
 //! runtime's start-up (which would, among other things, set SIGPIPE to be
@@ -84,7 +86,7 @@ fn last_errno() -> i32 {
 
 fn usage() -> ! {
     let text = b"usage: krm-fn-supervisor RUNNER_PID TOKEN PROGRAM [ARG...]\n\
-        \x20      krm-fn-supervisor --resident RUNNER_PID\n\
+        \x20      krm-fn-supervisor --resident RUNNER_PID [SPARES]\n\
         krm-fn-runner starts this program for each function it runs; it is not meant to be run by hand.\n";
     // SAFETY: a write from a static buffer, then the process ends.
     unsafe {
@@ -100,17 +102,18 @@ fn usage() -> ! {
 /// C runtime passes them.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
-    if argc == 3 {
-        // SAFETY: argv[1] and argv[2] are valid C strings (argc = 3).
-        let (mode, runner) = unsafe {
-            (
-                CStr::from_ptr(*argv.add(1)).to_bytes(),
-                CStr::from_ptr(*argv.add(2)).to_bytes(),
-            )
+    // SAFETY: argv[1] is a valid C string when argc > 1.
+    if argc > 1 && unsafe { CStr::from_ptr(*argv.add(1)) }.to_bytes() == b"--resident" {
+        // SAFETY: argv[2] and argv[3] are valid C strings when argc says so.
+        let arg = |i: c_int| (argc > i).then(|| unsafe { CStr::from_ptr(*argv.add(i as usize)) });
+        let runner = arg(2).and_then(|r| parse_pid(r.to_bytes()));
+        let spares = match arg(3) {
+            None => Some(0),
+            Some(n) => parse_count(n.to_bytes()).filter(|&n| n <= resident::MAX_SPARES),
         };
-        match (mode, parse_pid(runner)) {
+        match (runner, spares, argc <= 4) {
             // SAFETY: called once, at the start of the process.
-            (b"--resident", Some(runner)) => unsafe { resident::serve(runner) },
+            (Some(runner), Some(spares), true) => unsafe { resident::serve(runner, spares) },
             _ => usage(),
         }
     }
@@ -242,14 +245,15 @@ extern "C" fn start_function(start: *mut libc::c_void) -> c_int {
 
 /// A process id in decimal.
 fn parse_pid(text: &[u8]) -> Option<libc::pid_t> {
+    parse_count(text)?.try_into().ok().filter(|&p| p > 0)
+}
+
+/// A non-negative decimal number.
+fn parse_count(text: &[u8]) -> Option<usize> {
     if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    std::str::from_utf8(text)
-        .ok()?
-        .parse()
-        .ok()
-        .filter(|&p| p > 0)
+    std::str::from_utf8(text).ok()?.parse().ok()
 }
 
 /// The resident supervisor: one long-lived process that forks a per-call
@@ -304,13 +308,79 @@ mod resident {
         }
     }
 
+    /// The most pre-forked spares a resident supervisor keeps.
+    pub(super) const MAX_SPARES: usize = 16;
+
+    /// The received request: its bytes (a prefix of the buffer), its
+    /// descriptors, and whether it arrived whole; `None` when the runner
+    /// closed its end, `Some(Err(()))` when nothing was there to read.
+    type Received = Option<Result<(usize, Vec<RawFd>, bool), ()>>;
+
+    /// Reads one request from the control socket (descriptor 0) into `buf`,
+    /// its descriptors close-on-exec; `flags` adds `MSG_DONTWAIT` or not.
+    fn receive(buf: &mut [u8], space: &mut Vec<u8>, flags: MsgFlags) -> Received {
+        let mut iov = [IoSliceMut::new(buf)];
+        match recvmsg::<()>(0, &mut iov, Some(space), MsgFlags::MSG_CMSG_CLOEXEC | flags) {
+            Ok(msg) => {
+                let mut received = Vec::new();
+                if let Ok(cmsgs) = msg.cmsgs() {
+                    for c in cmsgs {
+                        if let ControlMessageOwned::ScmRights(fds) = c {
+                            received.extend(fds);
+                        }
+                    }
+                }
+                let whole = !msg
+                    .flags
+                    .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+                if msg.bytes == 0 && received.is_empty() {
+                    // The runner closed its end: it exited or was killed.
+                    return None;
+                }
+                Some(Ok((msg.bytes, received, whole)))
+            }
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => Some(Err(())),
+            // The runner is gone.
+            Err(_) => None,
+        }
+    }
+
+    /// What the resident process and its children share: its own pid, the
+    /// handled signals, the mask from before, its signalfd and both ends of
+    /// the spares' notify pipe.
+    struct Resident {
+        me: libc::pid_t,
+        handled: libc::sigset_t,
+        before: libc::sigset_t,
+        signals: RawFd,
+        notify: [RawFd; 2],
+    }
+
+    impl Resident {
+        /// In a child just forked: closes the descriptors that are the
+        /// resident process's own.
+        unsafe fn leave(&self) {
+            close_all(&[self.signals, self.notify[0], self.notify[1]]);
+        }
+    }
+
     /// Serves calls until the runner's end of the control socket closes or
-    /// the runner dies.
+    /// the runner dies, keeping `spares` pre-forked per-call supervisors
+    /// ([`spare`]) waiting on the control socket.
+    ///
+    /// While at least one spare is idle, this process does not read the
+    /// control socket at all (with `SOCK_SEQPACKET` each request goes to
+    /// exactly one reader, a blocked spare); it only watches the socket for
+    /// the runner's hang-up, reaps, and forks a replacement each time a spare
+    /// says (a 4-byte pid on the notify pipe) that it took a call, or an
+    /// idle spare died. When no spare is idle (none configured, a fork
+    /// failed, or spares could not set themselves up) it reads requests
+    /// itself and forks a per-call supervisor for each, as before.
     ///
     /// # Safety
     /// Once, at the start of the process, with the control socket as
     /// descriptor 0.
-    pub(super) unsafe fn serve(runner: libc::pid_t) -> ! {
+    pub(super) unsafe fn serve(runner: libc::pid_t, spares: usize) -> ! {
         // SAFETY: raw system calls on values of this function.
         unsafe {
             confine::close_descriptors_from(3);
@@ -325,14 +395,35 @@ mod resident {
             if signals < 0 {
                 libc::_exit(confine::SETUP_FAILED);
             }
-            let me = libc::getpid();
+            let mut notify = [-1; 2];
+            if libc::pipe2(notify.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) != 0 {
+                libc::_exit(confine::SETUP_FAILED);
+            }
+            let resident = Resident {
+                me: libc::getpid(),
+                handled,
+                before,
+                signals,
+                notify,
+            };
+            let mut wanted = spares.min(MAX_SPARES);
+            let mut idle: Vec<libc::pid_t> = Vec::with_capacity(MAX_SPARES);
             let mut buf = vec![0u8; confine::MAX_REQUEST];
             let mut space = nix::cmsg_space!([RawFd; 4]);
             loop {
+                while idle.len() < wanted {
+                    match libc::fork() {
+                        0 => spare(&resident, &mut buf, &mut space),
+                        pid if pid > 0 => idle.push(pid),
+                        // Serve the calls itself until a fork works again.
+                        _ => break,
+                    }
+                }
                 let mut fds = [
                     libc::pollfd {
                         fd: 0,
-                        events: libc::POLLIN,
+                        // With an idle spare, only the hang-up is watched.
+                        events: if idle.is_empty() { libc::POLLIN } else { 0 },
                         revents: 0,
                     },
                     libc::pollfd {
@@ -340,72 +431,119 @@ mod resident {
                         events: libc::POLLIN,
                         revents: 0,
                     },
+                    libc::pollfd {
+                        fd: notify[0],
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
                 ];
-                if libc::poll(fds.as_mut_ptr(), 2, -1) < 0 {
+                if libc::poll(fds.as_mut_ptr(), 3, -1) < 0 {
                     if last_errno() == libc::EINTR {
                         continue;
                     }
                     libc::_exit(confine::SETUP_FAILED);
                 }
+                if fds[2].revents != 0 {
+                    let mut taken = [0u8; 4 * MAX_SPARES];
+                    let n = libc::read(notify[0], taken.as_mut_ptr().cast(), taken.len());
+                    for pid in taken[..n.max(0) as usize].chunks_exact(4) {
+                        let pid = libc::pid_t::from_ne_bytes(pid.try_into().unwrap_or_default());
+                        idle.retain(|&p| p != pid);
+                    }
+                }
                 if fds[1].revents != 0 {
-                    take_signals(signals, runner);
+                    take_signals(signals, runner, &mut idle, &mut wanted);
                 }
                 if fds[0].revents == 0 {
                     continue;
                 }
-                let mut iov = [IoSliceMut::new(&mut buf)];
-                let (len, received, whole) = match recvmsg::<()>(
-                    0,
-                    &mut iov,
-                    Some(&mut space),
-                    MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
-                ) {
-                    Ok(msg) => {
-                        let mut received = Vec::new();
-                        if let Ok(cmsgs) = msg.cmsgs() {
-                            for c in cmsgs {
-                                if let ControlMessageOwned::ScmRights(fds) = c {
-                                    received.extend(fds);
-                                }
-                            }
-                        }
-                        let whole = !msg
-                            .flags
-                            .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
-                        (msg.bytes, received, whole)
+                if !idle.is_empty() {
+                    // Hang-up (or an error) with spares waiting: the runner
+                    // closed its end.
+                    if fds[0].revents & libc::POLLIN == 0 {
+                        libc::_exit(0);
                     }
-                    Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => continue,
-                    // The runner is gone.
-                    Err(_) => libc::_exit(0),
-                };
-                if len == 0 && received.is_empty() {
-                    // The runner closed its end: it exited or was killed.
-                    libc::_exit(0);
+                    continue;
                 }
-                start_call(
-                    me,
-                    signals,
-                    &handled,
-                    &before,
-                    &buf[..len],
-                    &received,
-                    whole,
-                );
+                let Some(got) = receive(&mut buf, &mut space, MsgFlags::MSG_DONTWAIT) else {
+                    libc::_exit(0);
+                };
+                let Ok((len, received, whole)) = got else {
+                    continue;
+                };
+                start_call(&resident, &buf[..len], &received, whole);
                 close_all(&received);
             }
         }
     }
 
-    /// Reads the pending signals: reaps finished per-call children, and
-    /// ends this process on a stop signal or when the runner died.
-    unsafe fn take_signals(signals: RawFd, runner: libc::pid_t) {
+    /// A pre-forked per-call supervisor: the child subreaper, killed by the
+    /// kernel (`SIGKILL` death signal) if the resident process dies while it
+    /// waits, blocked in `recvmsg` on the control socket for the next call.
+    /// When it takes one it tells the resident process (its pid on the
+    /// notify pipe), ties itself to it the way every per-call supervisor is
+    /// ([`confine::arm`]: [`confine::PARENT_DIED`], and an exit when the
+    /// resident process is already gone: the runner then reads the closed
+    /// status socket as a lost supervisor) and serves the call exactly as a
+    /// freshly forked one ([`run_call`]). It serves one call and exits.
+    unsafe fn spare(resident: &Resident, buf: &mut [u8], space: &mut Vec<u8>) -> ! {
+        // SAFETY: raw system calls in this single-threaded process.
+        unsafe {
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                || libc::getppid() != resident.me
+            {
+                libc::_exit(confine::SETUP_FAILED);
+            }
+            // Of the resident process's descriptors only the write end of
+            // the notify pipe is kept (close-on-exec, closed once written).
+            let notify = resident.notify[1];
+            close_all(&[resident.signals, resident.notify[0]]);
+            let (len, received, whole) = loop {
+                match receive(buf, space, MsgFlags::empty()) {
+                    None => libc::_exit(0),
+                    Some(Ok(got)) => break got,
+                    Some(Err(())) => {}
+                }
+            };
+            let me = libc::getpid().to_ne_bytes();
+            libc::write(notify, me.as_ptr().cast(), me.len());
+            libc::close(notify);
+            start_call(resident, &buf[..len], &received, whole);
+            libc::_exit(0)
+        }
+    }
+
+    /// Reads the pending signals: reaps finished children (an idle spare
+    /// among them is replaced, or no longer wanted when it could not set
+    /// itself up), and ends this process on a stop signal or when the
+    /// runner died.
+    unsafe fn take_signals(
+        signals: RawFd,
+        runner: libc::pid_t,
+        idle: &mut Vec<libc::pid_t>,
+        wanted: &mut usize,
+    ) {
         // SAFETY: reads of the signalfd, waitpid on a stack integer.
         unsafe {
             while let Some(sig) = confine::next_signal(signals) {
                 match sig {
                     libc::SIGCHLD => {
                         let mut st = 0;
-                        while libc::waitpid(-1, &mut st, libc::WNOHANG) > 0 {}
+                        loop {
+                            let pid = libc::waitpid(-1, &mut st, libc::WNOHANG);
+                            if pid <= 0 {
+                                break;
+                            }
+                            if idle.contains(&pid) {
+                                idle.retain(|&p| p != pid);
+                                if libc::WIFEXITED(st)
+                                    && libc::WEXITSTATUS(st) == confine::SETUP_FAILED
+                                {
+                                    *wanted = wanted.saturating_sub(1);
+                                }
+                            }
+                        }
                     }
                     // Fired by a thread of the runner exiting: not a stop.
                     confine::PARENT_DIED if libc::getppid() == runner => {}
@@ -415,16 +553,10 @@ mod resident {
         }
     }
 
-    /// Forks the per-call supervisor for one request, or reports why not.
-    unsafe fn start_call(
-        me: libc::pid_t,
-        signals: RawFd,
-        handled: &libc::sigset_t,
-        before: &libc::sigset_t,
-        request: &[u8],
-        received: &[RawFd],
-        whole: bool,
-    ) {
+    /// Serves one request: in a spare (not the resident process itself)
+    /// directly, otherwise in a per-call supervisor forked for it; or
+    /// reports why not.
+    unsafe fn start_call(resident: &Resident, request: &[u8], received: &[RawFd], whole: bool) {
         let &[input, output, errors, status] = received else {
             if let Some(&status) = received.get(3) {
                 report(status, confine::REPORT_BAD_REQUEST, 0);
@@ -445,22 +577,25 @@ mod resident {
         };
         let argv = pointers(&request.argv);
         let envp = pointers(&request.env);
+        let call = || Call {
+            resident: resident.me,
+            handled: &resident.handled,
+            before: &resident.before,
+            fds: [input, output, errors, status],
+            cwd: request.cwd.map(|c| c.as_ptr().cast()),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+        };
         // SAFETY: fork of this single-threaded process; the child only
         // makes system calls and never returns.
         unsafe {
+            if libc::getpid() != resident.me {
+                run_call(call())
+            }
             match libc::fork() {
                 0 => {
-                    libc::close(signals);
-                    let call = Call {
-                        resident: me,
-                        handled,
-                        before,
-                        fds: [input, output, errors, status],
-                        cwd: request.cwd.map(|c| c.as_ptr().cast()),
-                        argv: argv.as_ptr(),
-                        envp: envp.as_ptr(),
-                    };
-                    run_call(call)
+                    resident.leave();
+                    run_call(call())
                 }
                 pid if pid < 0 => report(status, confine::REPORT_START_FAILED, last_errno()),
                 _ => {}

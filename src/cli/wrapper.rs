@@ -63,6 +63,7 @@ pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
         &super::serve::parse_exec_env(&args.exec_env)?,
         args.limits.slots(),
     )?;
+    crate::adapters::exec::process::start_resident();
     let server = super::bind("wrapper-server", args.listen.as_deref(), args.port).await?;
     let options = ServeOptions {
         max_message_bytes: args.max_request_body_size,

@@ -165,6 +165,25 @@ impl Confinement {
     }
 }
 
+/// Starts the resident supervisor now when functions run under one
+/// ([`Confinement::Resident`], the default), so that the first call does
+/// not wait for its start; the `serve` and `wrapper-server` commands call
+/// this when their exec runtime starts. Nothing happens for the other
+/// confinement ways. A program that cannot be started is logged as a
+/// warning and left to the first call, which reports it as its error.
+/// Must run inside a tokio runtime (the process is reaped by it).
+pub fn start_resident() {
+    if let Confinement::Resident(path) = Confinement::current()
+        && let Err(e) = super::resident::start(path)
+    {
+        tracing::warn!(
+            supervisor = %path.display(),
+            error = %e,
+            "the resident function supervisor could not be started; the first call will try again"
+        );
+    }
+}
+
 /// Whether `path` is a regular file someone may execute.
 fn executable(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;

@@ -1,6 +1,6 @@
 //! The runner's side of the resident supervisor: one long-lived
 //! `krm-fn-supervisor --resident RUNNER_PID` process per supervisor program,
-//! started on first use, which forks a per-call supervisor for each call
+//! started with the server (or on first use), which forks a per-call supervisor for each call
 //! (see `src/bin/krm-fn-supervisor.rs` and the protocol in `super::confine`).
 //!
 //! The control socket is shared by every call without a lock: each request
@@ -93,6 +93,13 @@ pub(crate) async fn send(
     }
 }
 
+/// Starts the resident supervisor of `program` unless one runs already.
+///
+/// Errors: the `io::Error` of the program's spawn.
+pub(crate) fn start(program: &Path) -> io::Result<()> {
+    current(program).map(drop)
+}
+
 /// The resident supervisor of `program`, started when there is none.
 fn current(program: &Path) -> io::Result<Arc<Resident>> {
     let mut all = RESIDENTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -111,8 +118,40 @@ fn forget(program: &Path, stale: &Arc<Resident>) {
     all.retain(|(p, r)| !(p == program && Arc::ptr_eq(r, stale)));
 }
 
+/// The environment variable that sets how many pre-forked per-call
+/// supervisors (spares) the resident supervisor keeps waiting for the next
+/// call: 0 to [`MAX_SPARES`]; 0 forks one per call when it arrives.
+pub(crate) const SPARES_ENV: &str = "KRM_FN_SUPERVISOR_SPARES";
+
+/// The number of spares without [`SPARES_ENV`].
+pub(crate) const DEFAULT_SPARES: usize = 2;
+
+/// The most spares [`SPARES_ENV`] may ask for (the supervisor program's
+/// limit).
+pub(crate) const MAX_SPARES: usize = 16;
+
+/// The number of spares: [`SPARES_ENV`] when it holds a number up to
+/// [`MAX_SPARES`], otherwise [`DEFAULT_SPARES`] (with a warning naming the
+/// value when it is set but unusable).
+pub(crate) fn spares() -> usize {
+    match std::env::var(SPARES_ENV) {
+        Err(_) => DEFAULT_SPARES,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n <= MAX_SPARES => n,
+            _ => {
+                tracing::warn!(
+                    "{SPARES_ENV}={v:?} is not a number from 0 to {MAX_SPARES}; \
+                     keeping {DEFAULT_SPARES} spare function supervisors"
+                );
+                DEFAULT_SPARES
+            }
+        },
+    }
+}
+
 impl Resident {
-    /// Starts `program --resident RUNNER_PID` with `posix_spawn`, its
+    /// Starts `program --resident RUNNER_PID SPARES` ([`spares`]) with
+    /// `posix_spawn`, its
     /// control socket as stdin, in its own process group (a terminal's
     /// Ctrl-C reaches the runner, which ends calls its own way).
     fn start(program: &Path) -> io::Result<Self> {
@@ -121,6 +160,7 @@ impl Resident {
         let process = tokio::process::Command::new(program)
             .arg("--resident")
             .arg(std::process::id().to_string())
+            .arg(spares().to_string())
             .env_clear()
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
