@@ -18,8 +18,8 @@
 //!   per call, and the CPU ceiling (cores ÷ the function's CPU seconds per
 //!   call) with the fraction of it reached;
 //! - **memory**: RSS when idle and the peak (`VmHWM`) after the 16-caller
-//!   rounds, krm-fn-runner's with its resident function supervisor's
-//!   added (it starts with the first call, so only the peak has it).
+//!   rounds, krm-fn-runner's with its resident function supervisor's and
+//!   that one's idle spares added (they start with the server).
 //!
 //! Prints a Markdown table and writes a JSON summary (machine cores, load
 //! average before and after, every figure) to `target/throughput.json`, or
@@ -230,14 +230,38 @@ fn resident_of(pid: u32) -> Option<u32> {
 }
 
 /// [`status_kib`] of the server `pid` plus its resident function
-/// supervisor's, when one runs.
+/// supervisor's and its live children's (idle spares and per-call
+/// supervisors, each counted whole although most of their pages are shared
+/// with it), when one runs.
 fn status_kib_with_resident(pid: u32, key: &str) -> u64 {
-    status_kib(pid, key) + resident_of(pid).map_or(0, |r| status_kib(r, key))
+    status_kib(pid, key)
+        + resident_of(pid).map_or(0, |r| {
+            let children =
+                std::fs::read_to_string(format!("/proc/{r}/task/{r}/children")).unwrap_or_default();
+            status_kib(r, key)
+                + children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse().ok())
+                    .map(|c| try_status_kib(c, key))
+                    .sum::<u64>()
+        })
+}
+
+/// [`status_kib`], or 0 when the process is gone.
+fn try_status_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(0, |s| status_field(&s, key))
 }
 
 /// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`).
 fn status_kib(pid: u32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status_field(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap(),
+        key,
+    )
+}
+
+/// The figure `key` in the text of a `/proc/<pid>/status` file, 0 without it.
+fn status_field(status: &str, key: &str) -> u64 {
     status
         .lines()
         .find_map(|l| {
@@ -401,7 +425,8 @@ fn main() {
 
     let peers = [start_ours(), start_porch(&porch_bin)];
     std::thread::sleep(Duration::from_secs(1));
-    // Before any call: a resident function supervisor starts with the first.
+    // Before any call (the resident function supervisor and its spares
+    // started with the server).
     let idle_rss: Vec<u64> = peers
         .iter()
         .map(|p| status_kib_with_resident(p.pid(), "VmRSS"))
