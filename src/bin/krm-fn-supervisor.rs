@@ -256,9 +256,11 @@ fn parse_count(text: &[u8]) -> Option<usize> {
     std::str::from_utf8(text).ok()?.parse().ok()
 }
 
-/// The resident supervisor: one long-lived process that forks a per-call
-/// supervisor for each request the runner sends on its control socket
-/// (descriptor 0; the protocol is in `confine.rs`, [`confine::MAX_REQUEST`]).
+/// The resident supervisor: one long-lived process that keeps per-call
+/// supervisors forked ahead of time (spares) waiting for the requests the
+/// runner sends on its control socket (descriptor 0; the protocol is in
+/// `confine.rs`, [`confine::MAX_REQUEST`]), or forks one for a request when
+/// no spare is idle.
 ///
 /// - It is single-threaded, so its per-call children can tie their death
 ///   signal to it; it is tied to the runner the same way, and it also ends
@@ -318,6 +320,7 @@ mod resident {
 
     /// Reads one request from the control socket (descriptor 0) into `buf`,
     /// its descriptors close-on-exec; `flags` adds `MSG_DONTWAIT` or not.
+    #[allow(clippy::ptr_arg)] // nix's `recvmsg` takes the control buffer as a `Vec`
     fn receive(buf: &mut [u8], space: &mut Vec<u8>, flags: MsgFlags) -> Received {
         let mut iov = [IoSliceMut::new(buf)];
         match recvmsg::<()>(0, &mut iov, Some(space), MsgFlags::MSG_CMSG_CLOEXEC | flags) {
@@ -375,7 +378,7 @@ mod resident {
     /// says (a 4-byte pid on the notify pipe) that it took a call, or an
     /// idle spare died. When no spare is idle (none configured, a fork
     /// failed, or spares could not set themselves up) it reads requests
-    /// itself and forks a per-call supervisor for each, as before.
+    /// itself and forks a per-call supervisor for each.
     ///
     /// # Safety
     /// Once, at the start of the process, with the control socket as
@@ -486,6 +489,7 @@ mod resident {
     /// resident process is already gone: the runner then reads the closed
     /// status socket as a lost supervisor) and serves the call exactly as a
     /// freshly forked one ([`run_call`]). It serves one call and exits.
+    #[allow(clippy::ptr_arg)] // passed on to `receive`
     unsafe fn spare(resident: &Resident, buf: &mut [u8], space: &mut Vec<u8>) -> ! {
         // SAFETY: raw system calls in this single-threaded process.
         unsafe {
