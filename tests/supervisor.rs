@@ -258,31 +258,46 @@ async fn a_dropped_call_ends_the_whole_function_tree() {
 
 /// The resident supervisor started from `program` for this test process.
 fn resident_pid(program: &Path) -> Option<u32> {
-    let me = format!("{} --resident {}", program.display(), std::process::id());
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(&me))
-                .unwrap_or(false)
-        })
-        // Its per-call children carry the same command line: the resident
-        // one is the child of this process.
-        .find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| {
-                    s.rsplit(')')
-                        .next()?
-                        .split_whitespace()
-                        .nth(1)?
-                        .parse()
-                        .ok()
-                })
-                == Some(std::process::id())
-        })
+    // Its spares and per-call children carry the same command line: the
+    // resident one is the child of this process.
+    resident_family(program).into_iter().find(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit(')')
+                    .next()?
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            })
+            == Some(std::process::id())
+    })
+}
+
+/// A copy of the program in a new directory, and a resident supervisor of
+/// its own (apart from the one the other tests share) started by a first
+/// call.
+async fn resident_of_its_own() -> (tempfile::TempDir, PathBuf, Confinement) {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("krm-fn-supervisor");
+    std::fs::copy(program(), &copy).unwrap();
+    let c = Confinement::Resident(copy.clone());
+    let out = run(&c, &spec("cat", &[]), b"warm").await.unwrap();
+    assert_eq!(&out.stdout[..], b"warm");
+    (dir, copy, c)
+}
+
+/// Sends SIGKILL to the resident supervisor started from `program`;
+/// returns its pid.
+fn kill_resident(program: &Path) -> u32 {
+    let resident = resident_pid(program).expect("a resident supervisor");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(resident as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    resident
 }
 
 /// Killing the resident supervisor (SIGKILL) while calls run: each fails
@@ -291,15 +306,7 @@ fn resident_pid(program: &Path) -> Option<u32> {
 /// new resident supervisor and succeeds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_resident_supervisor_fails_its_calls_clearly_and_is_restarted() {
-    // A copy of the program: a resident supervisor of its own, apart from
-    // the one the other tests share.
-    let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("krm-fn-supervisor");
-    std::fs::copy(program(), &copy).unwrap();
-    let c = Confinement::Resident(copy.clone());
-    // Started by a first call.
-    let out = run(&c, &spec("cat", &[]), b"warm").await.unwrap();
-    assert_eq!(&out.stdout[..], b"warm");
+    let (dir, copy, c) = resident_of_its_own().await;
     let tag = 65_410;
     let marker = format!("sleep {}", tag / 10);
     let function = lingering(dir.path(), tag);
@@ -314,12 +321,7 @@ async fn a_killed_resident_supervisor_fails_its_calls_clearly_and_is_restarted()
         "{:?}",
         left(&marker)
     );
-    let resident = resident_pid(&copy).expect("a resident supervisor");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(resident as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    let resident = kill_resident(&copy);
     for call in calls {
         let err = tokio::time::timeout(Duration::from_secs(10), call)
             .await
@@ -373,24 +375,14 @@ fn resident_family(program: &Path) -> Vec<u32> {
 /// supervisor with new spares and succeeds.
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_spares_end_with_a_killed_resident_supervisor() {
-    let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("krm-fn-supervisor");
-    std::fs::copy(program(), &copy).unwrap();
-    let c = Confinement::Resident(copy.clone());
-    let out = run(&c, &spec("cat", &[]), b"warm").await.unwrap();
-    assert_eq!(&out.stdout[..], b"warm");
+    let (dir, copy, c) = resident_of_its_own().await;
     // The resident supervisor and its 2 idle spares.
     assert!(
         common::wait_until(Duration::from_secs(5), || resident_family(&copy).len() == 3),
         "{:?}",
         resident_family(&copy)
     );
-    let resident = resident_pid(&copy).expect("a resident supervisor");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(resident as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    let resident = kill_resident(&copy);
     assert!(
         common::wait_until(Duration::from_secs(5), || resident_family(&copy).is_empty()),
         "spares outlived the resident supervisor: {:?}",
