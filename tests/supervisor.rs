@@ -375,7 +375,7 @@ fn resident_family(program: &Path) -> Vec<u32> {
 /// supervisor with new spares and succeeds.
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_spares_end_with_a_killed_resident_supervisor() {
-    let (dir, copy, c) = resident_of_its_own().await;
+    let (_dir, copy, c) = resident_of_its_own().await;
     // The resident supervisor and its 2 idle spares.
     assert!(
         common::wait_until(Duration::from_secs(5), || resident_family(&copy).len() == 3),
