@@ -87,16 +87,19 @@ fn escaping_function(dir: &Path, tag: u32) -> std::path::PathBuf {
 
 /// The servers whose confinement is checked: serve and wrapper-server with
 /// the resident `krm-fn-supervisor` found next to them (the default), serve
-/// with the program started per call (`KRM_FN_SUPERVISOR=per-call`), and
-/// serve with the in-process fallback (`KRM_FN_SUPERVISOR=in-process`).
+/// with the program started per call (`KRM_FN_SUPERVISOR=per-call`),
+/// serve with the in-process fallback (`KRM_FN_SUPERVISOR=in-process`), and
+/// serve with a resident supervisor that keeps no spares and forks a
+/// per-call supervisor for each call (`KRM_FN_SUPERVISOR_SPARES=0`).
 /// `tag` is the `sleep` duration prefix that marks the processes of each
 /// round.
-fn confined_servers(tag: u32) -> [(u32, &'static str); 4] {
+fn confined_servers(tag: u32) -> [(u32, &'static str); 5] {
     [
         (tag, "serve"),
         (tag + 10, "wrapper"),
         (tag + 20, "serve, per-call supervisor"),
         (tag + 30, "serve, in-process supervisor"),
+        (tag + 40, "serve, resident supervisor without spares"),
     ]
 }
 
@@ -111,6 +114,10 @@ fn start_confined(server: &str, dir: &Path, name: &str, path: &Path) -> Runner {
         ),
         "serve" => (
             Runner::start(&serve),
+            "functions start under the resident supervisor program",
+        ),
+        "serve, resident supervisor without spares" => (
+            Runner::start_with_env(&serve, &[("KRM_FN_SUPERVISOR_SPARES", "0")]),
             "functions start under the resident supervisor program",
         ),
         "serve, per-call supervisor" => (
@@ -173,7 +180,10 @@ async fn no_function_survives_a_killed_server() {
         );
         let mut runner = start_confined(server, dir.path(), "hold", &hold);
         let resident = format!("krm-fn-supervisor --resident {}", runner.pid());
-        if matches!(server, "serve" | "wrapper") {
+        if matches!(
+            server,
+            "serve" | "wrapper" | "serve, resident supervisor without spares"
+        ) {
             // Started with the server, before any call.
             assert!(
                 wait_until(Duration::from_secs(5), || any_cmdline_contains(&resident)),
