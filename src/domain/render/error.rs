@@ -21,6 +21,7 @@
 use std::fmt;
 
 use super::kptfile::{PipelineInvalid, ValidateError};
+use crate::domain::evaluation::EvalError;
 
 /// kpt's cause text for a function that failed with an exit code.
 pub const ALREADY_HANDLED: &str = "already handled error";
@@ -29,7 +30,10 @@ pub const EXEC_NOT_ALLOWED: &str =
     "must run with `--allow-exec` option to allow running function binaries";
 
 /// Why one pipeline step failed (the cause after `pipeline.run: `).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Compares with `PartialEq` (not `Eq`): a runtime failure keeps the
+/// [`EvalError`] it came from, whose structured results hold JSON numbers.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StepError {
     /// An `exec` function and exec is not allowed.
@@ -61,14 +65,30 @@ pub enum StepError {
         /// The exit code.
         exit_code: i32,
     },
-    /// The runtime could not run the function (not found, timeout,
-    /// transport…), or its output was unusable.
+    /// No runtime serves the function's image or binary (every evaluator
+    /// in the chain answered not found); kpt's wording names the function.
+    #[error("function runtime failed to evaluate function {function:?}: {source}")]
+    NotFound {
+        /// The image or exec path, as the step names it.
+        function: String,
+        /// The chain's not-found answer.
+        #[source]
+        source: EvalError,
+    },
+    /// The runtime could not run the function (denied, timeout,
+    /// transport…), or its output was unusable; the message is the
+    /// runtime's own.
     #[error("{0}")]
-    Runtime(String),
+    Runtime(#[source] EvalError),
+    /// The step's image could not be resolved: a bad image reference, a
+    /// tag constraint no listed tag satisfies, or the registry's tag list
+    /// could not be read (the message names the repository).
+    #[error("{0}")]
+    Image(String),
 }
 
 /// What went wrong, without the package wrapper.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum RenderErrorKind {
     /// The root Kptfile's pipeline is invalid (render did not start).
@@ -87,7 +107,12 @@ pub enum RenderErrorKind {
 }
 
 /// A failed render: the package where it failed and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// [`std::error::Error::source`] is the failing step's [`StepError`] or the
+/// Kptfile error behind it, so a caller can walk down to the
+/// [`EvalError`] a runtime returned.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RenderError {
     /// Path of the failing package relative to the root ("" = root).
     pub package: String,
@@ -153,7 +178,16 @@ impl fmt::Display for RenderError {
     }
 }
 
-impl std::error::Error for RenderError {}
+impl std::error::Error for RenderError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            RenderErrorKind::InvalidRootKptfile(e) | RenderErrorKind::InvalidKptfile(e) => Some(e),
+            RenderErrorKind::MissingConfig(e) => Some(e),
+            RenderErrorKind::Step(e) => Some(e),
+            RenderErrorKind::NonKrm(_) | RenderErrorKind::Package(_) => None,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

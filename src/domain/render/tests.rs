@@ -855,9 +855,17 @@ async fn runtime_errors_are_step_failures() {
     )
     .await;
     assert_eq!(
-        out.error.unwrap().to_string(),
+        out.error.as_ref().unwrap().to_string(),
         "pkg.render: pkg .:\n\tpipeline.run: function runtime failed to evaluate function \"example.com/missing:v1\": function \"example.com/missing:v1\" not found"
     );
+    // The chain's own error is kept: render error → step error → EvalError.
+    let error = out.error.unwrap();
+    let step = std::error::Error::source(&error).expect("the step error is the source");
+    let eval = step
+        .source()
+        .and_then(|e| e.downcast_ref::<EvalError>())
+        .expect("the runtime's EvalError is the step error's source");
+    assert!(eval.is_not_found(), "{eval:?}");
     let fake = Fake::default().with("example.com/t:v1", |_| {
         Err(EvalError::Timeout {
             image: "example.com/t:v1".into(),
@@ -880,6 +888,10 @@ async fn runtime_errors_are_step_failures() {
             .to_string()
             .contains("did not finish within 300.000s")
     );
+    assert!(matches!(
+        out.error.as_ref().unwrap().kind,
+        RenderErrorKind::Step(StepError::Runtime(EvalError::Timeout { .. }))
+    ));
     assert_eq!(
         out.result_list().items[0].exit_code,
         1,

@@ -173,19 +173,19 @@ impl Renderer<'_> {
             Some(lister) if is_tag_constraint(&f.tag) => {
                 let repository = image_repository(&f.image, prefix);
                 let tags = lister.list_tags(&repository).await.map_err(|e| {
-                    StepError::Runtime(format!(
+                    StepError::Image(format!(
                         "cannot list the tags of {repository} to resolve tag {:?}: {e}",
                         f.tag
                     ))
                 })?;
                 pick_tag(&f.tag, &tags)
-                    .map_err(|e| StepError::Runtime(format!("image {repository}: {e}")))?
+                    .map_err(|e| StepError::Image(format!("image {repository}: {e}")))?
             }
             _ => f.tag.clone(),
         };
         resolve_function_image(&f.image, &tag, prefix)
             .map(FunctionTarget::Image)
-            .map_err(StepError::Runtime)
+            .map_err(StepError::Image)
     }
 
     /// The step's functionConfig: the ConfigMap for `configMap`, the current

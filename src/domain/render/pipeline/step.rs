@@ -142,18 +142,18 @@ impl Renderer<'_> {
                 // says which, so results.yaml and the Kptfile status tell.
                 record.ran = true;
                 record.results = vec![refusal_result(&e)];
-                return fail(self, ctx, record, StepError::Runtime(e.to_string()));
+                return fail(self, ctx, record, StepError::Runtime(e));
             }
             Err(e) if e.is_not_found() => {
-                let text = format!(
-                    "function runtime failed to evaluate function {:?}: {e}",
-                    target.name()
-                );
-                return fail(self, ctx, record, StepError::Runtime(text));
+                let error = StepError::NotFound {
+                    function: target.name().to_string(),
+                    source: e,
+                };
+                return fail(self, ctx, record, error);
             }
             Err(e) => {
                 record.ran = true;
-                return fail(self, ctx, record, StepError::Runtime(e.to_string()));
+                return fail(self, ctx, record, StepError::Runtime(e));
             }
         };
         record.stderr = recorded_stderr(target, &output.stderr);
