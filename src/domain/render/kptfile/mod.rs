@@ -13,6 +13,7 @@ mod unknown_fields;
 mod validate;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
@@ -353,7 +354,9 @@ fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String
 }
 
 /// Why a Kptfile could not be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Not comparable: [`KptfileError::Decode`] keeps the decoder's own error.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum KptfileError {
     /// Not a single mapping.
@@ -388,9 +391,15 @@ pub enum KptfileError {
         /// 1-based line, when parsed from text.
         line: Option<usize>,
     },
-    /// A field of the wrong type (e.g. a list inside `configMap`).
+    /// A field of the wrong type (e.g. a list inside `configMap`) in
+    /// Kptfile text ([`Kptfile::parse`]): the YAML decoder's error, with
+    /// line and column, is the source.
     #[error("{0}")]
-    Decode(String),
+    Decode(#[source] codec::CodecError),
+    /// A field of the wrong type in an already parsed Kptfile object
+    /// ([`Kptfile::from_value`]): the JSON decoder's error is the source.
+    #[error("{0}")]
+    DecodeValue(#[source] Arc<serde_json::Error>),
     /// Not YAML: the parser's error (line and column when known).
     #[error(transparent)]
     Yaml(#[from] codec::CodecError),
@@ -404,7 +413,8 @@ impl Kptfile {
     pub fn parse(bytes: &[u8]) -> Result<Self, KptfileError> {
         let value: Value = codec::from_yaml_slice(bytes)?;
         check_version(&value)?;
-        codec::from_yaml_slice::<Kptfile>(bytes).map_err(|e| decode_error(&value, &e.to_string()))
+        codec::from_yaml_slice::<Kptfile>(bytes)
+            .map_err(|e| decode_error(&value, e, KptfileError::Decode))
     }
 
     /// Reads a Kptfile from an already parsed object (e.g. a ResourceList
@@ -414,7 +424,7 @@ impl Kptfile {
     pub fn from_value(value: &Value) -> Result<Self, KptfileError> {
         check_version(value)?;
         serde_json::from_value::<Kptfile>(value.clone())
-            .map_err(|e| decode_error(value, &e.to_string()))
+            .map_err(|e| decode_error(value, e, |e| KptfileError::DecodeValue(Arc::new(e))))
     }
 
     /// The pipeline, or an empty one.
@@ -468,14 +478,20 @@ impl Kptfile {
     }
 }
 
-fn decode_error(value: &Value, message: &str) -> KptfileError {
+/// kpt's unknown-field error when `value` has a field the schema lacks,
+/// else `wrap(error)`.
+fn decode_error<E: std::fmt::Display>(
+    value: &Value,
+    error: E,
+    wrap: impl FnOnce(E) -> KptfileError,
+) -> KptfileError {
     match unknown_field(value) {
         Some((field, type_name)) => KptfileError::UnknownField {
             field,
             type_name,
-            line: line_of(message),
+            line: line_of(&error.to_string()),
         },
-        None => KptfileError::Decode(message.to_string()),
+        None => wrap(error),
     }
 }
 
@@ -581,6 +597,20 @@ mod tests {
                 .to_string()
                 .contains("field uid not found in type yaml.ObjectMeta")
         );
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_keeps_the_decoders_error() {
+        let text = "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: app\npipeline:\n  mutators:\n    - image: x\n      configMap: [a]\n";
+        let err = Kptfile::parse(text.as_bytes()).unwrap_err();
+        let source = std::error::Error::source(&err).expect("the decoder's error is kept");
+        assert!(source.is::<codec::CodecError>(), "{err:?}");
+        assert_eq!(err.to_string(), source.to_string());
+        let v: Value = codec::from_yaml_str(text).unwrap();
+        let err = Kptfile::from_value(&v).unwrap_err();
+        let source = std::error::Error::source(&err).expect("the decoder's error is kept");
+        assert!(source.is::<Arc<serde_json::Error>>(), "{err:?}");
+        assert_eq!(err.to_string(), source.to_string());
     }
 
     #[test]
