@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -103,12 +104,23 @@ pub enum CredentialLookup {
 }
 
 /// Why a Docker config cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Not comparable: the parse variants keep the JSON decoder's error as
+/// their source.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum DockerConfigError {
-    /// The bytes are not a Docker config JSON (`{"auths": {...}}`, or the
-    /// legacy `.dockercfg` map).
+    /// The bytes are not a Docker config JSON (`{"auths": {...}}`); the
+    /// decoder's error (with line and column) is the source.
     #[error("not a Docker config JSON: {0}")]
-    Parse(String),
+    Parse(#[source] Arc<serde_json::Error>),
+    /// The JSON is not an object.
+    #[error("not a Docker config JSON: expected a JSON object")]
+    NotAnObject,
+    /// The legacy `.dockercfg` form (the `auths` map at the top level) does
+    /// not decode; the decoder's error is the source.
+    #[error("not a Docker config JSON: legacy .dockercfg: {0}")]
+    Legacy(#[source] Arc<serde_json::Error>),
     /// The `auth` field of the entry is not base64 of `user:password`.
     #[error("the \"auth\" field of entry {key:?} is not base64 of user:password")]
     BadAuth {
@@ -185,18 +197,17 @@ impl DockerConfig {
     /// Parses `bytes` as `{"auths": {...}, "credHelpers": {...}, "credsStore": ...}`,
     /// or as the legacy `.dockercfg` form (the `auths` map at the top level).
     ///
-    /// Errors: [`DockerConfigError::Parse`] for anything else.
+    /// Errors: [`DockerConfigError::Parse`], [`DockerConfigError::NotAnObject`]
+    /// or [`DockerConfigError::Legacy`] for anything else.
     pub fn parse(bytes: &[u8]) -> Result<Self, DockerConfigError> {
         let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| DockerConfigError::Parse(e.to_string()))?;
-        let obj = value
-            .as_object()
-            .ok_or_else(|| DockerConfigError::Parse("expected a JSON object".into()))?;
+            serde_json::from_slice(bytes).map_err(|e| DockerConfigError::Parse(Arc::new(e)))?;
+        let obj = value.as_object().ok_or(DockerConfigError::NotAnObject)?;
         let known = ["auths", "credHelpers", "credsStore"];
         let modern = obj.is_empty() || obj.keys().any(|k| known.contains(&k.as_str()));
         if modern {
-            let raw: RawConfig = serde_json::from_value(value)
-                .map_err(|e| DockerConfigError::Parse(e.to_string()))?;
+            let raw: RawConfig =
+                serde_json::from_value(value).map_err(|e| DockerConfigError::Parse(Arc::new(e)))?;
             Ok(Self {
                 auths: raw
                     .auths
@@ -209,7 +220,7 @@ impl DockerConfig {
             })
         } else {
             let auths: BTreeMap<String, AuthEntry> = serde_json::from_value(value)
-                .map_err(|e| DockerConfigError::Parse(format!("legacy .dockercfg: {e}")))?;
+                .map_err(|e| DockerConfigError::Legacy(Arc::new(e)))?;
             Ok(Self {
                 auths: auths.into_iter().map(|(k, v)| (k, v.into())).collect(),
                 ..Self::default()
@@ -307,11 +318,16 @@ fn entry_credential(
 }
 
 /// Why an image config yields no entrypoint.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Not comparable: [`EntrypointError::Parse`] keeps the JSON decoder's
+/// error as its source.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum EntrypointError {
-    /// The config blob is not JSON of the expected shape.
+    /// The config blob is not JSON of the expected shape; the decoder's
+    /// error (with line and column) is the source.
     #[error("the image config is not valid JSON: {0}")]
-    Parse(String),
+    Parse(#[source] Arc<serde_json::Error>),
     /// Neither `Entrypoint` nor `Cmd` is set: nothing to run.
     #[error("the image config sets neither Entrypoint nor Cmd")]
     Missing,
@@ -338,7 +354,7 @@ pub fn entrypoint_from_config(config_json: &[u8]) -> Result<Vec<String>, Entrypo
         cmd: Option<Vec<String>>,
     }
     let file: File =
-        serde_json::from_slice(config_json).map_err(|e| EntrypointError::Parse(e.to_string()))?;
+        serde_json::from_slice(config_json).map_err(|e| EntrypointError::Parse(Arc::new(e)))?;
     let cfg = file.config.unwrap_or(Cfg {
         entrypoint: None,
         cmd: None,
@@ -618,8 +634,21 @@ mod tests {
             c.lookup("r.io", false),
             Err(DockerConfigError::BadAuth { .. })
         ));
-        assert!(DockerConfig::parse(b"[1]").is_err());
-        assert!(DockerConfig::parse(b"not json").is_err());
+        assert!(matches!(
+            DockerConfig::parse(b"[1]"),
+            Err(DockerConfigError::NotAnObject)
+        ));
+        let err = DockerConfig::parse(b"not json").unwrap_err();
+        let source = std::error::Error::source(&err).expect("the decoder's error is kept");
+        assert!(source.is::<Arc<serde_json::Error>>());
+        assert!(
+            err.to_string()
+                .starts_with("not a Docker config JSON: expected ident at line 1 column 2"),
+            "{err}"
+        );
+        let err = DockerConfig::parse(br#"{"r.io": 1}"#).unwrap_err();
+        assert!(matches!(err, DockerConfigError::Legacy(_)), "{err:?}");
+        assert!(std::error::Error::source(&err).is_some());
         assert_eq!(DockerConfig::parse(b"{}").unwrap(), DockerConfig::default());
     }
 
@@ -638,18 +667,22 @@ mod tests {
         assert_eq!(entrypoint_from_config(cmd).unwrap(), ["/bin/sh", "-c", "x"]);
         let ep = br#"{"architecture": "amd64", "config": {"Entrypoint": ["/fn"]}}"#;
         assert_eq!(entrypoint_from_config(ep).unwrap(), ["/fn"]);
-        assert_eq!(
+        assert!(matches!(
             entrypoint_from_config(br#"{"config": {}}"#),
             Err(EntrypointError::Missing)
-        );
-        assert_eq!(
+        ));
+        assert!(matches!(
             entrypoint_from_config(br#"{}"#),
             Err(EntrypointError::Missing)
-        );
-        assert!(matches!(
-            entrypoint_from_config(b"nope"),
-            Err(EntrypointError::Parse(_))
         ));
+        let err = entrypoint_from_config(b"nope").unwrap_err();
+        assert!(matches!(err, EntrypointError::Parse(_)));
+        let source = std::error::Error::source(&err).expect("the decoder's error is kept");
+        assert!(source.is::<Arc<serde_json::Error>>());
+        assert_eq!(
+            err.to_string(),
+            format!("the image config is not valid JSON: {source}")
+        );
     }
 
     #[test]
