@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 
 use super::image::{resolve_image, split_reference};
 use super::pod_cache::PodCacheConfigEntry;
-use super::pod_cache::config::{check_pool, parse_go_duration};
+use super::pod_cache::config::{check_pool, check_whole_numbers, parse_go_duration};
 use super::pod_cache::template::{ContainerOverrides, TemplateOverrides};
 
 /// The API group of `FunctionConfig` and `ServiceTemplate`.
@@ -95,6 +95,36 @@ pub struct FunctionConfigSpec {
     /// Porch's builtin (in-process Go) runtime; not the runner's concern.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub go_executor: Option<serde_json::Value>,
+}
+
+impl FunctionConfigSpec {
+    /// Decodes an object's `spec` as the API server returns it.
+    ///
+    /// Errors: a count of `spec.podExecutor` (`minReady`, `maxPods`,
+    /// `maxParallelExecutions`, `preferredMaxQueueLength`) that is not a
+    /// whole number is named with its value
+    /// (`spec.podExecutor.minReady is "two", a string: write a whole number (such as 2)`);
+    /// any other mismatch is `spec does not decode: <decoder's message>`.
+    pub fn from_value(spec: serde_json::Value) -> Result<Self, String> {
+        if let Some(pod) = spec.get("podExecutor") {
+            check_whole_numbers(
+                pod,
+                &[
+                    ("minReady", "spec.podExecutor.minReady"),
+                    ("maxPods", "spec.podExecutor.maxPods"),
+                    (
+                        "maxParallelExecutions",
+                        "spec.podExecutor.maxParallelExecutions",
+                    ),
+                    (
+                        "preferredMaxQueueLength",
+                        "spec.podExecutor.preferredMaxQueueLength",
+                    ),
+                ],
+            )?;
+        }
+        serde_json::from_value(spec).map_err(|e| format!("spec does not decode: {e}"))
+    }
 }
 
 /// `spec.podExecutor`.

@@ -19,7 +19,7 @@ fn object(name: &str, created: &str, spec: serde_json::Value) -> FunctionConfigO
         name: name.to_string(),
         generation: 1,
         created: created.to_string(),
-        spec: serde_json::from_value(spec).map_err(|e| e.to_string()),
+        spec: FunctionConfigSpec::from_value(spec),
     }
 }
 
@@ -290,6 +290,18 @@ fn invalid_objects_say_why_and_configure_nothing() {
         (
             serde_json::json!({"image": "f", "podExecutor": {"minReady": -1}}),
             "spec.podExecutor.minReady is -1",
+        ),
+        (
+            serde_json::json!({"image": "f", "podExecutor": {"minReady": "two"}}),
+            "spec.podExecutor.minReady is \"two\", a string: write a whole number (such as 2)",
+        ),
+        (
+            serde_json::json!({"image": "f", "podExecutor": {"minReady": 1.5}}),
+            "spec.podExecutor.minReady is 1.5, not a whole number: write a whole number (such as 2)",
+        ),
+        (
+            serde_json::json!({"image": "f", "podExecutor": {"maxPods": [2]}}),
+            "spec.podExecutor.maxPods is [2], a list: write a whole number",
         ),
         (
             serde_json::json!({"image": "f", "podExecutor": {"minReady": 3, "maxPods": 2}}),

@@ -46,6 +46,15 @@ pub const ENTRY_FORMAT: Shape = Shape::Map(&[
     ("maxPods", Shape::Any),
 ]);
 
+/// The keys of an entry that hold whole numbers, for [`check_whole_numbers`].
+const ENTRY_COUNTS: [(&str, &str); 5] = [
+    ("maxWaitlistLength", "maxWaitlistLength"),
+    ("maxParallelPodsPerFunction", "maxParallelPodsPerFunction"),
+    ("maxLoadPerPod", "maxLoadPerPod"),
+    ("minReady", "minReady"),
+    ("maxPods", "maxPods"),
+];
+
 /// The pod-cache parameters of one function image.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionSettings {
@@ -291,6 +300,38 @@ pub fn check_pool(
     Ok((min, max))
 }
 
+/// Checks that each of `keys` present in `object` is a whole number, so a
+/// count written as text, a fraction or a list is refused with its key
+/// rather than with the decoder's "invalid type" at a line and column.
+/// `keys` pairs the key in `object` with the name to show (e.g.
+/// `("minReady", "spec.podExecutor.minReady")`); absent and `null` keys
+/// pass.
+///
+/// Errors: `<name> is <value>, <what it is>: write a whole number (such as 2)`.
+pub fn check_whole_numbers(
+    object: &serde_json::Value,
+    keys: &[(&str, &str)],
+) -> Result<(), String> {
+    use serde_json::Value;
+    for (key, name) in keys {
+        let what = match object.get(key) {
+            None | Some(Value::Null) => continue,
+            Some(Value::Number(n)) if n.is_i64() => continue,
+            Some(Value::Number(n)) if n.is_u64() => "too large",
+            Some(Value::Number(_)) => "not a whole number",
+            Some(Value::String(_)) => "a string",
+            Some(Value::Bool(_)) => "a boolean",
+            Some(Value::Array(_)) => "a list",
+            Some(Value::Object(_)) => "a mapping",
+        };
+        return Err(format!(
+            "{name} is {}, {what}: write a whole number (such as 2)",
+            object[key]
+        ));
+    }
+    Ok(())
+}
+
 /// The parsed pod-cache config file: entries in file order plus warnings
 /// about values that were ignored.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -359,6 +400,14 @@ impl PodCacheConfig {
         let raw: Vec<RawEntry> = if text.iter().all(u8::is_ascii_whitespace) {
             Vec::new()
         } else {
+            let value: serde_json::Value =
+                codec::from_yaml_slice(text).map_err(|e| err(e.to_string()))?;
+            for (i, entry) in value.as_array().into_iter().flatten().enumerate() {
+                check_whole_numbers(entry, &ENTRY_COUNTS).map_err(|m| {
+                    let name = entry.get("name").and_then(|n| n.as_str()).unwrap_or("");
+                    err(format!("entry {i} ({name}): {m}"))
+                })?;
+            }
             codec::from_yaml_slice::<Option<Vec<RawEntry>>>(text)
                 .map_err(|e| err(e.to_string()))?
                 .unwrap_or_default()
@@ -778,7 +827,14 @@ mod tests {
                 "maxPods: 2\n  maxParallelPodsPerFunction: 2",
                 "maxPods and maxParallelPodsPerFunction are both set",
             ),
-            ("minReady: two", "line 2 column 13: invalid i64"),
+            (
+                "minReady: two",
+                "entry 0 (x:v1): minReady is \"two\", a string: write a whole number (such as 2)",
+            ),
+            (
+                "maxPods: 1.5",
+                "entry 0 (x:v1): maxPods is 1.5, not a whole number: write a whole number",
+            ),
         ] {
             let yaml = format!("- name: x:v1\n  {text}\n");
             let err = PodCacheConfig::parse(yaml.as_bytes(), "pcc.yaml").unwrap_err();
