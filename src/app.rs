@@ -19,7 +19,9 @@ use crate::adapters::admission::{Admission, AdmittedEvaluator, AdmittedRuntime};
 use crate::adapters::exec::wrapper::EmptyEntrypoint;
 use crate::adapters::exec::{ExecEvaluator, ExecSettings, WrapperEvaluator};
 use crate::adapters::grpc::RemoteEvaluator;
-use crate::adapters::kube::function_configs::{FunctionConfigWatch, crd_installed};
+use crate::adapters::kube::function_configs::{
+    FunctionConfigWatch, FunctionConfigWatchError, crd_installed,
+};
 use crate::adapters::kube::templates::watch_template_objects;
 use crate::adapters::kube::{ApiRetry, KubePlatform};
 use crate::adapters::oci::{InspectorConfig, OciImageInspector, PullSecretSync};
@@ -113,7 +115,7 @@ pub enum StartupError {
     Generation(String),
     /// The FunctionConfigs could not be read (FunctionConfig generation).
     #[error("failed to read the FunctionConfigs: {0}")]
-    FunctionConfigs(String),
+    FunctionConfigs(#[source] FunctionConfigWatchError),
 }
 
 /// Which of Porch's configuration surfaces the runner serves.

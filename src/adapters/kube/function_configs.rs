@@ -101,11 +101,56 @@ impl BinaryCatalog for LiveCatalog {
 }
 
 /// How the first listing went, for [`FunctionConfigWatch::start`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 enum Sync {
-    Pending(Option<String>),
+    /// Not listed yet; the last retryable error, if any.
+    Pending(Option<Arc<watcher::Error>>),
     Done,
-    Failed(String),
+    /// A permanent error: what to do, and the watcher's error.
+    Failed(String, Arc<watcher::Error>),
+}
+
+/// Why [`FunctionConfigWatch::start`] could not list the FunctionConfigs.
+///
+/// Each variant names the namespace; the watcher's error (kube's API or
+/// transport error) is kept as the source when there is one.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum FunctionConfigWatchError {
+    /// Listing will not succeed by retrying: forbidden (the RBAC rule to
+    /// add is named) or the resource is not served (install the CRD).
+    #[error("cannot list FunctionConfigs in namespace {namespace:?}: {advice}")]
+    Refused {
+        /// The pod namespace.
+        namespace: String,
+        /// What is wrong and what to do.
+        advice: String,
+        /// The watcher's error.
+        #[source]
+        source: Arc<watcher::Error>,
+    },
+    /// The watch task ended before the first listing.
+    #[error("the watch on FunctionConfigs in namespace {namespace:?} stopped before listing them")]
+    Stopped {
+        /// The pod namespace.
+        namespace: String,
+    },
+    /// The first listing did not succeed within the sync timeout
+    /// (`--pod-sync-timeout`); the last retryable error, when there was one.
+    #[error(
+        "could not list FunctionConfigs in namespace {namespace:?} within {}s{}",
+        within.as_secs(),
+        last.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+    )]
+    Timeout {
+        /// The pod namespace.
+        namespace: String,
+        /// The time allowed.
+        within: Duration,
+        /// The last error of the listing, if any.
+        #[source]
+        last: Option<Arc<watcher::Error>>,
+    },
 }
 
 impl FunctionConfigWatch {
@@ -114,15 +159,16 @@ impl FunctionConfigWatch {
     /// returns once every existing object has been applied, so warm-up and
     /// the first call see them (spec §10 item 10). Needs a Tokio runtime.
     ///
-    /// Errors: listing is forbidden (the RBAC rule to add is named), the
-    /// resource does not exist, or the first listing has not succeeded
-    /// within `within` (with the last error).
+    /// Errors: [`FunctionConfigWatchError`] — listing is forbidden (the
+    /// RBAC rule to add is named), the resource does not exist, or the
+    /// first listing has not succeeded within `within` (with the last
+    /// error).
     pub async fn start(
         client: Client,
         namespace: &str,
         empty: FunctionConfigStore,
         within: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, FunctionConfigWatchError> {
         let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource());
         let (store_tx, store) = watch::channel(Arc::new(empty));
         let (sync_tx, mut sync) = watch::channel(Sync::Pending(None));
@@ -132,20 +178,25 @@ impl FunctionConfigWatch {
             tokio::time::timeout(within, sync.wait_for(|s| !matches!(s, Sync::Pending(_))))
                 .await
                 .map(|r| r.map(|s| s.clone()));
-        let what = format!("FunctionConfigs in namespace {namespace:?}");
+        let namespace = namespace.to_string();
         match outcome {
-            Ok(Ok(Sync::Failed(e))) => Err(format!("cannot list {what}: {e}")),
+            Ok(Ok(Sync::Failed(advice, source))) => Err(FunctionConfigWatchError::Refused {
+                namespace,
+                advice,
+                source,
+            }),
             Ok(Ok(_)) => Ok(watch),
-            Ok(Err(_)) => Err(format!("the watch on {what} stopped before listing them")),
+            Ok(Err(_)) => Err(FunctionConfigWatchError::Stopped { namespace }),
             Err(_) => {
                 let last = match &*sync.borrow() {
-                    Sync::Pending(Some(e)) => format!(": {e}"),
-                    _ => String::new(),
+                    Sync::Pending(last) => last.clone(),
+                    _ => None,
                 };
-                Err(format!(
-                    "could not list {what} within {}s{last}",
-                    within.as_secs()
-                ))
+                Err(FunctionConfigWatchError::Timeout {
+                    namespace,
+                    within,
+                    last,
+                })
             }
         }
     }
@@ -184,8 +235,7 @@ fn to_object(o: &DynamicObject) -> FunctionConfigObject {
         name: o.metadata.name.clone().unwrap_or_default(),
         generation: o.metadata.generation.unwrap_or_default(),
         created,
-        spec: serde_json::from_value::<FunctionConfigSpec>(spec)
-            .map_err(|e| format!("spec does not decode: {e}")),
+        spec: FunctionConfigSpec::from_value(spec),
     }
 }
 
@@ -254,13 +304,13 @@ async fn run(
                 continue;
             }
             Err(e) => {
-                let synced = *sync_tx.borrow() == Sync::Done;
+                let synced = matches!(*sync_tx.borrow(), Sync::Done);
                 match permanent(&e) {
                     Some(m) if !synced => {
-                        sync_tx.send_replace(Sync::Failed(m));
+                        sync_tx.send_replace(Sync::Failed(m, Arc::new(e)));
                     }
                     _ if !synced => {
-                        sync_tx.send_replace(Sync::Pending(Some(e.to_string())));
+                        sync_tx.send_replace(Sync::Pending(Some(Arc::new(e))));
                     }
                     _ => tracing::warn!("FunctionConfig watch error (retrying): {e}"),
                 }
@@ -322,7 +372,7 @@ async fn run(
             store_tx.send_replace(Arc::new(store));
         }
         sync_tx.send_if_modified(|s| {
-            let changed = *s != Sync::Done;
+            let changed = !matches!(s, Sync::Done);
             *s = Sync::Done;
             changed
         });
