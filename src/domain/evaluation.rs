@@ -8,11 +8,12 @@
 //! place (`adapters::grpc::status`).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::resource_list::{ResourceList, ResultItem, format_results};
+use super::resource_list::{ResourceList, ResourceListError, ResultItem, format_results};
 
 /// Porch's default cap on a ResourceList message, in bytes (6 MiB: the
 /// function runner's `--max-request-body-size`); the exec runtimes cap each
@@ -162,7 +163,7 @@ impl fmt::Display for Payload {
 }
 
 /// Every way an evaluation can fail.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum EvalError {
     /// This evaluator does not serve the image; the chain tries the next one.
@@ -227,6 +228,27 @@ pub enum EvalError {
     /// The runner failed for a reason that is not the function's fault.
     #[error("{0}")]
     Internal(String),
+    /// The runner could not start the function's process or talk to it
+    /// (missing or non-executable program, a broken pipe): not the
+    /// function's fault. The OS error is the source.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the runner was doing, naming the function.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The function exited 0 but its stdout is not a ResourceList. The
+    /// decoder's error is the source.
+    #[error("{context}: {source}")]
+    BadOutput {
+        /// Which function, and its stderr when there is any.
+        context: String,
+        /// Why the output is not a ResourceList.
+        #[source]
+        source: ResourceListError,
+    },
 }
 
 impl EvalError {

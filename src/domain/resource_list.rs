@@ -54,7 +54,7 @@ pub enum ResourceListError {
     Empty,
     /// Not YAML, or not a single mapping.
     #[error("the ResourceList is not valid YAML: {0}")]
-    Syntax(CodecError),
+    Syntax(#[source] CodecError),
     /// A YAML object whose kind is something else.
     #[error("expected kind ResourceList, got kind {0:?}")]
     WrongKind(String),

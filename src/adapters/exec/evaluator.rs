@@ -171,6 +171,16 @@ pub(crate) fn process_error(image: &str, err: ProcessError) -> EvalError {
             size: None,
             limit,
         },
+        ProcessError::Spawn { program, source } => EvalError::Io {
+            context: format!("Failed to execute function {image:?}: cannot start {program:?}"),
+            source: Arc::new(source),
+        },
+        ProcessError::Io(source) => EvalError::Io {
+            context: format!(
+                "Failed to execute function {image:?}: I/O error talking to the function"
+            ),
+            source: Arc::new(source),
+        },
         e => EvalError::Internal(format!("Failed to execute function {image:?}: {e}")),
     }
 }
@@ -221,5 +231,47 @@ impl FunctionEvaluator for ExecEvaluator {
             resource_list: out.stdout,
             log: out.stderr,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    #[test]
+    fn start_and_pipe_failures_keep_the_os_error_as_source() {
+        let spawn = process_error(
+            "example.com/fn:v1",
+            ProcessError::Spawn {
+                program: PathBuf::from("/no/such/fn"),
+                source: io::Error::from(io::ErrorKind::NotFound),
+            },
+        );
+        assert!(
+            spawn.to_string().starts_with(
+                "Failed to execute function \"example.com/fn:v1\": cannot start \"/no/such/fn\": "
+            ),
+            "{spawn}"
+        );
+        let source = std::error::Error::source(&spawn).expect("the OS error is kept");
+        let os = source
+            .downcast_ref::<Arc<io::Error>>()
+            .expect("an io::Error");
+        assert_eq!(os.kind(), io::ErrorKind::NotFound);
+        let pipe = process_error(
+            "example.com/fn:v1",
+            ProcessError::Io(io::Error::from(io::ErrorKind::BrokenPipe)),
+        );
+        assert!(
+            matches!(&pipe, EvalError::Io { source, .. } if source.kind() == io::ErrorKind::BrokenPipe)
+        );
+        assert!(
+            pipe.to_string().starts_with(
+                "Failed to execute function \"example.com/fn:v1\": I/O error talking to the function: "
+            ),
+            "{pipe}"
+        );
     }
 }

@@ -25,7 +25,7 @@ use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{
     EvalError, EvaluationRequest, EvaluationResponse, ExitReason, FunctionFailure, log_excerpt,
 };
-use crate::domain::resource_list::ResourceList;
+use crate::domain::resource_list::{ResourceList, ResourceListError};
 use crate::ports::FunctionEvaluator;
 
 /// Why a wrapper evaluator cannot be built.
@@ -62,11 +62,14 @@ impl WrapperEvaluator {
     }
 }
 
-fn parse_failure(image: &str, stderr: &[u8], err: impl std::fmt::Display) -> EvalError {
-    EvalError::Internal(format!(
-        "failed to parse the output of function {image:?} with stderr '{}': {err}",
-        String::from_utf8_lossy(stderr).trim_end()
-    ))
+fn parse_failure(image: &str, stderr: &[u8], source: ResourceListError) -> EvalError {
+    EvalError::BadOutput {
+        context: format!(
+            "failed to parse the output of function {image:?} with stderr '{}'",
+            String::from_utf8_lossy(stderr).trim_end()
+        ),
+        source,
+    }
 }
 
 #[async_trait]

@@ -43,7 +43,10 @@ pub fn encoded_len(text: &str) -> usize {
 pub fn to_status(err: &EvalError) -> Status {
     let code = match err {
         EvalError::NotFound { .. } => Code::NotFound,
-        EvalError::FunctionFailed(_) | EvalError::Internal(_) => Code::Internal,
+        EvalError::FunctionFailed(_)
+        | EvalError::Internal(_)
+        | EvalError::Io { .. }
+        | EvalError::BadOutput { .. } => Code::Internal,
         EvalError::Timeout { .. } => Code::DeadlineExceeded,
         EvalError::Cancelled { .. } => Code::Cancelled,
         EvalError::InvalidInput(_) => Code::InvalidArgument,

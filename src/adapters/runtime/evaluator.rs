@@ -68,10 +68,9 @@ impl FunctionRuntime for EvaluatorRuntime {
                 call.read_output(&output, sent.as_deref())
             })
             .await?
-            .map_err(|e| {
-                EvalError::Internal(format!(
-                    "function {image:?} did not return a ResourceList: {e}"
-                ))
+            .map_err(|source| EvalError::BadOutput {
+                context: format!("function {image:?} did not return a ResourceList"),
+                source,
             })?;
         Ok(FunctionOutput {
             resource_list,

@@ -84,10 +84,9 @@ impl FunctionRuntime for ExecCommandRuntime {
         let (resource_list, item_texts) =
             parse_off_workers(move || call.read_output(&stdout, sent.as_deref()))
                 .await?
-                .map_err(|e| {
-                    EvalError::Internal(format!(
-                        "function {command:?} did not write a ResourceList to stdout: {e}"
-                    ))
+                .map_err(|source| EvalError::BadOutput {
+                    context: format!("function {command:?} did not write a ResourceList to stdout"),
+                    source,
                 })?;
         Ok(FunctionOutput {
             resource_list,

@@ -31,9 +31,9 @@ pub const EXEC_NOT_ALLOWED: &str =
 
 /// Why one pipeline step failed (the cause after `pipeline.run: `).
 ///
-/// Compares with `PartialEq` (not `Eq`): a runtime failure keeps the
-/// [`EvalError`] it came from, whose structured results hold JSON numbers.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Not comparable: a runtime failure keeps the [`EvalError`] it came
+/// from, which may hold an I/O or decode error; match on the variant.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StepError {
     /// An `exec` function and exec is not allowed.
@@ -88,7 +88,7 @@ pub enum StepError {
 }
 
 /// What went wrong, without the package wrapper.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum RenderErrorKind {
     /// The root Kptfile's pipeline is invalid (render did not start).
@@ -111,7 +111,7 @@ pub enum RenderErrorKind {
 /// [`std::error::Error::source`] is the failing step's [`StepError`] or the
 /// Kptfile error behind it, so a caller can walk down to the
 /// [`EvalError`] a runtime returned.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RenderError {
     /// Path of the failing package relative to the root ("" = root).

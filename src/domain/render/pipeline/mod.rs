@@ -179,8 +179,9 @@ pub struct NoEvents;
 
 impl RenderEvents for NoEvents {}
 
-/// The outcome of a render.
-#[derive(Debug, Clone, PartialEq)]
+/// The outcome of a render (not comparable: its error keeps the
+/// runtime's error as a source).
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RenderOutcome {
     /// The rendered objects with paths relative to the root package: all
