@@ -977,3 +977,44 @@ async fn porchs_manifests_under(rbac: Rbac) {
         assert!(refused.is_empty(), "{refused:#?}");
     }
 }
+
+/// Without Porch's FunctionConfig CRD the watch does not start: the error
+/// says to install the CRD, and keeps the watcher's error (the API
+/// server's 404) as its source.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_crd_is_named_and_the_api_error_kept() {
+    let _serial = SERIAL.lock().await;
+    let plane = ControlPlane::start().await;
+    let client = plane.client().await.unwrap();
+    let store = krm_fn_runner::domain::function_config::FunctionConfigStore::new(
+        Path::new("/nonexistent"),
+        "ghcr.io/kptdev/krm-functions-catalog",
+    );
+    let Err(err) = function_configs::FunctionConfigWatch::start(
+        client,
+        "default",
+        store,
+        Duration::from_secs(30),
+    )
+    .await
+    else {
+        panic!("the watch started without the CRD");
+    };
+    let text = err.to_string();
+    assert!(
+        text.starts_with("cannot list FunctionConfigs in namespace \"default\": ")
+            && text.contains("install Porch's FunctionConfig CRD"),
+        "{text}"
+    );
+    let source = std::error::Error::source(&err).expect("the watcher's error is kept");
+    let watcher = source
+        .downcast_ref::<std::sync::Arc<kube::runtime::watcher::Error>>()
+        .expect("a kube watcher error");
+    assert!(
+        matches!(
+            &**watcher,
+            kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404
+        ),
+        "{watcher:?}"
+    );
+}
