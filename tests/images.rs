@@ -132,11 +132,12 @@ impl Running {
         Running { child, log }
     }
 
-    /// The server found the `krm-fn-supervisor` program shipped next to it.
+    /// The server found the `krm-fn-supervisor` program shipped next to it
+    /// and runs it as the resident supervisor (the default way).
     fn assert_supervised(&self) {
         let log = self.log.lock().unwrap();
         assert!(
-            log.contains("functions start under the supervisor program"),
+            log.contains("functions start under the resident supervisor program"),
             "{log}"
         );
     }
