@@ -78,39 +78,22 @@ impl Renderer<'_> {
         for (i, (f, target)) in pipeline.mutators.iter().zip(&targets).enumerate() {
             let config = self.function_config(node, f, &items);
             let filtered = f.is_filtered();
+            let step = Step {
+                node,
+                kind: StepKind::Mutator,
+                index: i,
+                function: f,
+                target,
+                config,
+            };
             let result = if filtered {
                 selector::stamp_resource_ids(&mut items);
                 let selected = selector::select(&items, &f.selectors, &f.exclude);
                 let mut input: Vec<Value> = selected.iter().map(|&j| items[j].clone()).collect();
-                let res = self
-                    .run_step(
-                        ctx,
-                        Step {
-                            node,
-                            kind: StepKind::Mutator,
-                            index: i,
-                            function: f,
-                            target,
-                            config,
-                        },
-                        &mut input,
-                    )
-                    .await;
+                let res = self.run_step(ctx, step, &mut input).await;
                 res.map(|out| selector::merge(std::mem::take(&mut items), &selected, out))
             } else {
-                self.run_step(
-                    ctx,
-                    Step {
-                        node,
-                        kind: StepKind::Mutator,
-                        index: i,
-                        function: f,
-                        target,
-                        config,
-                    },
-                    &mut items,
-                )
-                .await
+                self.run_step(ctx, step, &mut items).await
             };
             match result {
                 Ok(out) => items = out,
