@@ -273,6 +273,41 @@ async fn cold_start_then_reuse() {
     bed.assert_clean(&runner).await;
 }
 
+/// A ResourceList of about 5 MiB (under the default 6 MiB limit, several
+/// times the HTTP/2 flow-control windows on both connections) goes to the
+/// pod and back whole, and the pod keeps serving small calls after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_five_mib_resource_list_goes_through_the_pod_and_back() {
+    let bed = Bed::start().await;
+    let runner = bed.runner(&[]);
+    let image = bed.image("set-namespace");
+    let mut rl = String::from(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: big\n  data:\n",
+    );
+    for i in 0..5200 {
+        rl.push_str(&format!("    k{i:05}: {}\n", "x".repeat(1000)));
+    }
+    rl.push_str("functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: big\n");
+    assert!(rl.len() > 5 << 20 && rl.len() < 6 << 20, "{}", rl.len());
+    let big = call(&runner, &image, rl.into_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+    let out = output(&big);
+    assert!(
+        out.contains("namespace: big"),
+        "{}",
+        &out[..out.len().min(500)]
+    );
+    assert_eq!(out.matches(&"x".repeat(1000)).count(), 5200);
+    assert!(out.contains("k05199: "));
+    let small = call(&runner, &image, set_namespace_rl("after"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+    assert!(output(&small).contains("namespace: after"));
+    assert_eq!(bed.kubelet.started(), 1, "both calls ran on one pod");
+    bed.assert_clean(&runner).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_pods_are_replaced_and_never_served() {
     let bed = Bed::start().await;

@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use bytes::Bytes;
 use tonic::body::Body;
 
 use crate::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
@@ -85,14 +85,18 @@ impl Resolver for MapFileResolver {
 /// One HTTP/2 connection to a wrapper server, dialled on the first call and
 /// dialled again by the first call after it closed; clones share it.
 ///
-/// A call goes from the caller's task straight to hyper's connection task:
-/// unlike tonic's `Channel` there is no buffering task (and no second
-/// hand-off per call) in between, which is most of what a warm pod call
-/// adds over calling the wrapper server directly. A failed dial is
-/// `UNAVAILABLE` (as with tonic's `Channel`: [`tonic::ConnectError`]); a
-/// connection that breaks mid-call is `UNKNOWN` with the transport error as
-/// its source. Keep-alive pings every 30 s, also while idle, find a dead
-/// peer. The call's deadline is the caller's to enforce.
+/// A call runs on the caller's task against the connection's shared stream
+/// state (the `h2` crate's client, without hyper's client dispatch): the
+/// caller queues the request's frames and reads the answer's frames itself,
+/// and the connection's task only moves bytes between those queues and the
+/// socket. A call costs two hand-offs between tasks (request out, answer in),
+/// not the five of hyper's client connection (its dispatch channel, a task
+/// spawned per request and a callback) or the seven with tonic's `Channel`
+/// (its buffering task in front). A failed dial is `UNAVAILABLE` (as with
+/// tonic's `Channel`: [`tonic::ConnectError`]); a connection that breaks
+/// mid-call is `UNKNOWN` with the transport error as its source. Keep-alive
+/// pings every 30 s, also while idle, close a connection whose peer does not
+/// answer one within 20 s. The call's deadline is the caller's to enforce.
 #[derive(Clone)]
 pub struct WrapperChannel {
     shared: Arc<ChannelState>,
@@ -101,8 +105,21 @@ pub struct WrapperChannel {
 struct ChannelState {
     address: String,
     connect_timeout: Duration,
-    sender: tokio::sync::Mutex<Option<SendRequest<Body>>>,
+    connection: tokio::sync::Mutex<Option<Connection>>,
 }
+
+/// An open connection: the handle calls open streams with, and whether its
+/// task has ended (the connection is closed).
+struct Connection {
+    sender: h2::client::SendRequest<Bytes>,
+    closed: Arc<AtomicBool>,
+}
+
+/// How often an open connection is pinged (hyper's client setting the
+/// runner used before: 30 s, also while idle), and how long the answer may
+/// take before the connection counts as dead (hyper's default, 20 s).
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 impl std::fmt::Debug for WrapperChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,21 +139,21 @@ impl WrapperChannel {
             shared: Arc::new(ChannelState {
                 address,
                 connect_timeout,
-                sender: tokio::sync::Mutex::new(None),
+                connection: tokio::sync::Mutex::new(None),
             }),
         }
     }
 
     /// A sender on the open connection, dialling one when there is none or
     /// it has closed. Callers racing for a new connection wait for one dial.
-    async fn sender(&self) -> Result<SendRequest<Body>, BoxError> {
-        let mut sender = self.shared.sender.lock().await;
-        if let Some(s) = sender.as_ref()
-            && !s.is_closed()
+    async fn sender(&self) -> Result<h2::client::SendRequest<Bytes>, BoxError> {
+        let mut connection = self.shared.connection.lock().await;
+        if let Some(c) = connection.as_ref()
+            && !c.closed.load(Ordering::Acquire)
         {
-            return Ok(s.clone());
+            return Ok(c.sender.clone());
         }
-        *sender = None;
+        *connection = None;
         let dialled = tokio::time::timeout(self.shared.connect_timeout, self.dial())
             .await
             .unwrap_or_else(|_| {
@@ -147,30 +164,139 @@ impl WrapperChannel {
                 .into())
             })
             .map_err(tonic::ConnectError)?;
-        Ok(sender.insert(dialled).clone())
+        Ok(connection.insert(dialled).sender.clone())
     }
 
-    async fn dial(&self) -> Result<SendRequest<Body>, BoxError> {
+    /// Dials the wrapper server and spawns the connection's task (socket
+    /// I/O and keep-alive pings). Flow-control windows and buffers are
+    /// hyper's client defaults, so large ResourceLists move as before.
+    async fn dial(&self) -> Result<Connection, BoxError> {
         let stream = tokio::net::TcpStream::connect(&self.shared.address).await?;
         stream.set_nodelay(true)?;
-        let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_while_idle(true)
-            .handshake(TokioIo::new(stream))
+        let (sender, mut connection) = h2::client::Builder::new()
+            .initial_window_size(2 * 1024 * 1024)
+            .initial_connection_window_size(5 * 1024 * 1024)
+            .max_send_buffer_size(1024 * 1024)
+            .max_header_list_size(16 * 1024)
+            .enable_push(false)
+            .handshake::<_, Bytes>(stream)
             .await?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let ping_pong = connection.ping_pong();
         let address = self.shared.address.clone();
+        let ended = closed.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(%address, "connection to the wrapper server ended: {e}");
+            tokio::select! {
+                r = &mut connection => if let Err(e) = r {
+                    tracing::debug!(%address, "connection to the wrapper server ended: {e}");
+                },
+                why = keep_alive(ping_pong) => {
+                    tracing::debug!(%address, "closing the connection to the wrapper server: {why}");
+                }
             }
+            ended.store(true, Ordering::Release);
         });
-        Ok(sender)
+        Ok(Connection { sender, closed })
+    }
+}
+
+/// Pings the peer every [`KEEP_ALIVE_INTERVAL`]; returns why the connection
+/// should close (a ping unanswered within [`KEEP_ALIVE_TIMEOUT`], or failed).
+async fn keep_alive(ping_pong: Option<h2::PingPong>) -> String {
+    let Some(mut ping_pong) = ping_pong else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(KEEP_ALIVE_INTERVAL).await;
+        match tokio::time::timeout(KEEP_ALIVE_TIMEOUT, ping_pong.ping(h2::Ping::opaque())).await {
+            Ok(Ok(_pong)) => {}
+            Ok(Err(e)) => return format!("keep-alive ping failed: {e}"),
+            Err(_) => {
+                return format!("no answer to a keep-alive ping within {KEEP_ALIVE_TIMEOUT:?}");
+            }
+        }
+    }
+}
+
+/// Sends `body` on `stream`: its data frames, then its trailers or the end
+/// of the stream. The body is the call's one encoded message, already in
+/// memory, so it is queued without waiting for flow-control capacity (the
+/// connection sends it as the peer's window allows).
+async fn send_body(mut body: Body, mut stream: h2::SendStream<Bytes>) {
+    use http_body_util::BodyExt;
+    loop {
+        let sent = match body.frame().await {
+            None => {
+                let _ = stream.send_data(Bytes::new(), true);
+                return;
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => stream.send_data(data, false),
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        let _ = stream.send_trailers(trailers);
+                        return;
+                    }
+                    continue;
+                }
+            },
+            Some(Err(e)) => {
+                tracing::debug!("request body failed: {e}");
+                stream.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+        };
+        // A stream the peer has reset or closed: its answer says why.
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// The answer's body: its data frames (each released back to the peer's
+/// window as it is handed on), then its trailers.
+pub struct WrapperBody {
+    stream: h2::RecvStream,
+    data_done: bool,
+}
+
+impl hyper::body::Body for WrapperBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, h2::Error>>> {
+        let this = self.get_mut();
+        if !this.data_done {
+            match std::task::ready!(this.stream.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = this.stream.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(hyper::body::Frame::data(data))));
+                }
+                // RST_STREAM with NO_ERROR ends the answer early without
+                // failing it (RFC 9113 §8.1).
+                Some(Err(e)) if e.reason() == Some(h2::Reason::NO_ERROR) => {
+                    return Poll::Ready(None);
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => this.data_done = true,
+            }
+        }
+        match std::task::ready!(this.stream.poll_trailers(cx)) {
+            Ok(trailers) => Poll::Ready(trailers.map(|t| Ok(hyper::body::Frame::trailers(t)))),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.stream.is_end_stream()
     }
 }
 
 impl tower::Service<http::Request<Body>> for WrapperChannel {
-    type Response = http::Response<hyper::body::Incoming>;
+    type Response = http::Response<WrapperBody>;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
@@ -182,11 +308,33 @@ impl tower::Service<http::Request<Body>> for WrapperChannel {
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let channel = self.clone();
         Box::pin(async move {
-            let mut sender = channel.sender().await?;
-            sender.ready().await?;
-            Ok(sender.send_request(request).await?)
+            let mut sender = channel.sender().await?.ready().await?;
+            let (head, body) = request.into_parts();
+            let end = hyper::body::Body::is_end_stream(&body);
+            let (answer, stream) = sender.send_request(http::Request::from_parts(head, ()), end)?;
+            if !end {
+                // Sent here when the body is at hand (a unary call's one
+                // message); a body still waiting goes on sending on its own.
+                let mut sending = Box::pin(send_body(body, stream));
+                if futures_poll_once(sending.as_mut()).await.is_pending() {
+                    tokio::spawn(sending);
+                }
+            }
+            let (head, stream) = answer.await?.into_parts();
+            Ok(http::Response::from_parts(
+                head,
+                WrapperBody {
+                    stream,
+                    data_done: false,
+                },
+            ))
         })
     }
+}
+
+/// Polls `future` once, on the calling task.
+async fn futures_poll_once<F: Future + Unpin>(mut future: F) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut future).poll(cx))).await
 }
 
 /// One lazily connected HTTP/2 connection per pod ([`WrapperChannel`]),
