@@ -55,6 +55,11 @@ impl<T: ?Sized> Chain<T> {
         self
     }
 
+    /// The members, in the order they are tried.
+    pub fn members(&self) -> impl Iterator<Item = &Arc<T>> {
+        self.members.iter().map(|(_, m)| m)
+    }
+
     /// The names of the members, in the order they are tried.
     pub fn names(&self) -> Vec<&str> {
         self.members.iter().map(|(n, _)| n.as_str()).collect()

@@ -190,4 +190,14 @@ impl FunctionOutput {
 pub trait FunctionRuntime: Send + Sync {
     /// Runs `call.target` on `call.resource_list`.
     async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError>;
+
+    /// False when [`run`](Self::run) would answer [`EvalError::NotFound`]
+    /// for `target` whatever the call holds (an image runtime given an
+    /// `exec:` target, a builtin runtime given an image it does not serve),
+    /// so a chain skips this runtime without copying the call for it. True
+    /// by default (the runtime is asked).
+    fn may_serve(&self, target: &FunctionTarget) -> bool {
+        let _ = target;
+        true
+    }
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use super::{BuiltinRuntime, ExecCommandRuntime};
 use crate::domain::chain::Chain;
 use crate::domain::evaluation::{DEFAULT_MAX_MESSAGE_BYTES, EvalError};
-use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime};
+use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 
 /// Render runtimes tried in order ([`Chain`]): the first runtime that does
 /// not answer [`EvalError::NotFound`] decides; when all say NotFound the
@@ -35,18 +35,26 @@ impl Chain<dyn FunctionRuntime> {
 impl FunctionRuntime for Chain<dyn FunctionRuntime> {
     /// Tries each runtime in order; returns the first answer that is not
     /// NotFound, else the last NotFound (or a plain NotFound for an empty chain).
+    /// Members that cannot serve the target ([`FunctionRuntime::may_serve`])
+    /// are skipped as if they had answered NotFound, without being asked.
     async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
         let what = call.target.to_string();
         let name = call.target.name().to_string();
-        // The last member gets the call itself: a render's call holds every
-        // item and its texts, so only runtimes that may fall through get a copy.
-        let mut left = self.names().len();
+        // The last member that may serve the target gets the call itself: a
+        // render's call holds every item and its texts, so only runtimes that
+        // may fall through get a copy, and those that cannot serve it none.
+        let mut left = self.members().filter(|m| m.may_serve(&call.target)).count();
         let mut call = Some(call);
         let missing = &name;
         let answer = self
             .first_found(&what, |runtime| {
-                left = left.saturating_sub(1);
-                let call = if left == 0 { call.take() } else { call.clone() };
+                let serves = call.as_ref().is_some_and(|c| runtime.may_serve(&c.target));
+                let call = if !serves {
+                    None
+                } else {
+                    left = left.saturating_sub(1);
+                    if left == 0 { call.take() } else { call.clone() }
+                };
                 async move {
                     match call {
                         Some(call) => runtime.run(call).await,
@@ -56,6 +64,11 @@ impl FunctionRuntime for Chain<dyn FunctionRuntime> {
             })
             .await;
         answer.unwrap_or_else(|| Err(EvalError::not_found(&name)))
+    }
+
+    /// True when a member may serve `target`.
+    fn may_serve(&self, target: &FunctionTarget) -> bool {
+        self.members().any(|m| m.may_serve(target))
     }
 }
 
@@ -81,12 +94,15 @@ mod tests {
     #[tokio::test]
     async fn falls_through_only_on_not_found() {
         let mut a = MockFunctionRuntime::new();
+        a.expect_may_serve().return_const(true);
         a.expect_run()
             .times(1)
             .returning(|c| Err(EvalError::not_found(c.target.name())));
         let mut b = MockFunctionRuntime::new();
+        b.expect_may_serve().return_const(true);
         b.expect_run().times(1).returning(|_| ok());
         let mut c = MockFunctionRuntime::new();
+        c.expect_may_serve().return_const(true);
         c.expect_run().never();
         let chain = RuntimeChain::new()
             .with("a", Arc::new(a))
@@ -99,9 +115,11 @@ mod tests {
     #[tokio::test]
     async fn other_errors_stop_and_all_not_found_is_not_found() {
         let mut a = MockFunctionRuntime::new();
+        a.expect_may_serve().return_const(true);
         a.expect_run()
             .returning(|_| Err(EvalError::Internal("broken".into())));
         let mut b = MockFunctionRuntime::new();
+        b.expect_may_serve().return_const(true);
         b.expect_run().never();
         let chain = RuntimeChain::new()
             .with("a", Arc::new(a))
@@ -112,5 +130,47 @@ mod tests {
         ));
         let empty = RuntimeChain::new().run(call()).await.unwrap_err();
         assert_eq!(empty.to_string(), "function \"img\" not found");
+    }
+
+    #[tokio::test]
+    async fn members_that_cannot_serve_the_target_are_not_asked() {
+        let mut builtin = MockFunctionRuntime::new();
+        builtin.expect_may_serve().return_const(false);
+        builtin.expect_run().never();
+        let mut exec = MockFunctionRuntime::new();
+        exec.expect_may_serve().return_const(true);
+        exec.expect_run().times(1).returning(|_| ok());
+        let mut images = MockFunctionRuntime::new();
+        images.expect_may_serve().return_const(false);
+        images.expect_run().never();
+        let chain = RuntimeChain::new()
+            .with("builtin", Arc::new(builtin))
+            .with("exec", Arc::new(exec))
+            .with("images", Arc::new(images));
+        assert!(chain.may_serve(&call().target));
+        assert_eq!(chain.run(call()).await.unwrap().stderr, "second");
+
+        let mut none = MockFunctionRuntime::new();
+        none.expect_may_serve().return_const(false);
+        none.expect_run().never();
+        let chain = RuntimeChain::new().with("none", Arc::new(none));
+        assert!(!chain.may_serve(&call().target));
+        let e = chain.run(call()).await.unwrap_err();
+        assert_eq!(e.to_string(), "function \"img\" not found");
+    }
+
+    #[test]
+    fn local_runtimes_say_which_targets_they_serve() {
+        let local = RuntimeChain::local();
+        let [builtin, exec] = [0, 1].map(|i| local.members().nth(i).unwrap().clone());
+        let image = |i: &str| FunctionTarget::Image(i.into());
+        let exec_target = FunctionTarget::Exec("/bin/cat".into());
+        assert!(builtin.may_serve(&image(
+            "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5"
+        )));
+        assert!(!builtin.may_serve(&image("ghcr.io/example/unknown:v1")));
+        assert!(!builtin.may_serve(&exec_target));
+        assert!(exec.may_serve(&exec_target));
+        assert!(!exec.may_serve(&image("ghcr.io/example/unknown:v1")));
     }
 }

@@ -78,6 +78,11 @@ impl FunctionRuntime for EvaluatorRuntime {
             item_texts,
         })
     }
+
+    /// Only images (an evaluator runs images, never `exec:` commands).
+    fn may_serve(&self, target: &FunctionTarget) -> bool {
+        !target.is_exec()
+    }
 }
 
 #[cfg(test)]

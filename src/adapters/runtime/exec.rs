@@ -94,6 +94,11 @@ impl FunctionRuntime for ExecCommandRuntime {
             item_texts,
         })
     }
+
+    /// Only `exec:` targets.
+    fn may_serve(&self, target: &FunctionTarget) -> bool {
+        target.is_exec()
+    }
 }
 
 #[cfg(test)]

@@ -210,6 +210,11 @@ impl FunctionRuntime for BuiltinRuntime {
         let resource_list = self.run_builtin(builtin, image, call.resource_list)?;
         Ok(FunctionOutput::new(resource_list, ""))
     }
+
+    /// Only the images of the builtin table ([`Self::lookup`]).
+    fn may_serve(&self, target: &FunctionTarget) -> bool {
+        matches!(target, FunctionTarget::Image(image) if self.lookup(image).is_some())
+    }
 }
 
 /// The functions SDK's output order: by `"<apiVersion> <kind> <namespace> <name>"`.
