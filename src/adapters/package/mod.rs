@@ -23,6 +23,7 @@
 //! never touched. Every change of one render is committed all or nothing,
 //! never through a symbolic link ([`write::commit`]).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -374,16 +375,21 @@ impl PackageDir {
     ) -> Result<BTreeMap<String, String>, PackageIoError> {
         let texts = self.texts_or_read(texts);
         let texts = texts.as_ref();
-        let mut grouped: BTreeMap<String, Vec<(i64, &Value)>> = BTreeMap::new();
+        // Paths are borrowed from the objects when clean already (the
+        // common case: no copy per object).
+        let mut grouped: BTreeMap<Cow<'_, str>, Vec<(i64, &Value)>> = BTreeMap::new();
         for item in items {
-            let object = format!("{}/{}", ann::kind(item), ann::name(item));
+            let object = || format!("{}/{}", ann::kind(item), ann::name(item));
             let raw = ann::path(item).ok_or_else(|| PackageIoError::Escapes {
-                object: object.clone(),
+                object: object(),
                 path: String::new(),
             })?;
-            let path = ann::clean_path(&raw);
+            let path = ann::cleaned_text(&raw);
             if path.starts_with('/') || path == ".." || path.starts_with("../") || path == "." {
-                return Err(PackageIoError::Escapes { object, path: raw });
+                return Err(PackageIoError::Escapes {
+                    object: object(),
+                    path: raw.into_owned(),
+                });
             }
             let index = ann::index(item).and_then(|i| i.parse().ok()).unwrap_or(-1);
             grouped.entry(path).or_default().push((index, item));
@@ -393,7 +399,7 @@ impl PackageDir {
             .into_par_iter()
             .map(|(path, docs)| {
                 let text = self.file_text(&path, docs, texts);
-                (path, text)
+                (path.into_owned(), text)
             })
             .collect())
     }

@@ -53,7 +53,7 @@ fn package() -> tempfile::TempDir {
 fn paths(items: &[Value]) -> Vec<(String, String)> {
     items
         .iter()
-        .map(|i| (ann::path(i).unwrap(), ann::index(i).unwrap()))
+        .map(|i| (ann::path(i).unwrap().into(), ann::index(i).unwrap().into()))
         .collect()
 }
 

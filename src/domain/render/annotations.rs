@@ -115,14 +115,29 @@ pub fn remove_all(item: &mut Value, keys: &[&str]) {
     }
 }
 
-/// The object's file path: the internal annotation, else the legacy one.
-pub fn path(item: &Value) -> Option<String> {
-    get(item, PATH).or_else(|| get(item, LEGACY_PATH))
+/// The object's file path: the internal annotation, else the legacy one
+/// (borrowed when it is a string).
+pub fn path(item: &Value) -> Option<Cow<'_, str>> {
+    either(item, PATH, LEGACY_PATH)
 }
 
-/// The object's index in its file as text: internal annotation, else legacy.
-pub fn index(item: &Value) -> Option<String> {
-    get(item, INDEX).or_else(|| get(item, LEGACY_INDEX))
+/// The object's index in its file as text: internal annotation, else legacy
+/// (borrowed when it is a string).
+pub fn index(item: &Value) -> Option<Cow<'_, str>> {
+    either(item, INDEX, LEGACY_INDEX)
+}
+
+/// Annotation `key` of `item`, else `legacy`, as [`get_text`] reads it.
+fn either<'a>(item: &'a Value, key: &str, legacy: &str) -> Option<Cow<'a, str>> {
+    let annos = annotations(item)?;
+    let text = |v: &'a Value| match v {
+        Value::String(s) => Some(Cow::Borrowed(s.as_str())),
+        v => scalar_text(v).map(Cow::Owned),
+    };
+    match annos.get(key).and_then(text) {
+        Some(t) => Some(t),
+        None => annos.get(legacy).and_then(text),
+    }
 }
 
 /// Sets both forms of the path annotation.
@@ -171,6 +186,43 @@ pub fn is_true(value: Option<&str>) -> bool {
 /// segments, resolves `..` against earlier segments, collapses `//`; `""`
 /// becomes `"."`. Leading `..` segments of a relative path are kept.
 pub fn clean_path(p: &str) -> String {
+    cleaned(p).into_owned()
+}
+
+/// [`clean_path`], borrowing `p` when it is clean already (the common case:
+/// the paths a reader writes are).
+pub fn cleaned(p: &str) -> Cow<'_, str> {
+    if is_clean(p) {
+        Cow::Borrowed(p)
+    } else {
+        Cow::Owned(clean_slow(p))
+    }
+}
+
+/// [`cleaned`] for a path annotation's text ([`path`]): borrowed from the
+/// object when the text is borrowed and clean.
+pub fn cleaned_text<'a>(p: &Cow<'a, str>) -> Cow<'a, str> {
+    match p {
+        Cow::Borrowed(s) => cleaned(s),
+        Cow::Owned(s) => Cow::Owned(clean_path(s)),
+    }
+}
+
+/// True when [`clean_path`] would return `p` unchanged: `"/"`, or
+/// non-empty segments other than `.` and `..`, joined by single slashes,
+/// with no trailing slash (a leading slash allowed).
+fn is_clean(p: &str) -> bool {
+    if p == "/" {
+        return true;
+    }
+    let relative = p.strip_prefix('/').unwrap_or(p);
+    !relative.is_empty()
+        && relative
+            .split('/')
+            .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
+}
+
+fn clean_slow(p: &str) -> String {
     let rooted = p.starts_with('/');
     let mut out: Vec<&str> = Vec::new();
     for seg in p.split('/') {
@@ -196,6 +248,13 @@ pub fn clean_path(p: &str) -> String {
 
 /// Joins slash-separated path parts like Go's `path.Join` (empty parts skipped, result cleaned).
 pub fn join_path(parts: &[&str]) -> String {
+    if let [only] = parts {
+        return if only.is_empty() {
+            String::new()
+        } else {
+            clean_path(only)
+        };
+    }
     let nonempty: Vec<&str> = parts.iter().copied().filter(|p| !p.is_empty()).collect();
     if nonempty.is_empty() {
         return String::new();
@@ -234,6 +293,24 @@ mod tests {
         assert_eq!(clean_path("/a/../.."), "/");
         assert_eq!(join_path(&["db", "./x.yaml"]), "db/x.yaml");
         assert_eq!(join_path(&["", "x.yaml"]), "x.yaml");
+        assert_eq!(join_path(&["./x.yaml"]), "x.yaml");
+        assert_eq!(join_path(&[""]), "");
+        for p in [
+            "a", "a/b", "/", "/a", "a/", "a//b", "./a", "a/.", "..", "../a", "a/..", "", "/..",
+            ".a", "a..", "a/.b/c",
+        ] {
+            assert_eq!(cleaned(p), clean_slow(p), "{p:?}");
+        }
+        // Paths as a reader writes them are borrowed, not copied.
+        for p in [
+            "a.yaml",
+            "sub/a.yaml",
+            ".hidden.yaml",
+            "/abs/a.yaml",
+            "a..b/c",
+        ] {
+            assert!(matches!(cleaned(p), Cow::Borrowed(_)), "{p:?}");
+        }
     }
 
     #[test]

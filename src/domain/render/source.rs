@@ -21,6 +21,7 @@
 //! text ([`crate::domain::codec::preserve::merge`]); files a render did not
 //! change are written back byte for byte.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -200,8 +201,20 @@ impl CallSources {
 pub fn root_key(dir: &str, item: &Value) -> Option<DocKey> {
     let path = ann::path(item)?;
     let index = ann::index(item)?.parse().ok()?;
-    let path = ann::clean_path(&path);
-    Some((ann::join_path(&[dir, path.trim_start_matches('/')]), index))
+    Some((root_path(dir, &path), index))
+}
+
+/// The root-relative form of `path`, relative to the package directory
+/// `dir` ("" for the root).
+fn root_path(dir: &str, path: &str) -> String {
+    let path = ann::cleaned(path);
+    let path = path.trim_start_matches('/');
+    if dir.is_empty() && matches!(ann::cleaned(path), Cow::Borrowed(_)) {
+        // Clean already: the common case, one copy.
+        path.to_string()
+    } else {
+        ann::join_path(&[dir, path])
+    }
 }
 
 /// The keys of `items` (in order) under their package directories
@@ -226,8 +239,7 @@ pub fn root_keys<'v>(
             if ann::index(item).is_some() {
                 return None;
             }
-            let path = ann::clean_path(&ann::path(item)?);
-            let path = ann::join_path(&[dir, path.trim_start_matches('/')]);
+            let path = root_path(dir, &ann::path(item)?);
             let rank = unindexed.entry(path.clone()).or_default();
             *rank += 1;
             Some((path, usize::MAX - (*rank - 1)))

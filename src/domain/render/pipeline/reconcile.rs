@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::domain::render::annotations::{self as ann, clean_path};
+use crate::domain::render::annotations as ann;
 use crate::domain::render::error::StepError;
 
 /// Annotations kyaml records before a call, per input object.
@@ -154,18 +154,21 @@ pub(super) fn reconcile_annotations(
 /// kpt's `enforcePathInvariants`: no path escaping the package, no two
 /// objects of one package with the same file and index.
 pub(super) fn check_paths(out: &[Value]) -> Result<(), StepError> {
-    let mut seen: std::collections::HashSet<(String, String, String)> =
-        std::collections::HashSet::with_capacity(out.len());
+    // Texts borrowed from the objects where they can be (no copies).
+    let mut seen = std::collections::HashSet::with_capacity(out.len());
     for item in out {
-        let pkg = ann::get(item, ann::PACKAGE_PATH).unwrap_or_default();
+        let pkg = ann::get_text(item, ann::PACKAGE_PATH).unwrap_or_default();
         let raw = ann::path(item).unwrap_or_default();
-        let path = clean_path(&raw);
+        let path = ann::cleaned_text(&raw);
         if path.starts_with("../") {
-            return Err(StepError::OutsidePackage(raw));
+            return Err(StepError::OutsidePackage(raw.into_owned()));
         }
         let index = ann::index(item).unwrap_or_default();
         if !seen.insert((pkg, path.clone(), index.clone())) {
-            return Err(StepError::Duplicate { path, index });
+            return Err(StepError::Duplicate {
+                path: path.into_owned(),
+                index: index.into_owned(),
+            });
         }
     }
     Ok(())
