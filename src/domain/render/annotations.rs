@@ -37,21 +37,36 @@ pub const BFS_RENDERING: &str = "kpt.dev/bfs-rendering";
 /// Root Kptfile annotation asking to keep partially rendered resources on failure.
 pub const SAVE_ON_RENDER_FAILURE: &str = "kpt.dev/save-on-render-failure";
 
+/// Maps up to this many entries are searched key by key: cheaper than
+/// hashing the key, and an object's top level, its `metadata` and its
+/// annotations are usually that small.
+const SCAN_UP_TO: usize = 16;
+
+/// The value at `key` in `map`.
+fn field<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    if map.len() <= SCAN_UP_TO {
+        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get(key)
+    }
+}
+
 /// The annotation map of `item`, if it has one.
 pub fn annotations(item: &Value) -> Option<&Map<String, Value>> {
-    item.get("metadata")?.get("annotations")?.as_object()
+    let meta = field(item.as_object()?, "metadata")?.as_object()?;
+    field(meta, "annotations")?.as_object()
 }
 
 /// The value of annotation `key` on `item`, scalars rendered as text.
 pub fn get(item: &Value, key: &str) -> Option<String> {
-    scalar_text(annotations(item)?.get(key)?)
+    scalar_text(field(annotations(item)?, key)?)
 }
 
 /// The value of annotation `key` on `item` as [`get`] reads it, borrowed
 /// when it is a string (no copy: the render reads a few annotations of
 /// every object at every step).
 pub fn get_text<'a>(item: &'a Value, key: &str) -> Option<Cow<'a, str>> {
-    match annotations(item)?.get(key)? {
+    match field(annotations(item)?, key)? {
         Value::String(s) => Some(Cow::Borrowed(s)),
         v => scalar_text(v).map(Cow::Owned),
     }
@@ -134,9 +149,9 @@ fn either<'a>(item: &'a Value, key: &str, legacy: &str) -> Option<Cow<'a, str>> 
         Value::String(s) => Some(Cow::Borrowed(s.as_str())),
         v => scalar_text(v).map(Cow::Owned),
     };
-    match annos.get(key).and_then(text) {
+    match field(annos, key).and_then(text) {
         Some(t) => Some(t),
-        None => annos.get(legacy).and_then(text),
+        None => field(annos, legacy).and_then(text),
     }
 }
 
@@ -151,24 +166,37 @@ pub fn str_at<'a>(item: &'a Value, pointer: &str) -> &'a str {
     item.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
+/// The string at `path` (map keys from the top level), or "": a
+/// [`str_at`] without parsing a pointer (which copies each of its parts).
+fn str_in<'a>(item: &'a Value, path: &[&str]) -> &'a str {
+    let mut at = item;
+    for key in path {
+        match at.as_object().and_then(|m| field(m, key)) {
+            Some(v) => at = v,
+            None => return "",
+        }
+    }
+    at.as_str().unwrap_or("")
+}
+
 /// `apiVersion` of an object, or "".
 pub fn api_version(item: &Value) -> &str {
-    str_at(item, "/apiVersion")
+    str_in(item, &["apiVersion"])
 }
 
 /// `kind` of an object, or "".
 pub fn kind(item: &Value) -> &str {
-    str_at(item, "/kind")
+    str_in(item, &["kind"])
 }
 
 /// `metadata.name` of an object, or "".
 pub fn name(item: &Value) -> &str {
-    str_at(item, "/metadata/name")
+    str_in(item, &["metadata", "name"])
 }
 
 /// `metadata.namespace` of an object, or "".
 pub fn namespace(item: &Value) -> &str {
-    str_at(item, "/metadata/namespace")
+    str_in(item, &["metadata", "namespace"])
 }
 
 /// True when the object carries `config.kubernetes.io/local-config` with a
@@ -311,6 +339,25 @@ mod tests {
         ] {
             assert!(matches!(cleaned(p), Cow::Borrowed(_)), "{p:?}");
         }
+    }
+
+    #[test]
+    fn fields_of_small_and_large_maps() {
+        let mut o = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "ns", "annotations": {PATH: "a.yaml"}}});
+        assert_eq!(
+            (api_version(&o), kind(&o), name(&o), namespace(&o)),
+            ("v1", "ConfigMap", "x", "ns")
+        );
+        for i in 0..2 * SCAN_UP_TO {
+            set(&mut o, &format!("example.com/a{i}"), i.to_string());
+            o[format!("field{i}")] = json!(i);
+        }
+        assert_eq!(get_text(&o, "example.com/a20").as_deref(), Some("20"));
+        assert_eq!(path(&o).as_deref(), Some("a.yaml"));
+        assert_eq!((kind(&o), name(&o)), ("ConfigMap", "x"));
+        assert_eq!(str_in(&json!({"kind": 1}), &["kind"]), "");
+        assert_eq!(name(&json!({"metadata": "x"})), "");
     }
 
     #[test]
