@@ -16,10 +16,12 @@
 //! Each render starts from a fresh copy of the package; medians of several
 //! runs are printed with the ratios. `KRM_FN_BENCH_RESOURCES` (a
 //! comma-separated list, default `1000,5000`) sets the package sizes of the
-//! full-pipeline comparison. `KRM_FN_BENCH_BASELINE=PATH` (another
-//! `krm-fn-runner` binary, e.g. a copy of an earlier build with its
-//! `krm-fn-supervisor` beside it) adds it to that comparison, taking turns
-//! with the other two, for before/after figures from one run.
+//! full-pipeline comparison. `KRM_FN_BENCH_BASELINE=PATH[:PATH...]` (other
+//! `krm-fn-runner` binaries, e.g. copies of earlier builds each with its
+//! `krm-fn-supervisor` beside it) adds them to that comparison, taking turns
+//! with the others, for before/after figures from one run;
+//! `KRM_FN_BENCH_AB_ONLY=1` leaves kpt and the set-namespace comparisons
+//! out (krm-fn-runner builds against each other only).
 //!
 //! Needs the kpt CLI (`KRM_FN_KPT_BIN`, from `scripts/build-kpt.sh`) and the
 //! catalog functions (`scripts/install-catalog-functions.sh`); builds on
@@ -532,7 +534,10 @@ fn main() {
     become_subreaper();
     let ours = PathBuf::from(env!("CARGO_BIN_EXE_krm-fn-runner"));
     let kpt = kpt_bin();
-    let baseline = std::env::var_os("KRM_FN_BENCH_BASELINE").map(PathBuf::from);
+    let baselines: Vec<PathBuf> = std::env::var_os("KRM_FN_BENCH_BASELINE")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
+    let ab_only = std::env::var_os("KRM_FN_BENCH_AB_ONLY").is_some();
     let work = tempfile::tempdir().unwrap();
 
     for resources in sizes() {
@@ -546,51 +551,55 @@ fn main() {
         println!(
             "render: {resources} resources, {PER_FILE} to a file; medians of {runs} runs on fresh copies"
         );
-        let mut contenders = vec![
-            Contender {
+        let mut contenders = vec![Contender {
+            template: &full,
+            program: &ours,
+            args: &["render"],
+        }];
+        contenders.extend(baselines.iter().map(|b| Contender {
+            template: &full,
+            program: b,
+            args: &["render"],
+        }));
+        if !ab_only {
+            contenders.push(Contender {
                 template: &full,
                 program: &kpt,
                 args: &["fn", "render"],
-            },
-            Contender {
-                template: &full,
-                program: &ours,
-                args: &["render"],
-            },
-        ];
-        if let Some(baseline) = &baseline {
-            contenders.push(Contender {
-                template: &full,
-                program: baseline,
-                args: &["render"],
             });
         }
         let times = median_renders(&contenders, work.path(), runs);
-        let (kpt_full, ours_full) = (&times[0], &times[1]);
+        let ours_full = &times[0];
+        if let Some(kpt_full) = times.get(1 + baselines.len()) {
+            println!(
+                "3 mutators + 1 validator (exec): kpt fn render {}, krm-fn-runner render {}: ours is {:.2}x faster (target >= 2x)",
+                ms(kpt_full.wall),
+                ms(ours_full.wall),
+                kpt_full.wall.as_secs_f64() / ours_full.wall.as_secs_f64()
+            );
+            println!("kpt CPU: {}", kpt_full.cpu());
+        }
         println!(
-            "3 mutators + 1 validator (exec): kpt fn render {}, krm-fn-runner render {}: ours is {:.2}x faster (target >= 2x)",
-            ms(kpt_full.wall),
-            ms(ours_full.wall),
-            kpt_full.wall.as_secs_f64() / ours_full.wall.as_secs_f64()
-        );
-        println!(
-            "CPU (own = the render process; the rest its function processes and their supervisors): \
-             krm-fn-runner {} (target <= 10%; {:.2} s reaped after it exited), kpt {}",
+            "krm-fn-runner CPU (own = the render process; the rest its function processes and their \
+             supervisors): {} (target <= 10%; {:.2} s reaped after it exited), wall {}",
             ours_full.cpu(),
             ours_full.orphaned.as_secs_f64(),
-            kpt_full.cpu()
+            ms(ours_full.wall)
         );
-        if let Some(base) = times.get(2) {
+        for (path, base) in baselines.iter().zip(&times[1..]) {
             println!(
-                "baseline {}: render {}, {}",
-                baseline.as_ref().unwrap().display(),
-                ms(base.wall),
-                base.cpu()
+                "baseline {}: {}, wall {}",
+                path.display(),
+                base.cpu(),
+                ms(base.wall)
             );
         }
         std::fs::remove_dir_all(&full).unwrap();
     }
 
+    if ab_only {
+        return;
+    }
     let builtin_pkg = work.path().join("builtin");
     write_package(&builtin_pkg, RESOURCES, &set_namespace_pipeline(true));
     let exec_pkg = work.path().join("exec");
