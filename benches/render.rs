@@ -510,7 +510,7 @@ fn sizes() -> Vec<usize> {
                 panic!("KRM_FN_BENCH_RESOURCES={list:?}: {n:?} is not a number")
             });
             assert!(
-                n > 0 && n % PER_FILE == 0,
+                n > 0 && n.is_multiple_of(PER_FILE),
                 "KRM_FN_BENCH_RESOURCES={list:?}: {n} is not a positive multiple of {PER_FILE}"
             );
             n

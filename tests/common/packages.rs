@@ -9,6 +9,7 @@
 //! comparisons are on parsed YAML.
 #![allow(dead_code)]
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,7 +87,9 @@ pub fn read_items(dir: &Path) -> Vec<Value> {
 pub fn write_items(dir: &Path, before: &[Value], items: &[Value]) {
     let mut files: BTreeMap<String, Vec<(i64, Value)>> = BTreeMap::new();
     for item in items {
-        let path = ann::path(item).expect("rendered objects have a path");
+        let path = ann::path(item)
+            .expect("rendered objects have a path")
+            .into_owned();
         assert!(
             !path.starts_with('/') && !path.split('/').any(|s| s == ".."),
             "rendered path {path:?} escapes the package"
@@ -99,7 +102,10 @@ pub fn write_items(dir: &Path, before: &[Value], items: &[Value]) {
         );
         files.entry(path).or_default().push((index, clean));
     }
-    let inputs: BTreeSet<String> = before.iter().filter_map(ann::path).collect();
+    let inputs: BTreeSet<String> = before
+        .iter()
+        .filter_map(|i| ann::path(i).map(Cow::into_owned))
+        .collect();
     write_files(dir, &inputs, files);
 }
 
