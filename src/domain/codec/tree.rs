@@ -25,6 +25,8 @@ use serde_json::{Map, Number, Value};
 
 use super::{CodecError, MAX_DEPTH};
 
+mod fast;
+
 /// One parsed YAML document.
 #[derive(Debug, Clone, PartialEq)]
 pub struct YamlDoc {
@@ -245,6 +247,14 @@ fn err(message: impl std::fmt::Display) -> CodecError {
 
 impl<'a> Builder<'a> {
     fn run(text: &'a str, tree: bool) -> Result<Built, CodecError> {
+        if let Some(built) = fast::run(text, tree) {
+            return Ok(built);
+        }
+        Self::run_events(text, tree)
+    }
+
+    /// [`Builder::run`] with the event parser only.
+    fn run_events(text: &'a str, tree: bool) -> Result<Built, CodecError> {
         let mut b = Builder {
             text,
             parser: Parser::new_from_str(text),

@@ -1,0 +1,623 @@
+//! A one-pass reader for the plain block YAML that functions and packages
+//! write (block mappings and sequences, one-line plain and quoted scalars,
+//! comments), building exactly what the event-parser path of
+//! [`super::Builder`] builds from the same text: the same nodes, byte
+//! ranges, comments and values.
+//!
+//! The general YAML parser spends most of a render's reading time on
+//! scanning tokens that such documents do not need. Whatever this reader is
+//! not sure of — flow collections, block scalars, anchors, aliases, tags,
+//! multi-line or escaped scalars, tabs, carriage returns, non-ASCII text,
+//! document markers, duplicate or merge keys, a scalar root — makes it give
+//! up (`None`), and the caller reads the text with the event parser, which
+//! also words any error.
+
+use serde_json::{Map, Value};
+
+use super::{Built, Comment, Entry, Item, Kind, Node, Style, colon_after, resolve_plain};
+use crate::domain::codec::MAX_DEPTH;
+
+/// Reads `text` when it is plain block YAML; `None` when it is not sure.
+pub(super) fn run(text: &str, tree: bool) -> Option<Built> {
+    let bytes = text.as_bytes();
+    if bytes.iter().any(|&b| b >= 0x80 || (b < 0x20 && b != b'\n')) {
+        return None;
+    }
+    let mut r = Reader {
+        t: text,
+        b: bytes,
+        pos: 0,
+        comments: Vec::new(),
+        tree,
+    };
+    let Some(first) = r.next_content() else {
+        // Blank or comments only: a null document.
+        return Some((None, r.comments, Value::Null, false));
+    };
+    let line = r.line_at(first);
+    if r.is_doc_marker(line.start) {
+        return None;
+    }
+    let col = first - line.start;
+    // The root is a mapping: its first line starts with a key.
+    r.key_at(first)?;
+    let (node, value) = r.map(col, first, 0)?;
+    // Nothing but blank lines and comments may follow the root mapping.
+    if r.next_content().is_some() {
+        return None;
+    }
+    Some((Some(node), r.comments, value, false))
+}
+
+struct Line {
+    start: usize,
+    end: usize,
+}
+
+/// A key found at a position: its node's range, its text value and the
+/// position of its `:`.
+struct Key {
+    start: usize,
+    end: usize,
+    name: String,
+    style: Style,
+    colon: usize,
+}
+
+struct Reader<'a> {
+    t: &'a str,
+    b: &'a [u8],
+    /// Start of the next line not yet read.
+    pos: usize,
+    comments: Vec<Comment>,
+    tree: bool,
+}
+
+impl Reader<'_> {
+    fn line_at(&self, at: usize) -> Line {
+        let start = self.t[..at].rfind('\n').map_or(0, |i| i + 1);
+        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        Line { start, end }
+    }
+
+    fn is_doc_marker(&self, line_start: usize) -> bool {
+        let l = &self.b[line_start..];
+        l.starts_with(b"---") || l.starts_with(b"...")
+    }
+
+    /// Records a comment from `#` at `at` to the end of its line.
+    fn comment(&mut self, at: usize, end: usize, trailing: bool) {
+        if self.tree {
+            self.comments.push(Comment {
+                start: at,
+                end,
+                trailing,
+            });
+        }
+    }
+
+    /// Skips blank and comment lines from `self.pos` (recording the
+    /// comments); the position of the next line's first content character,
+    /// with `self.pos` left at that line's start. `None` at the end.
+    fn next_content(&mut self) -> Option<usize> {
+        loop {
+            if self.pos >= self.b.len() {
+                return None;
+            }
+            let start = self.pos;
+            let end = self.t[start..]
+                .find('\n')
+                .map_or(self.t.len(), |i| start + i);
+            let mut i = start;
+            while i < end && self.b[i] == b' ' {
+                i += 1;
+            }
+            if i == end {
+                self.pos = if end >= self.b.len() {
+                    self.b.len()
+                } else {
+                    end + 1
+                };
+                continue;
+            }
+            if self.b[i] == b'#' {
+                self.comment(i, end, false);
+                self.pos = if end >= self.b.len() {
+                    self.b.len()
+                } else {
+                    end + 1
+                };
+                continue;
+            }
+            return Some(i);
+        }
+    }
+
+    /// Moves past the line holding `at`.
+    fn finish_line(&mut self, at: usize) {
+        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        self.pos = if end >= self.b.len() {
+            self.b.len()
+        } else {
+            end + 1
+        };
+    }
+
+    /// After content ending at `at`: blanks then a comment or the line's
+    /// end; records the comment. False when anything else follows.
+    fn rest_of_line(&mut self, at: usize) -> bool {
+        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        let mut i = at;
+        while i < end && self.b[i] == b' ' {
+            i += 1;
+        }
+        if i == end {
+            return true;
+        }
+        if self.b[i] == b'#' && i > at {
+            self.comment(i, end, true);
+            return true;
+        }
+        false
+    }
+
+    /// A key starting at `at` (plain or quoted, then `:` and a blank or the
+    /// line's end).
+    fn key_at(&self, at: usize) -> Option<Key> {
+        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        let first = self.b[at];
+        let (start, key_end, name, style) = if first == b'\'' || first == b'"' {
+            let (close, value) = self.quoted(at, end)?;
+            let style = if first == b'"' {
+                Style::DoubleQuoted
+            } else {
+                Style::SingleQuoted
+            };
+            (at, close, value, style)
+        } else {
+            if !plain_start(self.b, at, end) {
+                return None;
+            }
+            // The key runs to the first `:` followed by a blank or the end.
+            let mut i = at;
+            let colon = loop {
+                if i >= end {
+                    return None;
+                }
+                match self.b[i] {
+                    b':' if i + 1 == end || self.b[i + 1] == b' ' => break i,
+                    b'#' if self.b[i - 1] == b' ' => return None,
+                    _ => i += 1,
+                }
+            };
+            let key_end = at + self.t[at..colon].trim_end_matches(' ').len();
+            (at, key_end, self.t[at..key_end].to_string(), Style::Plain)
+        };
+        if name == "<<" {
+            return None;
+        }
+        let colon = colon_after(self.t, key_end)?;
+        if colon + 1 < end && self.b[colon + 1] != b' ' {
+            return None;
+        }
+        Some(Key {
+            start,
+            end: key_end,
+            name,
+            style,
+            colon,
+        })
+    }
+
+    /// A one-line quoted scalar at `at` (before `end`, the line's end):
+    /// one past its closing quote and its value.
+    fn quoted(&self, at: usize, end: usize) -> Option<(usize, String)> {
+        let q = self.b[at];
+        let mut i = at + 1;
+        let mut value = String::new();
+        loop {
+            if i >= end {
+                return None;
+            }
+            let c = self.b[i];
+            if q == b'"' && c == b'\\' {
+                return None;
+            }
+            if c == q {
+                if q == b'\'' && i + 1 < end && self.b[i + 1] == b'\'' {
+                    value.push('\'');
+                    i += 2;
+                    continue;
+                }
+                return Some((i + 1, value));
+            }
+            value.push(c as char);
+            i += 1;
+        }
+    }
+
+    /// A scalar at `at` that ends its line: its node and value, the line
+    /// finished. `None` for anything but a one-line plain or quoted scalar.
+    fn scalar(&mut self, at: usize) -> Option<(Node, Value)> {
+        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        let first = self.b[at];
+        let (node_end, value, style) = if first == b'\'' || first == b'"' {
+            let (close, value) = self.quoted(at, end)?;
+            let style = if first == b'"' {
+                Style::DoubleQuoted
+            } else {
+                Style::SingleQuoted
+            };
+            (close, Value::String(value), style)
+        } else {
+            if !plain_start(self.b, at, end) {
+                return None;
+            }
+            let mut i = at;
+            while i < end && !(self.b[i] == b'#' && self.b[i - 1] == b' ') {
+                if self.b[i] == b':' && (i + 1 == end || self.b[i + 1] == b' ') {
+                    return None;
+                }
+                i += 1;
+            }
+            let s = self.t[at..i].trim_end_matches(' ');
+            (at + s.len(), resolve_plain(s), Style::Plain)
+        };
+        if !self.rest_of_line(node_end) {
+            return None;
+        }
+        self.finish_line(at);
+        Some((
+            Node {
+                start: at,
+                end: node_end,
+                kind: Kind::Scalar {
+                    style,
+                    empty: false,
+                },
+                props: false,
+            },
+            value,
+        ))
+    }
+
+    /// The value after a key's `:` or an item's `-` at `after`, whose
+    /// parent (key or dash) is at column `parent`; `item` for a sequence
+    /// item (a mapping may then start on the dash's line).
+    fn value(
+        &mut self,
+        after: usize,
+        parent: usize,
+        item: bool,
+        depth: usize,
+    ) -> Option<(Node, Value)> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let end = self.t[after..]
+            .find('\n')
+            .map_or(self.t.len(), |i| after + i);
+        let mut i = after;
+        while i < end && self.b[i] == b' ' {
+            i += 1;
+        }
+        if i < end && self.b[i] != b'#' {
+            // Inline content.
+            if item {
+                let line_start = self.line_at(after).start;
+                if self.is_dash(i, end) {
+                    return None;
+                }
+                if self.key_at(i).is_some() {
+                    return self.map(i - line_start, i, depth);
+                }
+            }
+            let (node, value) = self.scalar(i)?;
+            // A more indented line after a scalar would continue it.
+            let save = (self.pos, self.comments.len());
+            if let Some(next) = self.next_content()
+                && next - self.line_at(next).start > parent
+            {
+                return None;
+            }
+            (self.pos, _) = save;
+            self.comments.truncate(save.1);
+            return Some((node, value));
+        }
+        if i < end {
+            if i == after {
+                return None;
+            }
+            self.comment(i, end, true);
+        }
+        self.finish_line(after);
+        let save = (self.pos, self.comments.len());
+        let empty = Some((
+            Node {
+                start: after,
+                end: after,
+                kind: Kind::Scalar {
+                    style: Style::Plain,
+                    empty: true,
+                },
+                props: false,
+            },
+            Value::Null,
+        ));
+        let Some(next) = self.next_content() else {
+            self.pos = save.0;
+            self.comments.truncate(save.1);
+            return empty;
+        };
+        let line = self.line_at(next);
+        if self.is_doc_marker(line.start) {
+            return None;
+        }
+        let col = next - line.start;
+        let dash = self.is_dash(next, line.end);
+        if dash && (col > parent || (col == parent && !item)) {
+            // Comments between go with what follows, as read in order.
+            return self.seq(col, next, depth);
+        }
+        if col > parent {
+            if self.key_at(next).is_some() {
+                return self.map(col, next, depth);
+            }
+            return None;
+        }
+        self.pos = save.0;
+        self.comments.truncate(save.1);
+        empty
+    }
+
+    /// After an entry (`dash` false) or item (`dash` true) of a collection
+    /// at column `col`: the next one's first character (`Some(Some)`), or
+    /// the end of the collection (`Some(None)`, with what follows left to
+    /// the parent); `None` when the next line is more indented than the
+    /// collection or a document marker.
+    fn next_at(&mut self, col: usize, dash: bool) -> Option<Option<usize>> {
+        let save = (self.pos, self.comments.len());
+        let Some(next) = self.next_content() else {
+            return Some(None);
+        };
+        let line = self.line_at(next);
+        let c = next - line.start;
+        if self.is_doc_marker(line.start) || c > col {
+            return None;
+        }
+        if c == col && self.is_dash(next, line.end) == dash {
+            return Some(Some(next));
+        }
+        self.pos = save.0;
+        self.comments.truncate(save.1);
+        Some(None)
+    }
+
+    /// True when a sequence item's `-` is at `at` (before the line's `end`).
+    fn is_dash(&self, at: usize, end: usize) -> bool {
+        self.b[at] == b'-' && (at + 1 == end || self.b[at + 1] == b' ')
+    }
+
+    /// A block mapping whose keys are at column `col`, the first at `first`.
+    fn map(&mut self, col: usize, first: usize, depth: usize) -> Option<(Node, Value)> {
+        let mut entries = Vec::new();
+        let mut map = Map::new();
+        let mut at = first;
+        let mut end;
+        loop {
+            let key = self.key_at(at)?;
+            let (value, v) = self.value(key.colon + 1, col, false, depth + 1)?;
+            end = value.end.max(key.colon + 1);
+            let mut name = key.name;
+            let map_key = if self.tree {
+                name.clone()
+            } else {
+                std::mem::take(&mut name)
+            };
+            match map.entry(map_key) {
+                serde_json::map::Entry::Occupied(_) => return None,
+                serde_json::map::Entry::Vacant(e) => {
+                    e.insert(v);
+                }
+            }
+            if self.tree {
+                entries.push(Entry {
+                    key: Node {
+                        start: key.start,
+                        end: key.end,
+                        kind: Kind::Scalar {
+                            style: key.style,
+                            empty: false,
+                        },
+                        props: false,
+                    },
+                    name,
+                    colon: Some(key.colon),
+                    value,
+                });
+            }
+            match self.next_at(col, false)? {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        Some((
+            Node {
+                start: first,
+                end,
+                kind: Kind::Map {
+                    flow: false,
+                    entries,
+                },
+                props: false,
+            },
+            Value::Object(map),
+        ))
+    }
+
+    /// A block sequence whose dashes are at column `col`, the first at `first`.
+    fn seq(&mut self, col: usize, first: usize, depth: usize) -> Option<(Node, Value)> {
+        let mut items = Vec::new();
+        let mut values = Vec::new();
+        let mut dash = first;
+        let mut end;
+        loop {
+            let (node, v) = self.value(dash + 1, col, true, depth + 1)?;
+            end = node.end.max(dash + 1);
+            values.push(v);
+            if self.tree {
+                items.push(Item { dash, node });
+            }
+            match self.next_at(col, true)? {
+                Some(next) => dash = next,
+                None => break,
+            }
+        }
+        Some((
+            Node {
+                start: first,
+                end,
+                kind: Kind::Seq { flow: false, items },
+                props: false,
+            },
+            Value::Array(values),
+        ))
+    }
+}
+
+/// True when a plain scalar may start at `at` (before the line's `end`)
+/// and this reader reads it: not an indicator YAML gives a meaning to.
+fn plain_start(b: &[u8], at: usize, end: usize) -> bool {
+    match b[at] {
+        b'[' | b']' | b'{' | b'}' | b',' | b'#' | b'&' | b'*' | b'!' | b'|' | b'>' | b'%'
+        | b'@' | b'`' | b'\'' | b'"' => false,
+        b'-' | b'?' | b':' => at + 1 < end && !matches!(b[at + 1], b' '),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Builder;
+    use super::*;
+
+    /// Where this reader reads `text`, it builds what the event parser
+    /// builds (with and without the tree); returns whether it read it.
+    pub(crate) fn agrees(text: &str) -> bool {
+        let mut read = false;
+        for tree in [true, false] {
+            if let Some(fast) = run(text, tree) {
+                read = true;
+                let events = Builder::run_events(text, tree)
+                    .unwrap_or_else(|e| panic!("accepted what the parser refuses ({e}):\n{text}"));
+                assert_eq!(fast, events, "tree: {tree}, text:\n{text}");
+            }
+        }
+        read
+    }
+
+    const READ: &[&str] = &[
+        "",
+        "\n\n",
+        "# only\n",
+        "# head\n\n# more\n",
+        "a: 1\n",
+        "a: 1",
+        "a:\n",
+        "a:",
+        "a: # c\n",
+        "a:\nb: 2\n",
+        "# Deployment 0\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-0\n  labels:\n    app: app-0\nspec:\n  replicas: 1 # kpt-set: ${replicas}\n  selector:\n    matchLabels:\n      app: app-0\n  template:\n    spec:\n      containers:\n      - name: app\n        image: nginx:1.25 # kpt-set: nginx:${tag}\n        ports:\n        - containerPort: 8080\n",
+        "metadata:\n  name: config-1 # config of app 1\n  annotations:\n    config.kubernetes.io/index: \"1\"\n    x: 'it''s'\n    y: ''\n    z: \"\"\ndata:\n  LOG_LEVEL: info\n  FEATURE: \"on\"\n",
+        "spec:\n  ports:\n    - port: 80\n      targetPort: 8080\n    -   name: x\n  list:\n  -\n  - # c\n    a: 1\n  - x\n",
+        "a:   spaced   \nb: x#y\nc: 'q' # c\nd: \"q\"   \ne: -1\nf: -x\ng: :x\nh: ?y\ni: a,b[0]\n",
+        "a:\n  # inside\n  b: 1\n  # after b\n# top\nc:\n- 1\n  # between\n- 2\n# tail\n",
+        "key : v\n'quoted key': 1\n\"dq\": 2\n1: one\ntrue: t\n~: n\nnull: m\n",
+        "x: 0123\ny: 007\nz: 0x1F\nw: 1e3\nv: .inf\nu: -.inf\nt: .nan\ns: 1_000\nr: 0o17\n",
+        "  indented: 1\n  root: 2\n",
+        "a:\n  - x\n  - y\nb:\n    deep: 1\n",
+        "a: 1 #c\nb: 2  # c  \nc:     # c\n  d: 1\n",
+    ];
+
+    const FALLBACK: &[&str] = &[
+        "a: [1, 2]\n",
+        "a: {b: c}\n",
+        "a: |\n  x\n",
+        "a: >\n  x\n",
+        "a: &x 1\nb: *x\n",
+        "a: !t 1\n",
+        "a: multi\n  line\n",
+        "- a\n- b\n",
+        "scalar\n",
+        "a: 1\n---\nb: 2\n",
+        "---\na: 1\n",
+        "a: 1\n...\n",
+        "a: \"esc\\n\"\n",
+        "a: 'two\n  lines'\n",
+        "a: é\n",
+        "a:\tb\n",
+        "a: 1\r\n",
+        "a: 1\na: 2\n",
+        "<<: {a: 1}\n",
+        "a: b: c\n",
+        "a:\n  b: 1\n c: 2\n",
+        "- - x\n",
+        "a:\n- - x\n",
+        "? a\n: b\n",
+        "a: - x\n",
+        "a:\n  just a scalar\n",
+    ];
+
+    #[test]
+    fn reads_plain_block_yaml_as_the_event_parser_does() {
+        for text in READ {
+            assert!(agrees(text), "not read by the fast path:\n{text}");
+        }
+    }
+
+    #[test]
+    fn gives_up_on_everything_else() {
+        for text in FALLBACK {
+            assert!(run(text, true).is_none(), "read by the fast path:\n{text}");
+            agrees(text);
+        }
+    }
+
+    /// Every document of the test packages, and of the kpt and catalog
+    /// fixture copies when their variables are set.
+    #[test]
+    fn agrees_on_every_document_of_the_test_packages() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+        let mut stack = vec![root];
+        for var in ["KRM_FN_KPT_RENDER_FIXTURES", "KRM_FN_CATALOG_FIXTURES"] {
+            stack.extend(std::env::var_os(var).map(std::path::PathBuf::from));
+        }
+        let (mut docs, mut read) = (0, 0);
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml")
+                    || p.file_name().is_some_and(|n| n == "Kptfile")
+                {
+                    let Ok(text) = std::fs::read_to_string(&p) else {
+                        continue;
+                    };
+                    for doc in crate::domain::codec::preserve::split_documents(&text) {
+                        docs += 1;
+                        read += usize::from(agrees(&doc));
+                    }
+                }
+            }
+        }
+        eprintln!("{read} of {docs} documents read by the fast path");
+        assert!(
+            docs > 50 && read > docs / 2,
+            "{read} of {docs} documents read"
+        );
+    }
+}
