@@ -2,7 +2,7 @@
 //! migration ids and their reconciliation after the call, kpt's path
 //! invariants, and kyaml's field-order sync.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::domain::render::annotations as ann;
 use crate::domain::render::error::StepError;
@@ -188,13 +188,7 @@ pub fn sync_order(from: &Value, to: &mut Value) {
                 }
                 return;
             }
-            let in_order = {
-                let mut fi = f.keys().filter(|k| t.contains_key(*k));
-                t.keys()
-                    .filter(|k| f.contains_key(*k))
-                    .all(|k| fi.next() == Some(k))
-            };
-            if !in_order {
+            if !common_keys_in_order(f, t) {
                 let mut old = std::mem::take(t);
                 for k in f.keys() {
                     if let Some(v) = old.shift_remove(k) {
@@ -205,9 +199,18 @@ pub fn sync_order(from: &Value, to: &mut Value) {
                     t.insert(k, v);
                 }
             }
-            for (k, fv) in f {
-                if let Some(tv) = t.get_mut(k) {
-                    sync_order(fv, tv);
+            // The keys both have are now in the same order: walk them side
+            // by side (a key only `to` has is looked for ahead without
+            // moving on).
+            let mut fi = f.iter();
+            for (k, tv) in t.iter_mut() {
+                let mut probe = fi.clone();
+                while let Some((fk, fv)) = probe.next() {
+                    if fk == k {
+                        sync_order(fv, tv);
+                        fi = probe;
+                        break;
+                    }
                 }
             }
         }
@@ -217,6 +220,29 @@ pub fn sync_order(from: &Value, to: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// True when the keys `f` and `t` both have come in the same order in
+/// each. Side by side, a key is looked up in the other map only where the
+/// two differ (a function's output mostly keeps its input's keys).
+fn common_keys_in_order(f: &Map<String, Value>, t: &Map<String, Value>) -> bool {
+    let (mut fi, mut ti) = (f.keys().peekable(), t.keys().peekable());
+    loop {
+        match (fi.peek(), ti.peek()) {
+            (Some(a), Some(b)) if a == b => {
+                fi.next();
+                ti.next();
+            }
+            (Some(a), _) if !t.contains_key(*a) => {
+                fi.next();
+            }
+            (_, Some(b)) if !f.contains_key(*b) => {
+                ti.next();
+            }
+            (None, _) | (_, None) => return true,
+            _ => return false,
+        }
     }
 }
 
@@ -249,6 +275,23 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&to).unwrap(),
             r#"{"a":2,"b":{"x":1,"y":2},"c":[{"p":1,"q":2}]}"#
+        );
+    }
+
+    #[test]
+    fn sync_order_keeps_new_keys_between_kept_ones_in_order() {
+        let from = json!({"a": 1, "b": {"x": 1, "y": 2}, "c": 3});
+        let mut to = json!({"n": 0, "a": 1, "m": 0, "b": {"y": 2, "z": 0, "x": 1}, "c": 3});
+        sync_order(&from, &mut to);
+        assert_eq!(
+            serde_json::to_string(&to).unwrap(),
+            r#"{"n":0,"a":1,"m":0,"b":{"x":1,"y":2,"z":0},"c":3}"#
+        );
+        let mut swapped = json!({"c": 3, "n": 0, "a": 1});
+        sync_order(&from, &mut swapped);
+        assert_eq!(
+            serde_json::to_string(&swapped).unwrap(),
+            r#"{"a":1,"c":3,"n":0}"#
         );
     }
 }
