@@ -42,12 +42,15 @@ pub(super) struct Step<'s> {
 impl Renderer<'_> {
     /// One function call with kyaml's and kpt's bookkeeping around it:
     /// runs `step` on `input` (ids and annotations are added to `input` in
-    /// place) and returns the function's output objects.
+    /// place) and returns the function's output objects. A validator's
+    /// `input` is its own copy of the objects, handed to the call (left
+    /// empty): its output is checked and discarded, so nothing compares it
+    /// with the input afterwards.
     pub(super) async fn run_step(
         &self,
         ctx: &mut Ctx,
         step: Step<'_>,
-        input: &mut [Value],
+        input: &mut Vec<Value>,
     ) -> Result<Vec<Value>, StepError> {
         let Step {
             node,
@@ -111,8 +114,17 @@ impl Renderer<'_> {
                 .collect(),
             values_only_output: kind != StepKind::Mutator,
         });
-        let input_texts = sources.as_ref().map(|s| s.texts.clone());
-        let mut rl = ResourceList::new(input.to_vec());
+        // A mutator's output texts are kept; a validator's are not.
+        let input_texts = sources
+            .as_ref()
+            .filter(|_| kind == StepKind::Mutator)
+            .map(|s| s.texts.clone());
+        let items = if kind == StepKind::Validator {
+            std::mem::take(input)
+        } else {
+            input.to_vec()
+        };
+        let mut rl = ResourceList::new(items);
         rl.function_config = config;
         let call = FunctionCall {
             target: target.clone(),
@@ -175,8 +187,8 @@ impl Renderer<'_> {
                     item_texts.as_ref().and_then(|t| t.get(k)),
                     Some(OutputItem::Same(s)) if *s == j
                 );
-                if !same {
-                    sync_order(&input[j], item);
+                if !same && let Some(sent) = input.get(j) {
+                    sync_order(sent, item);
                 }
                 ann::remove_all(item, &[ann::ID, ann::LEGACY_ID]);
                 matched[k] = Some(j);
