@@ -252,3 +252,70 @@ fn non_mapping_roots_are_rewritten_not_mangled() {
         "z\n"
     );
 }
+
+/// The check that re-reads only the top-level entries an edit touched
+/// accepts a right edit and refuses each kind of wrong one (a wrong value,
+/// a splice that changes the structure around it, an entry the target
+/// changes but the edit leaves alone, a key the target does not have, an
+/// untouched key written again) — so `merge` falls back to reading the
+/// whole result, or to other text, instead of writing it.
+#[test]
+fn the_partial_edit_check_refuses_wrong_edits() {
+    let base = YamlDoc::parse("a: 1\nb:\n  c: 2\n  e: 5\nd: x\n").unwrap();
+    let root = base.root().unwrap();
+    let t = base.text();
+    let two = t.find("2\n").unwrap();
+    let splice = |start: usize, end: usize, text: &str| Splice {
+        start,
+        end,
+        text: text.to_string(),
+    };
+    let target = json!({"a": 1, "b": {"c": 3, "e": 5}, "d": "x"});
+    assert!(edits_read_as(
+        &base,
+        root,
+        &[splice(two, two + 1, "3")],
+        &target
+    ));
+    let e = t.find("  e").unwrap();
+    let five = t.find("5\n").unwrap();
+    let mut a_changed = target.clone();
+    a_changed["a"] = json!(2);
+    let wrong = [
+        ("a wrong value", vec![splice(two, two + 1, "4")], &target),
+        (
+            "`e` pulled out of `b` to the top level",
+            vec![splice(two, two + 1, "3"), splice(e, e + 2, "")],
+            &target,
+        ),
+        (
+            "the next entry's line joined to the edited one",
+            vec![splice(two, two + 1, "3"), splice(five + 1, five + 2, " ")],
+            &target,
+        ),
+        (
+            "`a` changes in the target, the edit leaves it alone",
+            vec![splice(two, two + 1, "3")],
+            &a_changed,
+        ),
+        (
+            "a key the target does not have",
+            vec![
+                splice(two, two + 1, "3"),
+                splice(five + 2, five + 2, "f: 6\n"),
+            ],
+            &target,
+        ),
+        (
+            "an untouched key written again",
+            vec![
+                splice(two, two + 1, "3"),
+                splice(five + 2, five + 2, "d: x\n"),
+            ],
+            &target,
+        ),
+    ];
+    for (what, splices, target) in wrong {
+        assert!(!edits_read_as(&base, root, &splices, target), "{what}");
+    }
+}
