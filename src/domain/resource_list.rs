@@ -104,8 +104,20 @@ impl ResourceList {
         sent: &[Arc<str>],
         sent_values: &[serde_json::Value],
     ) -> Result<(Self, Option<Vec<OutputItem>>), ResourceListError> {
+        Self::parse_output_taking(bytes, sent, &mut |j| sent_values.get(j).cloned())
+    }
+
+    /// [`ResourceList::parse_output`] with the value of an item sent back
+    /// unchanged got from `take` (called with the input item's position;
+    /// `None`: read the item's text instead) — so a caller that owns the
+    /// input items can move them into the output instead of copying them.
+    pub(crate) fn parse_output_taking(
+        bytes: &[u8],
+        sent: &[Arc<str>],
+        take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
+    ) -> Result<(Self, Option<Vec<OutputItem>>), ResourceListError> {
         if let Ok(text) = std::str::from_utf8(bytes)
-            && let Some(parsed) = parse_by_item(text, sent, sent_values, true)
+            && let Some(parsed) = parse_by_item(text, sent, take, true)
         {
             return Ok((parsed.0, Some(parsed.1)));
         }
@@ -122,8 +134,18 @@ impl ResourceList {
         sent: &[Arc<str>],
         sent_values: &[serde_json::Value],
     ) -> Result<Self, ResourceListError> {
+        Self::parse_output_values_taking(bytes, sent, &mut |j| sent_values.get(j).cloned())
+    }
+
+    /// [`ResourceList::parse_output_values`] with the values of unchanged
+    /// items from `take`, as [`ResourceList::parse_output_taking`].
+    pub(crate) fn parse_output_values_taking(
+        bytes: &[u8],
+        sent: &[Arc<str>],
+        take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
+    ) -> Result<Self, ResourceListError> {
         if let Ok(text) = std::str::from_utf8(bytes)
-            && let Some(parsed) = parse_by_item(text, sent, sent_values, false)
+            && let Some(parsed) = parse_by_item(text, sent, take, false)
         {
             return Ok(parsed.0);
         }
@@ -242,7 +264,7 @@ pub enum OutputItem {
 fn parse_by_item(
     text: &str,
     sent: &[Arc<str>],
-    sent_values: &[serde_json::Value],
+    take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
     texts: bool,
 ) -> Option<(ResourceList, Vec<OutputItem>)> {
     if text.contains('\r') || text.starts_with('%') {
@@ -327,8 +349,8 @@ fn parse_by_item(
                 .filter(|s| s.as_ref() == doc)
                 .map(|_| i)
                 .or_else(|| by_text.get(doc.as_str()).copied());
-            values.push(match same {
-                Some(j) => sent_values.get(j)?.clone(),
+            values.push(match same.and_then(&mut *take) {
+                Some(v) => v,
                 None => codec::tree::parse_value(&doc).ok()?,
             });
             continue;
@@ -339,9 +361,9 @@ fn parse_by_item(
             .filter(|s| s.as_ref() == doc)
             .map(|_| i)
             .or_else(|| by_text.get(doc.as_str()).copied());
-        match same {
-            Some(j) => {
-                values.push(sent_values.get(j)?.clone());
+        match same.and_then(|j| take(j).map(|v| (j, v))) {
+            Some((j, v)) => {
+                values.push(v);
                 items.push(OutputItem::Same(j));
             }
             None => {

@@ -127,23 +127,33 @@ impl FunctionCall {
 
     /// Reads a function's stdout as its output ResourceList; with item texts
     /// when the call was serialised with them (`sent`, from
-    /// [`FunctionCall::input_texts`]).
+    /// [`FunctionCall::input_texts`]). Consumes the call: the values of
+    /// items the function wrote back unchanged move from its input into
+    /// the output instead of being copied.
     ///
     /// Errors: the output is not a ResourceList.
     pub fn read_output(
-        &self,
+        self,
         stdout: &[u8],
         sent: Option<&[Arc<str>]>,
     ) -> Result<
         (ResourceList, Option<Vec<OutputItem>>),
         crate::domain::resource_list::ResourceListError,
     > {
+        let values_only = self.sources.as_ref().is_some_and(|s| s.values_only_output);
+        let mut items = self.resource_list.items;
+        // An item sent back twice moves once; the second is read from its text.
+        let mut moved = vec![false; items.len()];
+        let mut take = |j: usize| {
+            let first = !std::mem::replace(moved.get_mut(j)?, true);
+            first.then(|| std::mem::take(&mut items[j]))
+        };
         match sent {
-            Some(sent) if self.sources.as_ref().is_some_and(|s| s.values_only_output) => Ok((
-                ResourceList::parse_output_values(stdout, sent, &self.resource_list.items)?,
+            Some(sent) if values_only => Ok((
+                ResourceList::parse_output_values_taking(stdout, sent, &mut take)?,
                 None,
             )),
-            Some(sent) => ResourceList::parse_output(stdout, sent, &self.resource_list.items),
+            Some(sent) => ResourceList::parse_output_taking(stdout, sent, &mut take),
             None => Ok((ResourceList::parse(stdout)?, None)),
         }
     }
@@ -199,5 +209,46 @@ pub trait FunctionRuntime: Send + Sync {
     fn may_serve(&self, target: &FunctionTarget) -> bool {
         let _ = target;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Items a function writes back unchanged keep their values when they
+    /// move out of the consumed call; one written back twice is read the
+    /// second time from its text, to the same value.
+    #[test]
+    fn read_output_moves_unchanged_items_once() {
+        let items = vec![
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}),
+        ];
+        let mut call = FunctionCall::new(
+            FunctionTarget::Exec("fn".into()),
+            ResourceList::new(items.clone()),
+            None,
+        );
+        call.sources = Some(CallSources {
+            texts: vec![None, None],
+            values_only_output: false,
+        });
+        let (_, sent) = call.input_texts().unwrap();
+        let sent = sent.unwrap();
+        // Item `a` twice, item `b` changed.
+        let a = crate::domain::codec::preserve::nest(&sent[0], "- ", "  ");
+        let out = format!(
+            "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{a}{a}\
+             - apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: b\n  data: {{x: y}}\n"
+        );
+        let (list, texts) = call.read_output(out.as_bytes(), Some(&sent)).unwrap();
+        let texts = texts.unwrap();
+        assert_eq!(list.items[0], items[0]);
+        assert_eq!(list.items[1], items[0]);
+        assert_eq!(list.items[2]["data"], json!({"x": "y"}));
+        assert_eq!(texts[0], OutputItem::Same(0));
+        assert!(matches!(texts[1], OutputItem::Text(_)));
     }
 }
