@@ -500,6 +500,7 @@ fn plain_start(b: &[u8], at: usize, end: usize) -> bool {
 mod tests {
     use super::super::Builder;
     use super::*;
+    use proptest::prelude::*;
 
     /// Where this reader reads `text`, it builds what the event parser
     /// builds (with and without the tree); returns whether it read it.
@@ -580,6 +581,170 @@ mod tests {
         for text in FALLBACK {
             assert!(run(text, true).is_none(), "read by the fast path:\n{text}");
             agrees(text);
+        }
+    }
+
+    /// Pieces of block YAML lines, tricky ones included: keys and scalars
+    /// that look like other types, quotes, comments, indicators.
+    const KEYS: &[&str] = &[
+        "a", "b", "key", "'q k'", "\"d\"", "1", "true", "~", "a b", "-x", "?x", ":x", "a#b", "a:b",
+        "'it''s'", "\"\"", "''", "x'", "<<", "a ",
+    ];
+    const SCALARS: &[&str] = &[
+        "", "1", "0123", "007", "0x1F", "1e3", ".inf", "-.inf", ".nan", "1_000", "0o17", "true",
+        "null", "~", "x", "x y", "'it''s'", "\"dq\"", "''", "\"\"", "'a", "\"a", "a'", "x # c",
+        "#c", "x#y", "a: b", "[1]", "{a: 1}", "|", ">", "&a x", "*a", "!t x", "- x", "x,y", "-",
+        "--- x", "...", ":", "?", "a:", "'a' b", "\"a\" b", "'x' # c",
+    ];
+
+    /// A generated block node: a scalar's text, or a mapping or sequence.
+    #[derive(Clone, Debug)]
+    enum Shape {
+        Scalar(&'static str),
+        Map(Vec<(&'static str, Shape)>),
+        Seq(Vec<Shape>),
+    }
+
+    /// Mostly plain scalars the fast path reads, sometimes [`SCALARS`].
+    fn scalar() -> impl Strategy<Value = &'static str> {
+        prop_oneof![
+            4 => proptest::sample::select(&["x", "1", "web", "nginx:1.25", "a-b", "0.5", "true", "'q'", "\"d\"", "x y"][..]),
+            1 => proptest::sample::select(SCALARS),
+        ]
+    }
+
+    fn shape() -> impl Strategy<Value = Shape> {
+        scalar().prop_map(Shape::Scalar).prop_recursive(4, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(
+                    (prop_oneof![4 => proptest::sample::select(&["a", "b", "name", "spec", "k"][..]), 1 => proptest::sample::select(KEYS)], inner.clone()),
+                    1..4
+                )
+                .prop_map(Shape::Map),
+                proptest::collection::vec(inner, 1..4).prop_map(Shape::Seq),
+            ]
+        })
+    }
+
+    /// Writes `shape` as block YAML at column `col` (a mapping's entries or
+    /// a sequence's dashes start there), nested levels `step` further in;
+    /// `tails` picks each line's ending (nothing, a comment, a space).
+    fn write(
+        out: &mut String,
+        shape: &Shape,
+        col: usize,
+        step: usize,
+        tails: &mut impl Iterator<Item = &'static str>,
+    ) {
+        let pad = " ".repeat(col);
+        match shape {
+            Shape::Scalar(s) => {
+                out.push_str(&pad);
+                out.push_str(s);
+                out.push_str(tails.next().unwrap_or(""));
+                out.push('\n');
+            }
+            Shape::Map(entries) => {
+                for (i, (key, value)) in entries.iter().enumerate() {
+                    if !(i == 0 && out.ends_with("- ")) {
+                        out.push_str(&pad);
+                    }
+                    out.push_str(key);
+                    out.push(':');
+                    match value {
+                        Shape::Scalar(v) => {
+                            out.push(' ');
+                            out.push_str(v);
+                            out.push_str(tails.next().unwrap_or(""));
+                            out.push('\n');
+                        }
+                        Shape::Map(_) => {
+                            out.push_str(tails.next().unwrap_or(""));
+                            out.push('\n');
+                            write(out, value, col + step, step, tails);
+                        }
+                        Shape::Seq(_) => {
+                            out.push('\n');
+                            let at = if step % 2 == 0 { col } else { col + step };
+                            write(out, value, at, step, tails);
+                        }
+                    }
+                }
+            }
+            Shape::Seq(items) => {
+                for item in items {
+                    match item {
+                        Shape::Scalar(v) => {
+                            out.push_str(&pad);
+                            out.push_str("- ");
+                            out.push_str(v);
+                            out.push_str(tails.next().unwrap_or(""));
+                            out.push('\n');
+                        }
+                        Shape::Map(_) => {
+                            out.push_str(&pad);
+                            out.push_str("- ");
+                            write(out, item, col + 2, step, tails);
+                        }
+                        Shape::Seq(_) => {
+                            out.push_str(&pad);
+                            out.push_str("-\n");
+                            write(out, item, col + 2, step, tails);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A document: a root mapping written by [`write`] with an indentation
+    /// step of 1 to 4 and random line endings and comment lines.
+    fn block_document() -> impl Strategy<Value = String> {
+        (
+            proptest::collection::vec((proptest::sample::select(KEYS), shape()), 1..4),
+            1usize..5,
+            proptest::collection::vec(
+                prop_oneof![6 => Just(""), 1 => Just(" # note"), 1 => Just("  #x"), 1 => Just(" ")],
+                64,
+            ),
+            proptest::collection::vec(0usize..40, 0..3),
+            any::<bool>(),
+        )
+            .prop_map(|(root, step, tails, comments, newline)| {
+                let mut out = String::new();
+                let mut tails = tails.into_iter();
+                write(&mut out, &Shape::Map(root), 0, step, &mut tails);
+                // Comment lines at some line starts.
+                for at in comments {
+                    let starts: Vec<usize> = std::iter::once(0)
+                        .chain(out.match_indices('\n').map(|(i, _)| i + 1))
+                        .filter(|&i| i < out.len())
+                        .collect();
+                    let i = starts[at % starts.len()];
+                    out.insert_str(i, "# c\n");
+                }
+                if !newline {
+                    out.pop();
+                }
+                out
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Whatever block-shaped text this reader accepts, the event parser
+        /// accepts too and reads into the same nodes, ranges, comments and
+        /// values.
+        #[test]
+        fn agrees_with_the_event_parser_on_generated_block_yaml(text in block_document()) {
+            agrees(&text);
+        }
+
+        /// The same for short texts over YAML's indicator characters.
+        #[test]
+        fn agrees_with_the_event_parser_on_indicator_soup(text in "[a1 :#'\"\\-\n?|>&*!\\[\\]{},.~]{0,40}") {
+            agrees(&text);
         }
     }
 
