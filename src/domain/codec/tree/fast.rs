@@ -665,7 +665,11 @@ mod tests {
                         }
                         Shape::Seq(_) => {
                             out.push('\n');
-                            let at = if step % 2 == 0 { col } else { col + step };
+                            let at = if step.is_multiple_of(2) {
+                                col
+                            } else {
+                                col + step
+                            };
                             write(out, value, at, step, tails);
                         }
                     }
