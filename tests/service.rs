@@ -452,3 +452,67 @@ async fn sigterm_stops_what_outlives_the_grace_period() {
         assert!(!alive(p), "process {p} survived shutdown");
     }
 }
+
+/// Starts a `sleepy` call (it sleeps for minutes) on `bed` and returns once
+/// its function runs.
+async fn start_sleeper(bed: &Bed) -> tokio::task::JoinHandle<Result<(), tonic::Status>> {
+    let mut client = bed.runner.client().await;
+    let sleeper = tokio::spawn(async move {
+        let mut call = tonic::Request::new(request("example.com/test/sleepy:v1", config_map_rl("a")));
+        call.set_timeout(Duration::from_secs(60));
+        client.evaluate_function(call).await.map(drop)
+    });
+    let pids = bed.dir.path().join("pids");
+    common::eventually("the sleeping function runs", Duration::from_secs(20), || {
+        let ok = pids.exists();
+        async move { ok.then_some(()) }
+    })
+    .await;
+    sleeper
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sleeping_function_holds_back_the_start_limit_only_for_its_grace_period() {
+    let bed = bed(&["--function-start-limit=1", "--function-start-grace=200ms"]);
+    let sleeper = start_sleeper(&bed).await;
+    let mut call = tonic::Request::new(request(
+        &catalog_image("set-namespace"),
+        with_config(
+            DEPLOYMENT,
+            "  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: after-the-sleeper\n",
+        ),
+    ));
+    call.set_timeout(Duration::from_secs(20));
+    let out = bed
+        .runner
+        .client()
+        .await
+        .evaluate_function(call)
+        .await
+        .expect("the call after a sleeping function ran")
+        .into_inner();
+    assert!(String::from_utf8_lossy(&out.resource_list).contains("namespace: after-the-sleeper"));
+    assert!(!sleeper.is_finished(), "the sleeping function ended first");
+    sleeper.abort();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_for_the_start_limit_counts_against_the_deadline() {
+    let bed = bed(&["--function-start-limit=1", "--function-start-grace=1h"]);
+    let sleeper = start_sleeper(&bed).await;
+    let mut call = tonic::Request::new(request(&catalog_image("set-namespace"), config_map_rl("b")));
+    call.set_timeout(Duration::from_millis(500));
+    let started = Instant::now();
+    let err = bed
+        .runner
+        .client()
+        .await
+        .evaluate_function(call)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(!sleeper.is_finished());
+    sleeper.abort();
+    assert_serving(&bed.runner).await;
+}

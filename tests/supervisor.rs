@@ -455,3 +455,32 @@ fn an_unusable_override_is_a_warning_naming_it() {
         "{log}"
     );
 }
+
+/// An unusable `KRM_FN_SUPERVISOR_SPARES` is named in a warning at start-up
+/// and the resident supervisor keeps the default 2 spares.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_spares_value_is_a_warning_and_the_default_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::catalog_config_with(dir.path(), &[]);
+    let runner = common::Runner::start_with_env(
+        &["--config", &config, "--disable-runtimes=pod"],
+        &[("KRM_FN_SUPERVISOR_SPARES", "lots")],
+    );
+    let resident = format!(" --resident {} ", runner.pid());
+    let cmdline = common::eventually("the resident supervisor", Duration::from_secs(10), || {
+        let found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let c = std::fs::read(e.path().join("cmdline")).ok()?;
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            c.contains(&resident).then_some(c)
+        });
+        async move { found }
+    })
+    .await;
+    assert!(cmdline.trim_end().ends_with(" 2"), "{cmdline}");
+    let warned = common::wait_until(Duration::from_secs(10), || {
+        let log = runner.log();
+        log.contains("KRM_FN_SUPERVISOR_SPARES=\"lots\" is not a number from 0 to 16")
+            && log.contains("keeping 2 spare function supervisors")
+    });
+    assert!(warned, "{}", runner.log());
+}

@@ -5,7 +5,9 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::adapters::exec::FunctionSlots;
-use crate::adapters::exec::slots::{DEFAULT_MAX_QUEUED, default_max_running};
+use crate::adapters::exec::slots::{
+    DEFAULT_MAX_QUEUED, DEFAULT_START_GRACE, default_max_running, default_start_limit,
+};
 use crate::adapters::grpc::ServerLimits;
 
 /// Bounds on function processes, requests and connections (not in Porch,
@@ -18,6 +20,19 @@ pub struct LimitArgs {
     /// Most calls waiting for a function slot; beyond: RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = DEFAULT_MAX_QUEUED)]
     pub max_queued_functions: usize,
+    /// Most functions started within the last --function-start-grace at
+    /// once; more wait in arrival order (default: the CPUs this process may
+    /// use; 0: off).
+    #[arg(long, env = "KRM_FN_START_LIMIT", default_value_t = default_start_limit())]
+    pub function_start_limit: usize,
+    /// How long a started function counts against --function-start-limit.
+    #[arg(
+        long,
+        env = "KRM_FN_START_GRACE",
+        value_parser = humantime::parse_duration,
+        default_value = "25ms"
+    )]
+    pub function_start_grace: Duration,
     /// Most bytes of requests being evaluated at once; beyond: RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = ServerLimits::default().max_bytes_in_flight)]
     pub max_request_bytes_in_flight: usize,
@@ -56,6 +71,7 @@ impl LimitArgs {
     /// The function slots from these flags.
     pub fn slots(&self) -> FunctionSlots {
         FunctionSlots::new(self.max_concurrent_functions, self.max_queued_functions)
+            .with_start_limit(self.function_start_limit, self.function_start_grace)
     }
 }
 
@@ -74,5 +90,7 @@ mod tests {
     fn defaults_are_the_documented_ones() {
         let t = T::parse_from(["t"]);
         assert_eq!(t.limits.server_limits(0), ServerLimits::default());
+        assert_eq!(t.limits.function_start_grace, DEFAULT_START_GRACE);
+        assert_eq!(t.limits.function_start_limit, default_start_limit());
     }
 }

@@ -46,8 +46,10 @@ impl ExecSettings {
     /// (environment, working directory, output cap) and the request's
     /// timeout; shared by the exec and wrapper evaluators.
     ///
-    /// The call first takes one of [`ExecSettings::slots`]; its timeout
-    /// covers the wait for a slot and the run.
+    /// The call first takes one of [`ExecSettings::slots`] and waits for
+    /// their start limiter; its timeout covers both waits and the run. Once
+    /// the function has run for the limiter's grace period it stops
+    /// counting against the start limit.
     ///
     /// Errors: the evaluation error for a process that could not run to
     /// completion (see [`process_error`]); [`EvalError::Exhausted`] when the
@@ -65,7 +67,7 @@ impl ExecSettings {
             cwd: Some(self.work_dir.clone()),
         };
         let started = std::time::Instant::now();
-        let _slot = match request.timeout {
+        let slot = match request.timeout {
             Some(t) => tokio::time::timeout(t, self.slots.acquire())
                 .await
                 .map_err(|_| EvalError::Timeout {
@@ -78,9 +80,22 @@ impl ExecSettings {
             max_output_bytes: self.max_message_bytes,
             timeout: request.timeout.map(|t| t.saturating_sub(started.elapsed())),
         };
-        process::run(&spec, request.resource_list.clone(), limits)
-            .await
-            .map_err(|e| process_error(&request.image, e))
+        let run = process::run(&spec, request.resource_list.clone(), limits);
+        let result = match slot.grace() {
+            Some(grace) => {
+                tokio::pin!(run);
+                tokio::select! {
+                    biased;
+                    done = &mut run => done,
+                    () = tokio::time::sleep(grace) => {
+                        slot.outgrown();
+                        run.await
+                    }
+                }
+            }
+            None => run.await,
+        };
+        result.map_err(|e| process_error(&request.image, e))
     }
 
     /// The documented defaults for a given message limit, with `extra_env`

@@ -132,20 +132,29 @@ pub(crate) const MAX_SPARES: usize = 16;
 
 /// The number of spares: [`SPARES_ENV`] when it holds a number up to
 /// [`MAX_SPARES`], otherwise [`DEFAULT_SPARES`] (with a warning naming the
-/// value when it is set but unusable).
+/// value when it is set but unusable, see [`spares_from`]).
 pub(crate) fn spares() -> usize {
-    match std::env::var(SPARES_ENV) {
-        Err(_) => DEFAULT_SPARES,
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n <= MAX_SPARES => n,
-            _ => {
-                tracing::warn!(
-                    "{SPARES_ENV}={v:?} is not a number from 0 to {MAX_SPARES}; \
-                     keeping {DEFAULT_SPARES} spare function supervisors"
-                );
-                DEFAULT_SPARES
-            }
-        },
+    spares_from(std::env::var(SPARES_ENV).ok().as_deref()).unwrap_or_else(|warning| {
+        tracing::warn!("{warning}");
+        DEFAULT_SPARES
+    })
+}
+
+/// The number of spares for a [`SPARES_ENV`] value (`None`: unset, which
+/// is [`DEFAULT_SPARES`]).
+///
+/// Errors: the warning to log for a value that is not a number from 0 to
+/// [`MAX_SPARES`], naming the value and the number kept instead.
+pub(crate) fn spares_from(value: Option<&str>) -> Result<usize, String> {
+    let Some(v) = value else {
+        return Ok(DEFAULT_SPARES);
+    };
+    match v.trim().parse::<usize>() {
+        Ok(n) if n <= MAX_SPARES => Ok(n),
+        _ => Err(format!(
+            "{SPARES_ENV}={v:?} is not a number from 0 to {MAX_SPARES}; \
+             keeping {DEFAULT_SPARES} spare function supervisors"
+        )),
     }
 }
 
@@ -195,6 +204,26 @@ impl Resident {
                 }
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spares_come_from_the_variable_and_a_bad_value_is_named_in_a_warning() {
+        assert_eq!(spares_from(None), Ok(DEFAULT_SPARES));
+        assert_eq!(spares_from(Some("0")), Ok(0));
+        assert_eq!(spares_from(Some(" 16 ")), Ok(MAX_SPARES));
+        for bad in ["17", "-1", "two", ""] {
+            let warning = spares_from(Some(bad)).unwrap_err();
+            assert!(
+                warning.contains(&format!("{SPARES_ENV}={bad:?}"))
+                    && warning.contains("keeping 2 spare"),
+                "{warning}"
+            );
         }
     }
 }
