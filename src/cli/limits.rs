@@ -5,9 +5,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::adapters::exec::FunctionSlots;
-use crate::adapters::exec::slots::{
-    DEFAULT_MAX_QUEUED, DEFAULT_START_GRACE, default_max_running, default_start_limit,
-};
+use crate::adapters::exec::slots::{DEFAULT_MAX_QUEUED, DEFAULT_START_LIMIT, default_max_running};
 use crate::adapters::grpc::ServerLimits;
 
 /// Bounds on function processes, requests and connections (not in Porch,
@@ -21,9 +19,9 @@ pub struct LimitArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_QUEUED)]
     pub max_queued_functions: usize,
     /// Most functions started within the last --function-start-grace at
-    /// once; more wait in arrival order (default: the CPUs this process may
-    /// use; 0: off).
-    #[arg(long, env = "KRM_FN_START_LIMIT", default_value_t = default_start_limit())]
+    /// once; more wait in arrival order (0: off, the default; e.g. the
+    /// number of CPUs).
+    #[arg(long, env = "KRM_FN_START_LIMIT", default_value_t = DEFAULT_START_LIMIT)]
     pub function_start_limit: usize,
     /// How long a started function counts against --function-start-limit.
     #[arg(
@@ -78,6 +76,7 @@ impl LimitArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapters::exec::slots::DEFAULT_START_GRACE;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -91,6 +90,6 @@ mod tests {
         let t = T::parse_from(["t"]);
         assert_eq!(t.limits.server_limits(0), ServerLimits::default());
         assert_eq!(t.limits.function_start_grace, DEFAULT_START_GRACE);
-        assert_eq!(t.limits.function_start_limit, default_start_limit());
+        assert_eq!(t.limits.function_start_limit, DEFAULT_START_LIMIT);
     }
 }

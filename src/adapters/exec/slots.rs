@@ -33,11 +33,11 @@ pub fn default_max_running() -> usize {
 /// Default of `--max-queued-functions`.
 pub const DEFAULT_MAX_QUEUED: usize = 1024;
 
-/// Default of `--function-start-limit`: the number of CPUs this process may
-/// use (1 when unknown).
-pub fn default_start_limit() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
+/// Default of `--function-start-limit`: 0, off. On a 2-core machine shared
+/// with other work, one function per CPU lost throughput and tail latency
+/// to the other processes (see the README's throughput section), so the
+/// limiter is opt-in.
+pub const DEFAULT_START_LIMIT: usize = 0;
 
 /// Default of `--function-start-grace`: a few times a small catalog
 /// function's run (a few milliseconds), well under a call's timeout.
@@ -162,7 +162,7 @@ impl FunctionSlots {
 impl Default for FunctionSlots {
     fn default() -> Self {
         Self::new(default_max_running(), DEFAULT_MAX_QUEUED)
-            .with_start_limit(default_start_limit(), DEFAULT_START_GRACE)
+            .with_start_limit(DEFAULT_START_LIMIT, DEFAULT_START_GRACE)
     }
 }
 
