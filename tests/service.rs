@@ -458,15 +458,20 @@ async fn sigterm_stops_what_outlives_the_grace_period() {
 async fn start_sleeper(bed: &Bed) -> tokio::task::JoinHandle<Result<(), tonic::Status>> {
     let mut client = bed.runner.client().await;
     let sleeper = tokio::spawn(async move {
-        let mut call = tonic::Request::new(request("example.com/test/sleepy:v1", config_map_rl("a")));
+        let mut call =
+            tonic::Request::new(request("example.com/test/sleepy:v1", config_map_rl("a")));
         call.set_timeout(Duration::from_secs(60));
         client.evaluate_function(call).await.map(drop)
     });
     let pids = bed.dir.path().join("pids");
-    common::eventually("the sleeping function runs", Duration::from_secs(20), || {
-        let ok = pids.exists();
-        async move { ok.then_some(()) }
-    })
+    common::eventually(
+        "the sleeping function runs",
+        Duration::from_secs(20),
+        || {
+            let ok = pids.exists();
+            async move { ok.then_some(()) }
+        },
+    )
     .await;
     sleeper
 }
@@ -500,7 +505,8 @@ async fn a_sleeping_function_holds_back_the_start_limit_only_for_its_grace_perio
 async fn waiting_for_the_start_limit_counts_against_the_deadline() {
     let bed = bed(&["--function-start-limit=1", "--function-start-grace=1h"]);
     let sleeper = start_sleeper(&bed).await;
-    let mut call = tonic::Request::new(request(&catalog_image("set-namespace"), config_map_rl("b")));
+    let mut call =
+        tonic::Request::new(request(&catalog_image("set-namespace"), config_map_rl("b")));
     call.set_timeout(Duration::from_millis(500));
     let started = Instant::now();
     let err = bed

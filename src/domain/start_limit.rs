@@ -129,7 +129,9 @@ impl StartLimit {
     /// When the oldest counted call leaves its grace period (the next time
     /// [`StartLimit::tick`] may start someone), if a call counts.
     pub fn next_expiry(&self) -> Option<Duration> {
-        self.counted.front().map(|(_, t)| t.saturating_add(self.grace))
+        self.counted
+            .front()
+            .map(|(_, t)| t.saturating_add(self.grace))
     }
 
     /// Started calls counting against the limit (as of the last operation).

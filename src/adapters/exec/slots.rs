@@ -320,7 +320,10 @@ mod tests {
         let slots = FunctionSlots::new(8, 8).with_start_limit(1, Duration::from_secs(3600));
         let first = slots.acquire().await.unwrap();
         let mut second = Box::pin(slots.acquire());
-        assert!(still_pending(&mut second).await, "the limit of 1 let a second call start");
+        assert!(
+            still_pending(&mut second).await,
+            "the limit of 1 let a second call start"
+        );
         drop(first);
         second.await.unwrap();
     }
