@@ -484,3 +484,52 @@ async fn a_bad_spares_value_is_a_warning_and_the_default_is_kept() {
     });
     assert!(warned, "{}", runner.log());
 }
+
+/// The call's timeout covers handing the call to the resident supervisor:
+/// with one that never reads its control socket, calls whose requests no
+/// longer fit in the socket's buffer end with the timeout instead of
+/// waiting for room forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_timeout_covers_handing_the_call_to_the_resident_supervisor() {
+    let dir = tempfile::tempdir().unwrap();
+    // Never reads its control socket; ends with the test process
+    // (argv: --resident RUNNER_PID SPARES).
+    let deaf = common::script(
+        dir.path(),
+        "deaf-supervisor",
+        "#!/bin/sh\nwhile kill -0 \"$2\" 2>/dev/null; do sleep 0.1; done\n",
+    );
+    let c = Confinement::Resident(deaf);
+    // About 48 KiB per request (the largest sent whole is 64 KiB), so the
+    // socket's buffer fills after a few.
+    let mut big = spec("cat", &[]);
+    big.env.push(("PAD".into(), "x".repeat(48 << 10).into()));
+    let limits = ProcessLimits {
+        max_output_bytes: 1 << 20,
+        timeout: Some(Duration::from_millis(300)),
+    };
+    let calls = (0..32).map(|_| {
+        let (big, c) = (big.clone(), c.clone());
+        tokio::spawn(async move { run_confined(&big, Bytes::new(), limits, &c).await })
+    });
+    let all = futures_all(calls.collect());
+    let results = tokio::time::timeout(Duration::from_secs(20), all)
+        .await
+        .expect("a call outlived its timeout waiting to be handed over");
+    for r in results {
+        assert!(
+            matches!(r, Err(ProcessError::TimedOut(_))),
+            "{:?}",
+            r.map(|o| o.exit)
+        );
+    }
+}
+
+/// Awaits every task in order.
+async fn futures_all<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}

@@ -540,15 +540,28 @@ async fn run_resident(
         stderr_theirs.as_raw_fd(),
         status_theirs.as_raw_fd(),
     ];
-    super::resident::send(supervisor, request, &fds)
-        .await
-        .map_err(|e| match e {
-            Ok(source) => ProcessError::Spawn {
-                program: supervisor.to_path_buf(),
-                source,
-            },
-            Err(_) => ProcessError::SupervisorLost,
-        })?;
+    // Starting the resident supervisor and waiting for room on its control
+    // socket count against the call's timeout.
+    let started = std::time::Instant::now();
+    let timeout = limits.timeout;
+    let send = super::resident::send(supervisor, request, &fds);
+    let sent = match timeout {
+        Some(t) => tokio::time::timeout(t, send)
+            .await
+            .map_err(|_| ProcessError::TimedOut(t))?,
+        None => send.await,
+    };
+    sent.map_err(|e| match e {
+        Ok(source) => ProcessError::Spawn {
+            program: supervisor.to_path_buf(),
+            source,
+        },
+        Err(_) => ProcessError::SupervisorLost,
+    })?;
+    let limits = ProcessLimits {
+        timeout: timeout.map(|t| t.saturating_sub(started.elapsed())),
+        ..limits
+    };
     // Only the supervisor's copies remain.
     drop((input_theirs, stdout_theirs, stderr_theirs, status_theirs));
     let input = pipe::Sender::from_owned_fd(input)?;
@@ -595,7 +608,12 @@ async fn run_resident(
         Some(stderr),
         wait,
     )
-    .await?;
+    .await
+    // The timeout reported is the call's whole timeout.
+    .map_err(|e| match (e, timeout) {
+        (ProcessError::TimedOut(_), Some(t)) => ProcessError::TimedOut(t),
+        (e, _) => e,
+    })?;
     Ok(output(status, out, err))
 }
 
