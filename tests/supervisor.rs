@@ -533,3 +533,144 @@ async fn futures_all<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
     }
     out
 }
+
+/// The children of `pid` (from `/proc/<pid>/stat` of every process), with
+/// whether each is a zombie.
+fn children_of(pid: u32) -> Vec<(u32, bool)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let child = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+            let zombie = rest.next()? == "Z";
+            let parent: u32 = rest.next()?.parse().ok()?;
+            (parent == pid).then_some((child, zombie))
+        })
+        .collect()
+}
+
+/// `krm-fn-runner serve` as PID 1 of a new PID namespace (as in a
+/// container), with the environment `env`, serving the script `echo` (which
+/// copies its input) written into `dir`; returns it and its pid as seen
+/// from here.
+fn pid_1_server(dir: &Path, env: &[(String, String)]) -> (common::Runner, u32) {
+    common::script(dir, "echo", "#!/bin/sh\ncat\n");
+    let config = common::catalog_config_with(dir, &["echo"]);
+    let args: Vec<String> = [
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "--kill-child",
+        common::runner_binary().to_str().unwrap(),
+        "serve",
+        "--config",
+        &config,
+        "--disable-runtimes=pod",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .map(String::from)
+    .into();
+    let runner = common::Runner::start_program(Path::new("unshare"), &args, env);
+    let [(server, _)] = children_of(runner.pid())[..] else {
+        panic!("{:?}", children_of(runner.pid()));
+    };
+    (runner, server)
+}
+
+/// An EvaluateFunction call of `echo` through `runner` that must succeed.
+async fn echo(runner: &common::Runner, name: &str) {
+    use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
+    let out = runner
+        .client()
+        .await
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: common::config_map_rl(name).into(),
+            image: "example.com/test/echo:v1".into(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("call {name}: {e:?}"))
+        .into_inner();
+    let text = String::from_utf8_lossy(&out.resource_list);
+    assert!(text.contains(&format!("name: {name}\n")), "{text}");
+}
+
+/// A server that is PID 1 (of a new PID namespace, as in a container)
+/// reaps the orphans it inherits: after its resident supervisor is killed
+/// (SIGKILL), the spares and the resident supervisor itself are gone
+/// within a bounded wait, none left a zombie; the server stays up and the
+/// next EvaluateFunction call succeeds through a new resident supervisor.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_is_pid_1_reaps_the_spares_of_a_killed_resident_supervisor() {
+    let dir = tempfile::tempdir().unwrap();
+    let (runner, server) = pid_1_server(dir.path(), &[]);
+    // The resident supervisor (`--resident 1 2`) and its 2 idle spares.
+    let resident = common::eventually("the resident supervisor", Duration::from_secs(10), || {
+        let found = children_of(server).into_iter().find(|&(pid, _)| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("--resident\x001\x00"))
+        });
+        async move { found.map(|(pid, _)| pid) }
+    })
+    .await;
+    assert!(
+        common::wait_until(Duration::from_secs(10), || children_of(resident).len() == 2),
+        "{:?}",
+        children_of(resident)
+    );
+    let spares: Vec<u32> = children_of(resident).into_iter().map(|(p, _)| p).collect();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(resident as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let gone = |pid: &u32| !Path::new(&format!("/proc/{pid}")).exists();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            gone(&resident) && spares.iter().all(gone)
+        }),
+        "left behind by the server (pid, zombie): {:?}",
+        children_of(server)
+    );
+    assert!(
+        children_of(server).iter().all(|&(_, zombie)| !zombie),
+        "{:?}",
+        children_of(server)
+    );
+    echo(&runner, "after").await;
+    assert!(common::alive(server));
+    assert!(children_of(server).iter().all(|&(_, zombie)| !zombie));
+}
+
+/// A server that is PID 1 reaps only the orphans it inherits, never the
+/// supervisors it starts itself and waits for: with one supervisor process
+/// per call (`KRM_FN_SUPERVISOR=per-call`) or a forked copy of itself
+/// (`in-process`), 64 calls, 16 at a time, each get their function's
+/// output and exit status, and no zombie is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_is_pid_1_keeps_the_exit_status_of_its_own_children() {
+    for way in ["per-call", "in-process"] {
+        let dir = tempfile::tempdir().unwrap();
+        let env = [("KRM_FN_SUPERVISOR".to_string(), way.to_string())];
+        let (runner, server) = pid_1_server(dir.path(), &env);
+        let runner = std::sync::Arc::new(runner);
+        for round in 0..4 {
+            let calls: Vec<_> = (0..16)
+                .map(|i| {
+                    let runner = runner.clone();
+                    tokio::spawn(async move { echo(&runner, &format!("{way}-{round}-{i}")).await })
+                })
+                .collect();
+            futures_all(calls).await;
+        }
+        assert!(
+            common::wait_until(Duration::from_secs(5), || {
+                children_of(server).iter().all(|&(_, zombie)| !zombie)
+            }),
+            "{way}: {:?}",
+            children_of(server)
+        );
+    }
+}

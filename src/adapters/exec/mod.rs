@@ -3,6 +3,7 @@
 mod confine;
 pub mod evaluator;
 pub mod process;
+mod reap;
 mod resident;
 pub mod slots;
 pub mod wrapper;

@@ -172,7 +172,12 @@ impl Confinement {
 /// confinement ways. A program that cannot be started is logged as a
 /// warning and left to the first call, which reports it as its error.
 /// Must run inside a tokio runtime (the process is reaped by it).
+///
+/// A runner that is PID 1 (a container's first process) also starts
+/// reaping the orphans it inherits here, whatever the confinement (see
+/// `reap.rs`).
 pub fn start_resident() {
+    super::reap::reap_orphans_when_pid1();
     if let Confinement::Resident(path) = Confinement::current()
         && let Err(e) = super::resident::start(path)
     {
@@ -366,7 +371,8 @@ pub async fn run_confined(
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }
-    let mut child = cmd.spawn().map_err(|source| ProcessError::Spawn {
+    let spawned = super::reap::spawn_own(|| cmd.spawn(), tokio::process::Child::id);
+    let (mut child, _own) = spawned.map_err(|source| ProcessError::Spawn {
         program: match confinement {
             Confinement::Program(supervisor) | Confinement::Resident(supervisor) => {
                 supervisor.clone()

@@ -27,8 +27,6 @@ use tokio::io::unix::AsyncFd;
 pub(crate) struct Resident {
     /// The runner's end of the control socket (non-blocking).
     control: OwnedFd,
-    /// Reaped by tokio once it exits, whenever this handle is dropped.
-    _process: Mutex<tokio::process::Child>,
 }
 
 /// The resident supervisor of each program path in use (normally one).
@@ -166,7 +164,8 @@ impl Resident {
     fn start(program: &Path) -> io::Result<Self> {
         let (ours, theirs) = seqpacket_pair()?;
         set_nonblocking(&ours)?;
-        let process = tokio::process::Command::new(program)
+        let mut command = tokio::process::Command::new(program);
+        command
             .arg("--resident")
             .arg(std::process::id().to_string())
             .arg(spares().to_string())
@@ -174,13 +173,18 @@ impl Resident {
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()?;
+            .process_group(0);
+        let (process, own) = super::reap::spawn_own(|| command.spawn(), tokio::process::Child::id)?;
         tracing::debug!(pid = process.id(), supervisor = %program.display(), "resident function supervisor started");
-        Ok(Self {
-            control: ours,
-            _process: Mutex::new(process),
-        })
+        // Waited for as soon as it ends, so that it never stays a zombie;
+        // its pid is this process's own until then.
+        tokio::spawn(async move {
+            let mut process = process;
+            let status = process.wait().await;
+            drop(own);
+            tracing::debug!(?status, "the resident function supervisor ended");
+        });
+        Ok(Self { control: ours })
     }
 
     /// Sends one request; waits (without blocking the thread) while the
