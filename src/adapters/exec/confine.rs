@@ -439,15 +439,21 @@ fn pids(text: &[u8]) -> impl Iterator<Item = libc::pid_t> + '_ {
         })
 }
 
-/// The parent pid in the text of `/proc/<pid>/stat`: the second field
-/// after the command name, which ends at the last `)`.
-fn stat_ppid(stat: &[u8]) -> Option<libc::pid_t> {
+/// The state and the parent pid in the text of `/proc/<pid>/stat`: the
+/// first and second fields after the command name, which ends at the last
+/// `)`. Allocates nothing (it also runs in a forked supervisor).
+pub(super) fn stat_state_ppid(stat: &[u8]) -> Option<(u8, libc::pid_t)> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let mut fields = stat[close + 1..]
         .split(|&b| b == b' ')
         .filter(|f| !f.is_empty());
-    fields.next()?;
-    pids(fields.next()?).next()
+    let state = *fields.next()?.first()?;
+    Some((state, pids(fields.next()?).next()?))
+}
+
+/// The parent pid in the text of `/proc/<pid>/stat` ([`stat_state_ppid`]).
+fn stat_ppid(stat: &[u8]) -> Option<libc::pid_t> {
+    stat_state_ppid(stat).map(|(_, ppid)| ppid)
 }
 
 /// Without `/proc/thread-self/children` (kernels built without
@@ -660,6 +666,10 @@ mod tests {
             Some(17)
         );
         assert_eq!(stat_ppid(b"garbage"), None);
+        assert_eq!(
+            stat_state_ppid(b"77 (spare) x) Z 1 77 77 0 -1"),
+            Some((b'Z', 1))
+        );
     }
 
     #[test]

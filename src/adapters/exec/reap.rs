@@ -87,12 +87,9 @@ pub(crate) fn reap_orphans() -> Vec<i32> {
 /// The parent pid of `pid` when it is a zombie (`/proc/<pid>/stat` state
 /// `Z`).
 fn zombie_parent(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name, in parentheses, may itself hold spaces and ')'.
-    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
-    let state = rest.next()?;
-    let ppid = rest.next()?.parse().ok()?;
-    (state == "Z").then_some(ppid)
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let (state, ppid) = super::confine::stat_state_ppid(&stat)?;
+    (state == b'Z').then_some(ppid)
 }
 
 /// When this process is PID 1 (of the host or of a PID namespace, as in a
