@@ -21,7 +21,10 @@
 //! `krm-fn-supervisor` beside it) adds them to that comparison, taking turns
 //! with the others, for before/after figures from one run;
 //! `KRM_FN_BENCH_AB_ONLY=1` leaves kpt and the set-namespace comparisons
-//! out (krm-fn-runner builds against each other only).
+//! out (krm-fn-runner builds against each other only);
+//! `KRM_FN_BENCH_RUNS` sets the timed renders per contender and size
+//! (default 5 up to 1,000 resources, 3 above). Each round starts with the
+//! next contender in turn.
 //!
 //! Needs the kpt CLI (`KRM_FN_KPT_BIN`, from `scripts/build-kpt.sh`) and the
 //! catalog functions (`scripts/install-catalog-functions.sh`); builds on
@@ -433,8 +436,12 @@ fn median_renders(contenders: &[Contender], work: &Path, runs: usize) -> Vec<Med
     }
     let mut samples = vec![Vec::new(); contenders.len()];
     for run in 1..=runs {
-        for (c, s) in contenders.iter().zip(&mut samples) {
-            s.push(time_render(c.template, c.program, c.args, work, run));
+        // Each run starts with the next contender: none always follows the
+        // same one (whose exiting processes and freed memory it would meet).
+        for k in 0..contenders.len() {
+            let i = (run + k) % contenders.len();
+            let c = &contenders[i];
+            samples[i].push(time_render(c.template, c.program, c.args, work, run));
         }
     }
     samples.iter().map(|s| Medians::of(s)).collect()
@@ -543,11 +550,14 @@ fn main() {
     for resources in sizes() {
         let full = work.path().join(format!("full-{resources}"));
         write_package(&full, resources, &full_pipeline());
-        let runs = if resources <= RESOURCES {
-            RUNS
-        } else {
-            LARGE_RUNS
-        };
+        let runs = std::env::var("KRM_FN_BENCH_RUNS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(if resources <= RESOURCES {
+                RUNS
+            } else {
+                LARGE_RUNS
+            });
         println!(
             "render: {resources} resources, {PER_FILE} to a file; medians of {runs} runs on fresh copies"
         );
