@@ -547,17 +547,18 @@ fn main() {
     let ab_only = std::env::var_os("KRM_FN_BENCH_AB_ONLY").is_some();
     let work = tempfile::tempdir().unwrap();
 
+    let runs_set: Option<usize> = std::env::var("KRM_FN_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok());
+
     for resources in sizes() {
         let full = work.path().join(format!("full-{resources}"));
         write_package(&full, resources, &full_pipeline());
-        let runs = std::env::var("KRM_FN_BENCH_RUNS")
-            .ok()
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(if resources <= RESOURCES {
-                RUNS
-            } else {
-                LARGE_RUNS
-            });
+        let runs = runs_set.unwrap_or(if resources <= RESOURCES {
+            RUNS
+        } else {
+            LARGE_RUNS
+        });
         println!(
             "render: {resources} resources, {PER_FILE} to a file; medians of {runs} runs on fresh copies"
         );

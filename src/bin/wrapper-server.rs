@@ -1,8 +1,10 @@
 //! The `wrapper-server` binary, copied into function pods; everything lives in the library.
 
 /// The process's allocator: mimalloc instead of the C library's `malloc`
-/// (musl's, in the static image builds, costs the render half again as
-/// much CPU; see the README's "Allocator" section).
+/// (musl's, in the static image builds, cost a render of 1,000 resources
+/// 0.52 s of its own CPU against mimalloc's 0.32 s; see the README's
+/// "Allocator" section). Set here, not in the library, whose users choose
+/// their own.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
