@@ -231,6 +231,24 @@ fn sections(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The README's "Allocator" promise: the static `bin` in `dir` allocates
+/// with mimalloc (asked to be verbose through its `MIMALLOC_VERBOSE`
+/// option, it reports its start on stderr; the C library's `malloc` says
+/// nothing).
+fn assert_allocates_with_mimalloc(dir: &Path, bin: &str) {
+    let out = Command::new(dir.join(bin))
+        .arg("--version")
+        .env("MIMALLOC_VERBOSE", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("run {bin} --version: {e}"));
+    assert!(out.status.success(), "{bin} --version: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("mimalloc: process init"),
+        "{bin} does not allocate with mimalloc; stderr: {stderr}"
+    );
+}
+
 /// The README's promise: the runner at most 30 MB and the wrapper server at
 /// most 15 MB, stripped (no symbols, no debug info), each with its debug
 /// info (line tables) in a `.debug` file beside it that it names.
@@ -263,6 +281,9 @@ fn assert_binaries_stripped_and_split() {
             debug.iter().any(|n| n == ".debug_line") && debug.iter().any(|n| n == ".symtab"),
             "{bin}.debug lacks line tables or symbols: {debug:?}"
         );
+    }
+    for bin in ["krm-fn-runner", "wrapper-server"] {
+        assert_allocates_with_mimalloc(&dir, bin);
     }
 }
 
