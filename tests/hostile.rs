@@ -15,21 +15,35 @@ use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
+/// The process group and start time (clock ticks since boot) of a live
+/// process, read from `/proc/PID/stat`; `None` once it is gone or a zombie.
+fn group_and_start(pid: u32) -> Option<(String, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    // After the command: state is field 0, pgrp field 2, starttime field 19.
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
+    Some((fields.get(2)?.to_string(), fields.get(19)?.to_string()))
+}
+
 /// Process groups of the processes whose command line contains `marker`
-/// (a function and its forks share one).
+/// (a function and its forks share one) that were all alive at one moment.
+///
+/// A scan of `/proc` is not a snapshot: a function seen early in the scan
+/// may end while a later one starts. So every process found is checked
+/// again once the scan is over, and only those still alive (same start
+/// time) count: each was alive both when the scan saw it and after the
+/// scan ended, so all of them were alive together when the scan ended.
 fn groups_matching(marker: &str) -> usize {
-    let mut groups: Vec<String> = processes_matching(marker)
+    let seen: Vec<(u32, (String, String))> = processes_matching(marker)
         .into_iter()
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            Some(
-                stat.rsplit(')')
-                    .next()?
-                    .split_whitespace()
-                    .nth(2)?
-                    .to_string(),
-            )
-        })
+        .filter_map(|pid| Some((pid, group_and_start(pid)?)))
+        .collect();
+    let mut groups: Vec<String> = seen
+        .into_iter()
+        .filter(|(pid, first)| group_and_start(*pid).as_ref() == Some(first))
+        .map(|(_, (group, _))| group)
         .collect();
     groups.sort();
     groups.dedup();
