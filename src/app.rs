@@ -609,6 +609,16 @@ impl FunctionRuntime for NextStepOnNotFound {
             (other, _) => other,
         }
     }
+
+    /// As the runtime it wraps.
+    fn may_serve(&self, target: &FunctionTarget) -> bool {
+        self.chain.may_serve(target)
+    }
+
+    /// As the runtime it wraps.
+    fn returns_input(&self, target: &FunctionTarget) -> bool {
+        self.chain.returns_input(target)
+    }
 }
 
 /// `eval`'s evaluator: a function runner at `address`, else the local exec

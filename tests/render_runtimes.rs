@@ -190,3 +190,91 @@ fn a_rendered_package_renders_again() {
         assert_eq!(render(), first, "a re-render changes nothing");
     }
 }
+
+/// kyaml's SyncOrder after an `exec:` function: an object the function
+/// writes back with its keys in another order keeps the input's key order.
+/// The call gets the items themselves when the render keeps no partial
+/// result (the exec runtime hands back those it did not move into the
+/// output, and the order is restored from them), and a copy when it does
+/// (`kpt.dev/save-on-render-failure`); both ways give the same order.
+#[tokio::test]
+async fn exec_output_keeps_the_input_key_order() {
+    use krm_fn_runner::adapters::package::render_dir;
+    use krm_fn_runner::adapters::runtime::ExecCommandRuntime;
+    // Reverses the top-level keys of every item of the ResourceList it reads.
+    const REVERSE: &str = r##"import sys
+lines = sys.stdin.read().split("\n")
+head, items, tail, state = [], [], [], "head"
+for l in lines:
+    if state == "head":
+        head.append(l)
+        if l.startswith("items:"):
+            state = "items"
+    elif state == "items" and l.startswith("- "):
+        items.append([l[2:]])
+    elif state == "items" and (l.startswith("  ") or l == "") and items:
+        items[-1].append(l[2:])
+    else:
+        state = "tail"
+        tail.append(l)
+out = head
+for item in items:
+    blocks = []
+    for l in item:
+        if l and not l.startswith((" ", "#")):
+            blocks.append([l])
+        elif blocks:
+            blocks[-1].append(l)
+    flat = [l for b in reversed(blocks) for l in b if l]
+    out += ["- " + flat[0]] + ["  " + l for l in flat[1:]]
+sys.stdout.write("\n".join(out + tail))
+"##;
+    for save in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let function = dir.path().join("reverse.py");
+        std::fs::write(&function, REVERSE).unwrap();
+        let pkg = dir.path().join("pkg");
+        std::fs::create_dir(&pkg).unwrap();
+        let annotations = if save {
+            "  annotations:\n    kpt.dev/save-on-render-failure: \"true\"\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            pkg.join("Kptfile"),
+            format!(
+                "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\n{annotations}\
+                 pipeline:\n  mutators:\n  - exec: python3 {}\n",
+                function.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            pkg.join("cm.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  a: \"1\"\n  b: \"2\"\n",
+        )
+        .unwrap();
+        let runtime = ExecCommandRuntime::inheriting(1 << 20);
+        let options = RenderOptions::builder().allow_exec(true).build();
+        let rendered = render_dir(&pkg, &runtime, options).await.unwrap();
+        assert!(rendered.is_ok(), "{:?}", rendered.outcome.error);
+        let items = rendered.resources().unwrap();
+        let keys: Vec<&str> = cm(items)
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            ["apiVersion", "kind", "metadata", "data"],
+            "save-on-render-failure: {save}"
+        );
+        rendered.write_in_place().unwrap();
+        let text = std::fs::read_to_string(pkg.join("cm.yaml")).unwrap();
+        assert!(
+            text.starts_with("apiVersion: v1\nkind: ConfigMap\n"),
+            "{text}"
+        );
+    }
+}

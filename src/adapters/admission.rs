@@ -186,6 +186,16 @@ impl<R: FunctionRuntime> FunctionRuntime for AdmittedRuntime<R> {
         }
         self.inner.run(call).await
     }
+
+    /// As the runtime it wraps.
+    fn may_serve(&self, target: &FunctionTarget) -> bool {
+        self.inner.may_serve(target)
+    }
+
+    /// As the runtime it wraps.
+    fn returns_input(&self, target: &FunctionTarget) -> bool {
+        self.inner.returns_input(target)
+    }
 }
 
 #[cfg(test)]

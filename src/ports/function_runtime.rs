@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde_json::Value;
 
 use crate::domain::codec::CodecError;
 use crate::domain::evaluation::EvalError;
@@ -129,17 +130,16 @@ impl FunctionCall {
     /// when the call was serialised with them (`sent`, from
     /// [`FunctionCall::input_texts`]). Consumes the call: the values of
     /// items the function wrote back unchanged move from its input into
-    /// the output instead of being copied.
+    /// the output instead of being copied, and the input items left over
+    /// come back in [`FunctionOutput::input_items`]. The output's `stderr`
+    /// is empty (the runtime sets it).
     ///
     /// Errors: the output is not a ResourceList.
     pub fn read_output(
         self,
         stdout: &[u8],
         sent: Option<&[Arc<str>]>,
-    ) -> Result<
-        (ResourceList, Option<Vec<OutputItem>>),
-        crate::domain::resource_list::ResourceListError,
-    > {
+    ) -> Result<FunctionOutput, crate::domain::resource_list::ResourceListError> {
         let values_only = self.sources.as_ref().is_some_and(|s| s.values_only_output);
         let mut items = self.resource_list.items;
         // An item sent back twice moves once; the second is read from its text.
@@ -148,14 +148,20 @@ impl FunctionCall {
             let first = !std::mem::replace(moved.get_mut(j)?, true);
             first.then(|| std::mem::take(&mut items[j]))
         };
-        match sent {
-            Some(sent) if values_only => Ok((
+        let (resource_list, item_texts) = match sent {
+            Some(sent) if values_only => (
                 ResourceList::parse_output_values_taking(stdout, sent, &mut take)?,
                 None,
-            )),
-            Some(sent) => ResourceList::parse_output_taking(stdout, sent, &mut take),
-            None => Ok((ResourceList::parse(stdout)?, None)),
-        }
+            ),
+            Some(sent) => ResourceList::parse_output_taking(stdout, sent, &mut take)?,
+            None => (ResourceList::parse(stdout)?, None),
+        };
+        Ok(FunctionOutput {
+            resource_list,
+            stderr: String::new(),
+            item_texts,
+            input_items: items,
+        })
     }
 }
 
@@ -170,6 +176,11 @@ pub struct FunctionOutput {
     /// when the runtime read the output as text item by item (see
     /// [`FunctionCall::read_output`]); `None` from in-process runtimes.
     pub item_texts: Option<Vec<OutputItem>>,
+    /// The call's input items, by position, that were not moved into the
+    /// output (a moved item is left null in its place), when the runtime
+    /// hands them back ([`FunctionRuntime::returns_input`]); empty from
+    /// runtimes that change the items in place.
+    pub input_items: Vec<Value>,
 }
 
 impl FunctionOutput {
@@ -179,6 +190,7 @@ impl FunctionOutput {
             resource_list,
             stderr: stderr.into(),
             item_texts: None,
+            input_items: Vec::new(),
         }
     }
 }
@@ -209,6 +221,18 @@ pub trait FunctionRuntime: Send + Sync {
     fn may_serve(&self, target: &FunctionTarget) -> bool {
         let _ = target;
         true
+    }
+
+    /// True when every successful [`run`](Self::run) of `target` hands back
+    /// the input items it did not move into the output in
+    /// [`FunctionOutput::input_items`] (runtimes that serialise the call and
+    /// read the output with [`FunctionCall::read_output`]). A caller that
+    /// needs the input items after the call — a render restores kyaml's key
+    /// order from them — may then give the call its items instead of a
+    /// copy. False by default (the runtime may change the items in place).
+    fn returns_input(&self, target: &FunctionTarget) -> bool {
+        let _ = target;
+        false
     }
 }
 
@@ -243,7 +267,10 @@ mod tests {
             "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{a}{a}\
              - apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: b\n  data: {{x: y}}\n"
         );
-        let (list, texts) = call.read_output(out.as_bytes(), Some(&sent)).unwrap();
+        let output = call.read_output(out.as_bytes(), Some(&sent)).unwrap();
+        let (list, texts) = (output.resource_list, output.item_texts);
+        // Item `b` was not moved: it comes back; `a` did.
+        assert_eq!(output.input_items, vec![json!(null), items[1].clone()]);
         let texts = texts.unwrap();
         assert_eq!(list.items[0], items[0]);
         assert_eq!(list.items[1], items[0]);

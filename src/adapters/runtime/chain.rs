@@ -70,6 +70,13 @@ impl FunctionRuntime for Chain<dyn FunctionRuntime> {
     fn may_serve(&self, target: &FunctionTarget) -> bool {
         self.members().any(|m| m.may_serve(target))
     }
+
+    /// True when every member that may serve `target` hands its input back
+    /// (whichever answers, the items come back).
+    fn returns_input(&self, target: &FunctionTarget) -> bool {
+        let mut serving = self.members().filter(|m| m.may_serve(target)).peekable();
+        serving.peek().is_some() && serving.all(|m| m.returns_input(target))
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::domain::evaluation::EvalError;
-use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime};
+use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 
 /// Bounds every call of `inner` by the call's own `timeout` (a Kptfile
 /// step's `timeout:` or render's `--step-timeout`), whatever the runtime:
@@ -50,6 +50,16 @@ impl FunctionRuntime for DeadlineRuntime {
                 })
             }
         }
+    }
+
+    /// As the runtime it wraps.
+    fn may_serve(&self, target: &FunctionTarget) -> bool {
+        self.inner.may_serve(target)
+    }
+
+    /// As the runtime it wraps.
+    fn returns_input(&self, target: &FunctionTarget) -> bool {
+        self.inner.returns_input(target)
     }
 }
 

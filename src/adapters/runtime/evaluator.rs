@@ -62,25 +62,26 @@ impl FunctionRuntime for EvaluatorRuntime {
         request.timeout = call.timeout;
         let response = self.evaluator.evaluate(request).await?;
         let image = image.clone();
-        let output = response.resource_list.clone();
-        let (resource_list, item_texts) =
-            crate::adapters::parse_pool::parse_off_workers(move || {
-                call.read_output(&output, sent.as_deref())
-            })
-            .await?
-            .map_err(|source| EvalError::BadOutput {
-                context: format!("function {image:?} did not return a ResourceList"),
-                source,
-            })?;
-        Ok(FunctionOutput {
-            resource_list,
-            stderr: String::from_utf8_lossy(&response.log).into_owned(),
-            item_texts,
+        let written = response.resource_list.clone();
+        let mut output = crate::adapters::parse_pool::parse_off_workers(move || {
+            call.read_output(&written, sent.as_deref())
         })
+        .await?
+        .map_err(|source| EvalError::BadOutput {
+            context: format!("function {image:?} did not return a ResourceList"),
+            source,
+        })?;
+        output.stderr = String::from_utf8_lossy(&response.log).into_owned();
+        Ok(output)
     }
 
     /// Only images (an evaluator runs images, never `exec:` commands).
     fn may_serve(&self, target: &FunctionTarget) -> bool {
+        !target.is_exec()
+    }
+
+    /// Images: their output is read with [`FunctionCall::read_output`].
+    fn returns_input(&self, target: &FunctionTarget) -> bool {
         !target.is_exec()
     }
 }

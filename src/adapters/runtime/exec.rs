@@ -81,22 +81,23 @@ impl FunctionRuntime for ExecCommandRuntime {
         }
         let command = command.clone();
         let stdout = out.stdout;
-        let (resource_list, item_texts) =
-            parse_off_workers(move || call.read_output(&stdout, sent.as_deref()))
-                .await?
-                .map_err(|source| EvalError::BadOutput {
-                    context: format!("function {command:?} did not write a ResourceList to stdout"),
-                    source,
-                })?;
-        Ok(FunctionOutput {
-            resource_list,
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            item_texts,
-        })
+        let mut output = parse_off_workers(move || call.read_output(&stdout, sent.as_deref()))
+            .await?
+            .map_err(|source| EvalError::BadOutput {
+                context: format!("function {command:?} did not write a ResourceList to stdout"),
+                source,
+            })?;
+        output.stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        Ok(output)
     }
 
     /// Only `exec:` targets.
     fn may_serve(&self, target: &FunctionTarget) -> bool {
+        target.is_exec()
+    }
+
+    /// `exec:` targets: their output is read with [`FunctionCall::read_output`].
+    fn returns_input(&self, target: &FunctionTarget) -> bool {
         target.is_exec()
     }
 }

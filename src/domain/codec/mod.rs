@@ -35,6 +35,7 @@ pub mod keys;
 pub mod preserve;
 pub mod top_level;
 pub mod tree;
+pub mod value;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -29,6 +29,7 @@ use serde_json::{Map, Value};
 use super::CodecError;
 use super::emit::{self, SeqIndent};
 use super::tree::{Entry, Item, Kind, Node, Style, YamlDoc};
+use super::value::{get, has, same, same_opt};
 
 /// Splits a multi-document YAML stream into its documents and the text
 /// between them.
@@ -164,7 +165,7 @@ pub fn merge(
 ) -> Result<String, CodecError> {
     let source = source.filter(|s| !s.is_opaque() && s.root().is_some());
     let comments = source.is_some_and(|s| has_new_comments(base, s));
-    if base.value() == target && !comments {
+    if same(base.value(), target) && !comments {
         return Ok(base.text().to_string());
     }
     let seq = SeqIndent::of(base.text());
@@ -200,7 +201,7 @@ pub fn merge(
     FALLBACKS.with(|f| f.set(f.get() + 1));
     // Fallbacks: the source's own text, else the emitted document.
     if let Some(s) = source
-        && s.value() == target
+        && same(s.value(), target)
     {
         return Ok(with_newline(s.text().to_string()));
     }
@@ -229,7 +230,7 @@ fn with_newline(mut s: String) -> String {
 
 /// True when `text` parses to `target`.
 fn reads_as(text: &str, target: &Value) -> bool {
-    super::tree::parse_value(text).is_ok_and(|v| &v == target)
+    super::tree::parse_value(text).is_ok_and(|v| same(&v, target))
 }
 
 /// The check of an edit that re-reads only what it touched: true when the
@@ -291,7 +292,7 @@ fn edits_read_as(base: &YamlDoc, root: &Node, splices: &[Splice], target: &Value
     for (i, splices) in touched.iter_mut().enumerate() {
         if splices.is_empty() {
             let e = &entries[i];
-            if new.get(&e.name) != old.get(&e.name) {
+            if !same_opt(get(new, &e.name), get(old, &e.name)) {
                 return false;
             }
             continue;
@@ -332,7 +333,7 @@ fn edits_read_as(base: &YamlDoc, root: &Node, splices: &[Splice], target: &Value
         .count();
     kept + read.len() == new.len()
         && read.iter().all(|(k, v)| {
-            new.get(k) == Some(v)
+            get(new, k).is_some_and(|n| same(n, v))
                 && !entries
                     .iter()
                     .zip(&touched)
@@ -535,7 +536,7 @@ impl<'a> Editor<'a> {
         src: Option<Src<'a>>,
     ) -> Edit {
         let src = src.filter(|s| !s.node.props);
-        if old == new {
+        if same(old, new) {
             if self.comments
                 && let Some(src) = src
             {
@@ -588,9 +589,9 @@ impl<'a> Editor<'a> {
         let src_entry = |name: &str| -> Option<SrcEntry<'a>> {
             let (d, es, m) = src?;
             let e = es.iter().find(|e| e.name == name)?;
-            Some((d, e, m.get(name)?))
+            Some((d, e, get(m, name)?))
         };
-        if entries.iter().all(|e| !new.contains_key(&e.name)) {
+        if entries.iter().all(|e| !has(new, &e.name)) {
             // Nothing of the old mapping stays: replace it whole.
             return Err(Unsupported);
         }
@@ -599,13 +600,13 @@ impl<'a> Editor<'a> {
             if e.key.props || !matches!(e.key.kind, Kind::Scalar { .. }) {
                 return Err(Unsupported);
             }
-            let Some(n) = new.get(&e.name) else {
+            let Some(n) = get(new, &e.name) else {
                 if e.key.start >= removed_until {
                     removed_until = self.remove_entry(entries, i, new)?;
                 }
                 continue;
             };
-            let o = old.get(&e.name).ok_or(Unsupported)?;
+            let o = get(old, &e.name).ok_or(Unsupported)?;
             let se = src_entry(&e.name);
             let mark = self.out.len();
             self.value_at(Slot::Entry(e), &e.value, o, n, se.map(Src::of_entry))?;
@@ -619,8 +620,7 @@ impl<'a> Editor<'a> {
                 self.carry_comments(e, sd, x, !touched, !moved);
             }
         }
-        let added: Vec<(&String, &Value)> =
-            new.iter().filter(|(k, _)| !old.contains_key(*k)).collect();
+        let added: Vec<(&String, &Value)> = new.iter().filter(|(k, _)| !has(old, k)).collect();
         if added.is_empty() {
             return Ok(());
         }
@@ -663,7 +663,7 @@ impl<'a> Editor<'a> {
         // `- key: v` (the first entry of an item): the next kept key moves up.
         let next = entries[i + 1..]
             .iter()
-            .find(|x| new.contains_key(&x.name))
+            .find(|x| has(new, &x.name))
             .ok_or(Unsupported)?;
         self.splice(e.key.start, next.key.start, "");
         Ok(next.key.start)
@@ -688,14 +688,14 @@ impl<'a> Editor<'a> {
             let (d, is, vs) = src?;
             (is.len() == new.len()).then(|| (d, &is[j], &vs[j]))
         };
-        let prefix = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+        let prefix = old.iter().zip(new).take_while(|(a, b)| same(a, b)).count();
         let max_suffix = old.len().min(new.len()) - prefix;
         let suffix = old
             .iter()
             .rev()
             .zip(new.iter().rev())
             .take(max_suffix)
-            .take_while(|(a, b)| a == b)
+            .take_while(|(a, b)| same(a, b))
             .count();
         if self.comments {
             for i in (0..prefix).chain(old.len() - suffix..old.len()) {
@@ -778,7 +778,7 @@ impl<'a> Editor<'a> {
         src: Option<Src<'a>>,
     ) -> Edit {
         let t = self.text();
-        let src = src.filter(|s| s.value == new);
+        let src = src.filter(|s| same(s.value, new));
         let empty = matches!(node.kind, Kind::Scalar { empty: true, .. });
         let old_block = is_block_collection(node);
         match slot {
@@ -1030,7 +1030,7 @@ impl<'a> Editor<'a> {
             && !e.key.props
         {
             let dt = d.text();
-            if sv == v {
+            if same(sv, v) {
                 let delta = col as isize - column(dt, e.key.start) as isize;
                 let end = line_end(dt, e.end());
                 let shifts = seq_shifts(d, &e.value, Some(column(dt, e.key.start)), self.seq);
@@ -1079,7 +1079,7 @@ impl<'a> Editor<'a> {
         col: usize,
     ) -> String {
         if let Some((d, it, sv)) = src
-            && sv == v
+            && same(sv, v)
             && !it.node.props
         {
             let dt = d.text();
@@ -1110,8 +1110,8 @@ impl<'a> Editor<'a> {
             for e in entries {
                 let (Some(s), Some(v), Some(svv)) = (
                     se.iter().find(|s| s.name == e.name),
-                    m.get(&e.name),
-                    sm.get(&e.name),
+                    get(m, &e.name),
+                    get(sm, &e.name),
                 ) else {
                     continue;
                 };

@@ -37,18 +37,9 @@ pub const BFS_RENDERING: &str = "kpt.dev/bfs-rendering";
 /// Root Kptfile annotation asking to keep partially rendered resources on failure.
 pub const SAVE_ON_RENDER_FAILURE: &str = "kpt.dev/save-on-render-failure";
 
-/// Maps up to this many entries are searched key by key: cheaper than
-/// hashing the key, and an object's top level, its `metadata` and its
-/// annotations are usually that small.
-const SCAN_UP_TO: usize = 16;
-
-/// The value at `key` in `map`.
+/// The value at `key` in `map` (small maps searched key by key).
 fn field<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    if map.len() <= SCAN_UP_TO {
-        map.iter().find_map(|(k, v)| (k == key).then_some(v))
-    } else {
-        map.get(key)
-    }
+    crate::domain::codec::value::get(map, key)
 }
 
 /// The annotation map of `item`, if it has one.
@@ -349,7 +340,7 @@ mod tests {
             (api_version(&o), kind(&o), name(&o), namespace(&o)),
             ("v1", "ConfigMap", "x", "ns")
         );
-        for i in 0..2 * SCAN_UP_TO {
+        for i in 0..2 * crate::domain::codec::value::SCAN_UP_TO {
             set(&mut o, &format!("example.com/a{i}"), i.to_string());
             o[format!("field{i}")] = json!(i);
         }

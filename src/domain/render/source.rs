@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use super::annotations as ann;
 use crate::domain::codec::tree::YamlDoc;
+use crate::domain::codec::value::same;
 use crate::domain::codec::{self, emit, preserve};
 
 /// Root-relative path and index of a document.
@@ -106,7 +107,7 @@ impl ObjectText {
     /// edited to `item`.
     pub fn input_text(&self, item: &Value) -> Arc<str> {
         match self.base() {
-            Some(b) if b.value() == item => b.shared_text(),
+            Some(b) if same(b.value(), item) => b.shared_text(),
             Some(b) => preserve::merge(b, None, item)
                 .map(|t| Arc::from(with_newline(t)))
                 .unwrap_or_else(|_| emit_document(item).into()),

@@ -279,6 +279,10 @@ struct Ctx {
     dirs: HashMap<String, String>,
     /// Objects' texts, when the renderer has the package's documents.
     texts: Option<TextMap>,
+    /// A failed render keeps its partial result
+    /// (`kpt.dev/save-on-render-failure`): a step's input must outlive the
+    /// call.
+    keep_partial: bool,
 }
 impl<'a> Renderer<'a> {
     /// A renderer using `runtime` with `options` and no progress events.
@@ -346,6 +350,7 @@ impl<'a> Renderer<'a> {
                 .map(|n| (n.package_path.clone(), n.path.clone()))
                 .collect(),
             texts: self.sources.as_deref().map(TextMap::from_sources),
+            keep_partial: save,
         };
         if let Some(e) = nodes[0].invalid.clone() {
             return RenderOutcome {

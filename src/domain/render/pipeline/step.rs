@@ -45,7 +45,10 @@ impl Renderer<'_> {
     /// place) and returns the function's output objects. A validator's
     /// `input` is its own copy of the objects, handed to the call (left
     /// empty): its output is checked and discarded, so nothing compares it
-    /// with the input afterwards.
+    /// with the input afterwards. A mutator's `input` is handed to the call
+    /// too (left empty) when the runtime returns the items it did not move
+    /// ([`crate::ports::FunctionRuntime::returns_input`]) and the render
+    /// keeps no partial result; otherwise the call gets a copy.
     pub(super) async fn run_step(
         &self,
         ctx: &mut Ctx,
@@ -119,7 +122,13 @@ impl Renderer<'_> {
             .as_ref()
             .filter(|_| kind == StepKind::Mutator)
             .map(|s| s.texts.clone());
-        let items = if kind == StepKind::Validator {
+        // The call gets the items themselves (not a copy) when nothing needs
+        // them afterwards: a validator's own copy, and a mutator's when the
+        // runtime hands back those it did not move into the output (key
+        // order is restored from them) and a failure keeps no partial result.
+        let give = kind == StepKind::Validator
+            || (!ctx.keep_partial && self.runtime.returns_input(target));
+        let items = if give {
             std::mem::take(input)
         } else {
             input.to_vec()
@@ -176,6 +185,7 @@ impl Renderer<'_> {
             .map(StructuredResult::from)
             .collect();
         let item_texts = output.item_texts;
+        let returned = output.input_items;
         let mut out = output.resource_list.items;
         let mut matched: Vec<Option<usize>> = vec![None; out.len()];
         for (k, item) in out.iter_mut().enumerate() {
@@ -187,7 +197,10 @@ impl Renderer<'_> {
                     item_texts.as_ref().and_then(|t| t.get(k)),
                     Some(OutputItem::Same(s)) if *s == j
                 );
-                if !same && let Some(sent) = input.get(j) {
+                if !same
+                    && kind == StepKind::Mutator
+                    && let Some(sent) = input.get(j).or_else(|| returned.get(j))
+                {
                     sync_order(sent, item);
                 }
                 ann::remove_all(item, &[ann::ID, ann::LEGACY_ID]);
