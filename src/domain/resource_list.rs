@@ -388,7 +388,9 @@ fn parse_by_item(
         results: Vec<ResultItem>,
     }
     let rest: String = lines[..start].concat() + &lines[end..].concat();
-    let rest: Rest = codec::from_yaml_str(&rest).ok()?;
+    // Read like the items (the tree builder: the same values as the codec's
+    // general path, faster), then typed.
+    let rest: Rest = serde_json::from_value(codec::tree::parse_value(&rest).ok()?).ok()?;
     if rest.items.is_some() || check_kind(&rest.kind).is_err() {
         return None;
     }

@@ -60,6 +60,16 @@ pub fn get<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     }
 }
 
+/// The value at `key` in `map`, to change: `map.get_mut(key)`, searched
+/// key by key when the map is small.
+pub fn get_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Value> {
+    if map.len() <= SCAN_UP_TO {
+        map.iter_mut().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get_mut(key)
+    }
+}
+
 /// Whether `map` has `key`, as [`get`] finds it.
 pub fn has(map: &Map<String, Value>, key: &str) -> bool {
     get(map, key).is_some()
@@ -88,6 +98,11 @@ mod tests {
         let large: Map<String, Value> = (0..40).map(|i| (format!("k{i}"), json!(i))).collect();
         assert_eq!(get(&small, "k3"), Some(&json!(3)));
         assert_eq!(get(&large, "k33"), Some(&json!(33)));
+        let (mut small, mut large) = (small, large);
+        *get_mut(&mut small, "k1").unwrap() = json!("one");
+        *get_mut(&mut large, "k21").unwrap() = json!("x");
+        assert_eq!((&small["k1"], &large["k21"]), (&json!("one"), &json!("x")));
+        assert!(get_mut(&mut small, "nope").is_none());
         assert!(!has(&small, "k9") && has(&large, "k9") && !has(&large, "k99"));
     }
 

@@ -9,6 +9,8 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
+use crate::domain::codec::value;
+
 /// File path of an object, relative to the package that owns it (kyaml).
 pub const PATH: &str = "internal.config.kubernetes.io/path";
 /// Legacy twin of [`PATH`]; still read and written.
@@ -39,7 +41,7 @@ pub const SAVE_ON_RENDER_FAILURE: &str = "kpt.dev/save-on-render-failure";
 
 /// The value at `key` in `map` (small maps searched key by key).
 fn field<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    crate::domain::codec::value::get(map, key)
+    value::get(map, key)
 }
 
 /// The annotation map of `item`, if it has one.
@@ -57,7 +59,13 @@ pub fn get(item: &Value, key: &str) -> Option<String> {
 /// when it is a string (no copy: the render reads a few annotations of
 /// every object at every step).
 pub fn get_text<'a>(item: &'a Value, key: &str) -> Option<Cow<'a, str>> {
-    match field(annotations(item)?, key)? {
+    text_in(annotations(item)?, key)
+}
+
+/// The value of annotation `key` in the annotation map `annos`, as
+/// [`get_text`] reads it.
+pub fn text_in<'a>(annos: &'a Map<String, Value>, key: &str) -> Option<Cow<'a, str>> {
+    match field(annos, key)? {
         Value::String(s) => Some(Cow::Borrowed(s)),
         v => scalar_text(v).map(Cow::Owned),
     }
@@ -74,10 +82,26 @@ pub fn scalar_text(v: &Value) -> Option<String> {
     }
 }
 
+/// The annotation map of `item`, to change, if it has one.
+pub fn annotations_mut(item: &mut Value) -> Option<&mut Map<String, Value>> {
+    let meta = value::get_mut(item.as_object_mut()?, "metadata")?.as_object_mut()?;
+    value::get_mut(meta, "annotations")?.as_object_mut()
+}
+
 /// Sets annotation `key` to `value` on `item`, creating `metadata` and
 /// `metadata.annotations` when missing. Does nothing when `item` or its
 /// `metadata` is not a map (such an object is not KRM and fails the checks).
 pub fn set(item: &mut Value, key: &str, value: impl Into<String>) {
+    let text = Value::String(value.into());
+    if let Some(annos) = annotations_mut(item) {
+        match value::get_mut(annos, key) {
+            Some(v) => *v = text,
+            None => {
+                annos.insert(key.to_string(), text);
+            }
+        }
+        return;
+    }
     let Some(obj) = item.as_object_mut() else {
         return;
     };
@@ -94,7 +118,7 @@ pub fn set(item: &mut Value, key: &str, value: impl Into<String>) {
         *annos = Value::Object(Map::new());
     }
     if let Some(annos) = annos.as_object_mut() {
-        annos.insert(key.to_string(), Value::String(value.into()));
+        annos.insert(key.to_string(), text);
     }
 }
 
@@ -106,17 +130,19 @@ pub fn remove(item: &mut Value, key: &str) {
 
 /// Removes every annotation in `keys` from `item`, then an empty annotation map.
 pub fn remove_all(item: &mut Value, keys: &[&str]) {
-    let Some(meta) = item.get_mut("metadata").and_then(Value::as_object_mut) else {
+    let Some(meta) = item
+        .as_object_mut()
+        .and_then(|o| value::get_mut(o, "metadata"))
+        .and_then(Value::as_object_mut)
+    else {
         return;
     };
-    let Some(annos) = meta.get_mut("annotations").and_then(Value::as_object_mut) else {
+    let Some(annos) = value::get_mut(meta, "annotations").and_then(Value::as_object_mut) else {
         return;
     };
-    let mut changed = false;
-    for k in keys {
-        changed |= annos.shift_remove(*k).is_some();
-    }
-    if changed && annos.is_empty() {
+    let before = annos.len();
+    annos.retain(|k, _| !keys.contains(&k.as_str()));
+    if annos.len() != before && annos.is_empty() {
         meta.shift_remove("annotations");
     }
 }

@@ -2,8 +2,11 @@
 //! migration ids and their reconciliation after the call, kpt's path
 //! invariants, and kyaml's field-order sync.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
+use crate::domain::codec::value;
 use crate::domain::render::annotations as ann;
 use crate::domain::render::error::StepError;
 
@@ -36,8 +39,8 @@ pub(super) fn prepare_annotations(
     for (i, item) in input.iter_mut().enumerate() {
         ann::set(item, ann::MIGRATION_ID, i.to_string());
         let annos = ann::annotations(item);
-        let has = |k: &str| annos.is_some_and(|a| a.contains_key(k));
-        let get = |k: &str| ann::get(item, k);
+        let has = |k: &str| annos.is_some_and(|a| value::has(a, k));
+        let get = |k: &str| annos.and_then(|a| ann::text_in(a, k)).map(Cow::into_owned);
         let snap = Snapshot {
             path: get(ann::PATH),
             index: get(ann::INDEX),
@@ -65,23 +68,34 @@ pub(super) fn prepare_annotations(
 
 /// Sets the missing one of each legacy/internal pair from the other.
 pub(super) fn fill_twins(item: &mut Value) {
+    let Some(annos) = ann::annotations_mut(item) else {
+        return;
+    };
     for (new, old, _) in TWINS {
-        let n = ann::get_text(item, new).filter(|v| !v.is_empty());
-        let o = ann::get_text(item, old).filter(|v| !v.is_empty());
-        let fill = match (n, o) {
+        let text = |k: &str| ann::text_in(annos, k).filter(|v| !v.is_empty());
+        let fill = match (text(new), text(old)) {
             (Some(v), None) => Some((old, v.into_owned())),
             (None, Some(v)) => Some((new, v.into_owned())),
             _ => None,
         };
         if let Some((key, v)) = fill {
-            ann::set(item, key, v);
+            match value::get_mut(annos, key) {
+                Some(slot) => *slot = Value::String(v),
+                None => {
+                    annos.insert(key.to_string(), Value::String(v));
+                }
+            }
         }
     }
 }
 
 fn check_twins(item: &Value) -> Result<(), String> {
+    let Some(annos) = ann::annotations(item) else {
+        return Ok(());
+    };
     for (new, old, what) in TWINS {
-        if let (Some(n), Some(o)) = (ann::get_text(item, new), ann::get_text(item, old))
+        let text = |k: &str| ann::text_in(annos, k);
+        if let (Some(n), Some(o)) = (text(new), text(old))
             && !n.is_empty()
             && !o.is_empty()
             && n != o
@@ -105,7 +119,7 @@ pub(super) fn reconcile_annotations(
 ) -> Result<(), String> {
     for item in out.iter_mut() {
         fill_twins(item);
-        let snap = ann::get(item, ann::MIGRATION_ID)
+        let snap = ann::get_text(item, ann::MIGRATION_ID)
             .and_then(|id| id.parse::<usize>().ok())
             .and_then(|i| snapshots.get(i));
         if let Some(snap) = snap {
@@ -114,28 +128,35 @@ pub(super) fn reconcile_annotations(
                     ann::PATH,
                     ann::LEGACY_PATH,
                     "path",
-                    snap.path.clone().or_else(|| snap.legacy_path.clone()),
+                    snap.path.as_deref().or(snap.legacy_path.as_deref()),
                 ),
                 (
                     ann::INDEX,
                     ann::LEGACY_INDEX,
                     "index",
-                    snap.index.clone().or_else(|| snap.legacy_index.clone()),
+                    snap.index.as_deref().or(snap.legacy_index.as_deref()),
                 ),
             ] {
                 let Some(original) = original.filter(|o| !o.is_empty()) else {
                     continue;
                 };
-                let n = ann::get(item, new).unwrap_or_default();
-                let o = ann::get(item, old).unwrap_or_default();
-                if original != n && original != o && n != o {
-                    return Err(format!(
-                        "resource input to function has mismatched legacy and internal {what} annotations"
-                    ));
-                } else if original != n {
-                    ann::set(item, old, n);
-                } else if original != o {
-                    ann::set(item, new, o);
+                let fill = {
+                    let n = ann::get_text(item, new).unwrap_or_default();
+                    let o = ann::get_text(item, old).unwrap_or_default();
+                    if original != n && original != o && n != o {
+                        return Err(format!(
+                            "resource input to function has mismatched legacy and internal {what} annotations"
+                        ));
+                    } else if original != n {
+                        Some((old, n.into_owned()))
+                    } else if original != o {
+                        Some((new, o.into_owned()))
+                    } else {
+                        None
+                    }
+                };
+                if let Some((key, v)) = fill {
+                    ann::set(item, key, v);
                 }
             }
         }

@@ -210,7 +210,7 @@ impl Renderer<'_> {
         let dir = function_dir.unwrap_or_default();
         for item in &mut out {
             fill_twins(item);
-            if ann::get(item, ann::PATH).is_none() && item.is_object() {
+            if ann::get_text(item, ann::PATH).is_none() && item.is_object() {
                 let file = format!(
                     "{}_{}.yaml",
                     ann::kind(item).to_lowercase(),
@@ -224,7 +224,7 @@ impl Renderer<'_> {
             return fail(self, ctx, record, StepError::Annotations(e));
         }
         for item in &mut out {
-            if ann::get(item, ann::PACKAGE_PATH).is_none_or(|p| p.is_empty()) {
+            if ann::get_text(item, ann::PACKAGE_PATH).is_none_or(|p| p.is_empty()) {
                 ann::set(item, ann::PACKAGE_PATH, node.package_path.clone());
             }
         }
@@ -282,8 +282,8 @@ fn refusal_result(e: &EvalError) -> StructuredResult {
 /// The root-relative directory of the package an object belongs to (its
 /// package-path annotation looked up in `dirs`; "" when unknown).
 fn package_dir(dirs: &HashMap<String, String>, item: &Value) -> String {
-    ann::get(item, ann::PACKAGE_PATH)
-        .and_then(|pp| dirs.get(&pp).cloned())
+    ann::get_text(item, ann::PACKAGE_PATH)
+        .and_then(|pp| dirs.get(pp.as_ref()).cloned())
         .unwrap_or_default()
 }
 
