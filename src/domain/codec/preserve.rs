@@ -168,6 +168,11 @@ pub fn merge(
     if same(base.value(), target) && !comments {
         return Ok(base.text().to_string());
     }
+    if source.is_none()
+        && let Some(text) = edit_scalars(base, target)
+    {
+        return Ok(text);
+    }
     let seq = SeqIndent::of(base.text());
     if let Some(root) = base.root().filter(|_| !base.is_opaque()) {
         let mut ed = Editor {
@@ -213,6 +218,123 @@ pub fn merge(
             "the value cannot be written as YAML that reads back the same",
         ))
     }
+}
+
+/// The text of `target` made from `base`'s when the two differ only in
+/// scalars that `base` writes on one line as values of block mapping
+/// entries: each changed value is rewritten in place as [`merge`] writes it
+/// without a source (kyaml's style, [`emit::scalar_text`]; the line's
+/// comment stays), and nothing is parsed again. The common case is a
+/// function's text handed to the next function with kpt's per-call ids
+/// renumbered.
+///
+/// `None` when the shapes differ — keys added, removed or in another
+/// order, sequences of other lengths, a changed value that is a collection,
+/// null, written over several lines, in flow style, with properties, or a
+/// sequence item — and the caller merges instead.
+pub fn edit_scalars(base: &YamlDoc, target: &Value) -> Option<String> {
+    if base.is_opaque() {
+        return None;
+    }
+    let root = base.root()?;
+    let mut splices = Vec::new();
+    scalar_edits(base.text(), root, base.value(), target, &mut splices)?;
+    apply(base.text(), &mut splices)
+}
+
+/// The splices that turn `node` (holding `old`) into `new`, per
+/// [`edit_scalars`]; `None` when that cannot be done in place.
+fn scalar_edits(
+    t: &str,
+    node: &Node,
+    old: &Value,
+    new: &Value,
+    out: &mut Vec<Splice>,
+) -> Option<()> {
+    if node.props {
+        return same(old, new).then_some(());
+    }
+    match (&node.kind, old, new) {
+        (
+            Kind::Map {
+                flow: false,
+                entries,
+            },
+            Value::Object(o),
+            Value::Object(n),
+        ) => {
+            if entries.len() != o.len() || o.len() != n.len() {
+                return None;
+            }
+            for ((e, (ko, vo)), (kn, vn)) in entries.iter().zip(o).zip(n) {
+                if e.name != *ko || ko != kn || e.key.props {
+                    return None;
+                }
+                match (&e.value.kind, vn) {
+                    (
+                        Kind::Scalar {
+                            empty: false,
+                            style,
+                        },
+                        Value::String(_) | Value::Number(_) | Value::Bool(_),
+                    ) if !same(vo, vn) => {
+                        let v = &e.value;
+                        if v.props
+                            || matches!(style, Style::Literal | Style::Folded)
+                            || t[v.start..v.end].contains('\n')
+                        {
+                            return None;
+                        }
+                        let text = emit::scalar_text(vn, column(t, e.key.start));
+                        if text.is_empty() || text.contains('\n') {
+                            return None;
+                        }
+                        out.push(Splice {
+                            start: v.start,
+                            end: v.end,
+                            text,
+                        });
+                    }
+                    _ => scalar_edits(t, &e.value, vo, vn, out)?,
+                }
+            }
+            Some(())
+        }
+        (Kind::Seq { flow: false, items }, Value::Array(o), Value::Array(n)) => {
+            if items.len() != o.len() || o.len() != n.len() {
+                return None;
+            }
+            for ((item, vo), vn) in items.iter().zip(o).zip(n) {
+                if !same(vo, vn) {
+                    // Items are edited by merge (dash lines, item comments).
+                    if !is_block_collection(&item.node) {
+                        return None;
+                    }
+                    scalar_edits(t, &item.node, vo, vn, out)?;
+                }
+            }
+            Some(())
+        }
+        _ => same(old, new).then_some(()),
+    }
+}
+
+/// The text [`merge`] makes of `base` edited to `target` without a source
+/// by walking the tree, without the in-place path of [`edit_scalars`]
+/// (`None` where that walk gives up): what that path must agree with.
+#[cfg(test)]
+pub(crate) fn merge_by_walk(base: &YamlDoc, target: &Value) -> Option<String> {
+    let root = base.root()?;
+    let mut ed = Editor {
+        b: base,
+        seq: SeqIndent::of(base.text()),
+        comments: false,
+        out: Vec::new(),
+        commented: Vec::new(),
+    };
+    ed.value_at(Slot::Root, root, base.value(), target, None)
+        .ok()?;
+    apply(base.text(), &mut ed.out)
 }
 
 #[cfg(test)]

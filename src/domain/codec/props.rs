@@ -125,6 +125,30 @@ fn mutate(v: &Value, seed: &mut u64, extra: &Value) -> Value {
     }
 }
 
+/// `v` with some of its scalars replaced by `extra`, its shape kept.
+fn replace_scalars(v: &Value, seed: &mut u64, extra: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (k.clone(), replace_scalars(x, seed, extra)))
+                .collect(),
+        ),
+        Value::Array(a) => {
+            Value::Array(a.iter().map(|x| replace_scalars(x, seed, extra)).collect())
+        }
+        other => {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if (*seed >> 33).is_multiple_of(3) {
+                extra.clone()
+            } else {
+                other.clone()
+            }
+        }
+    }
+}
+
 /// Adds a comment after every third line that ends with a scalar, and a
 /// comment line above every fourth line (outside block scalars).
 fn with_comments(text: &str, tag: &str) -> String {
@@ -192,6 +216,27 @@ proptest! {
         prop_assert!(super::preserve::FALLBACKS.with(|f| f.get()) == before, "fell back:\n{}\n---\n{}", text, out);
         if from == to {
             prop_assert_eq!(out, text);
+        }
+    }
+
+    /// Where the in-place path edits changed scalars, it writes what the
+    /// tree walk writes, byte for byte.
+    #[test]
+    fn scalar_edits_in_place_equal_the_walk(v in object(), extra in scalar(), seed in any::<u64>(), wide in any::<bool>()) {
+        let seq = if wide { SeqIndent::Wide } else { SeqIndent::Compact };
+        let text = with_comments(&emit::document(&v, seq), "c");
+        let Ok(base) = YamlDoc::parse(text.as_str()) else { return Ok(()) };
+        let mut s = seed;
+        let to = if seed.is_multiple_of(2) {
+            mutate(base.value(), &mut s, &extra)
+        } else {
+            replace_scalars(base.value(), &mut s, &extra)
+        };
+        if let Some(edited) = super::preserve::edit_scalars(&base, &to) {
+            prop_assert_eq!(parse_value(&edited).unwrap(), to.clone(), "{}\n---\n{}", text, edited);
+            if let Some(walked) = super::preserve::merge_by_walk(&base, &to) {
+                prop_assert_eq!(edited, walked, "{}", text);
+            }
         }
     }
 

@@ -319,3 +319,62 @@ fn the_partial_edit_check_refuses_wrong_edits() {
         assert!(!edits_read_as(&base, root, &splices, target), "{what}");
     }
 }
+
+/// Changed scalars edited in place give byte for byte what the general
+/// merge gives, and shapes they do not cover are left to it.
+#[test]
+fn scalar_edits_agree_with_the_merge() {
+    let docs = [
+        DEPLOY,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations:\n    internal.config.kubernetes.io/id: \"4\" # id\n    config.k8s.io/id: '4'\n    x: plain\ndata:\n  n: 1\n  b: true\n  s: \"x y\"\n",
+        "a:\n  - b: 1\n    c: x\n  - b: 2\n    c: y\nd: 0x1F # hex\n",
+    ];
+    // Each edit sets the values at these pointers, where the document has them.
+    let edits: [&[(&str, Value)]; 6] = [
+        &[("/metadata/name", json!("renamed"))],
+        &[
+            (
+                "/metadata/annotations/internal.config.kubernetes.io~1id",
+                json!("503"),
+            ),
+            ("/metadata/annotations/config.k8s.io~1id", json!("503")),
+            ("/metadata/annotations/x", json!("needs: quotes")),
+        ],
+        &[
+            ("/data/n", json!(2)),
+            ("/data/b", json!(false)),
+            ("/data/s", json!("")),
+        ],
+        &[("/a/1/c", json!("z")), ("/d", json!(7))],
+        &[("/spec/replicas", json!("3"))],
+        &[("/spec/template/spec/containers/1/image", json!("envoy:1"))],
+    ];
+    let mut fast = 0;
+    for doc in docs {
+        let base = YamlDoc::parse(doc).unwrap();
+        for edit in &edits {
+            let mut target = base.value().clone();
+            for (pointer, value) in edit.iter() {
+                if let Some(at) = target.pointer_mut(pointer) {
+                    *at = value.clone();
+                }
+            }
+            let Some(edited) = edit_scalars(&base, &target) else {
+                continue;
+            };
+            fast += 1;
+            let merged = merge_by_walk(&base, &target).unwrap();
+            assert_eq!(edited, merged, "{doc}");
+            assert_eq!(from_yaml_str::<Value>(&edited).unwrap(), target, "{edited}");
+        }
+        // A new key, a removed one, a collection: not in place.
+        let mut target = base.value().clone();
+        target["new"] = "x".into();
+        assert!(edit_scalars(&base, &target).is_none());
+        let mut target = base.value().clone();
+        target.as_object_mut().unwrap().shift_remove("apiVersion");
+        target["z"] = json!([1]);
+        assert!(edit_scalars(&base, &target).is_none());
+    }
+    assert!(fast >= 8, "{fast} edits took the in-place path");
+}
