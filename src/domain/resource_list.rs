@@ -466,8 +466,22 @@ fn move_head_comments(chunks: &mut [Vec<&str>], sent: &[Arc<str>]) {
 /// Unchanged when that would change what `doc` reads as (a `#` line inside
 /// a block scalar is not a comment).
 fn indent_comments_like_their_node(doc: String) -> String {
+    if !doc.contains('#') {
+        return doc;
+    }
     let lines: Vec<&str> = doc.split_inclusive('\n').collect();
     let indent = |l: &str| l.len() - l.trim_start_matches(' ').len();
+    // Most documents have none to move: find the first before copying.
+    let moves = |i: usize, l: &str| {
+        l.trim_start().starts_with('#')
+            && lines[i + 1..]
+                .iter()
+                .find(|n| !n.trim().is_empty() && !n.trim_start().starts_with('#'))
+                .is_some_and(|n| indent(n) > indent(l))
+    };
+    if !lines.iter().enumerate().any(|(i, l)| moves(i, l)) {
+        return doc;
+    }
     let mut out = String::with_capacity(doc.len());
     let mut changed = false;
     for (i, l) in lines.iter().enumerate() {

@@ -27,6 +27,7 @@ pub(super) fn run(text: &str, tree: bool) -> Option<Built> {
         t: text,
         b: bytes,
         pos: 0,
+        line: std::cell::Cell::new((usize::MAX, 0)),
         comments: Vec::new(),
         tree,
     };
@@ -69,15 +70,30 @@ struct Reader<'a> {
     b: &'a [u8],
     /// Start of the next line not yet read.
     pos: usize,
+    /// The last line [`Reader::line_at`] found: its start and end.
+    line: std::cell::Cell<(usize, usize)>,
     comments: Vec<Comment>,
     tree: bool,
 }
 
 impl Reader<'_> {
+    /// The line holding `at` (a line's end is its `\n`, or the end of the
+    /// text). The reader asks about the same line several times in a row,
+    /// so the last line found is kept.
     fn line_at(&self, at: usize) -> Line {
+        let (start, end) = self.line.get();
+        if start <= at && at <= end {
+            return Line { start, end };
+        }
         let start = self.t[..at].rfind('\n').map_or(0, |i| i + 1);
         let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        self.line.set((start, end));
         Line { start, end }
+    }
+
+    /// The end of the line holding `at`: its `\n`, or the end of the text.
+    fn eol(&self, at: usize) -> usize {
+        self.line_at(at).end
     }
 
     fn is_doc_marker(&self, line_start: usize) -> bool {
@@ -105,9 +121,7 @@ impl Reader<'_> {
                 return None;
             }
             let start = self.pos;
-            let end = self.t[start..]
-                .find('\n')
-                .map_or(self.t.len(), |i| start + i);
+            let end = self.eol(start);
             let mut i = start;
             while i < end && self.b[i] == b' ' {
                 i += 1;
@@ -135,7 +149,7 @@ impl Reader<'_> {
 
     /// Moves past the line holding `at`.
     fn finish_line(&mut self, at: usize) {
-        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        let end = self.eol(at);
         self.pos = if end >= self.b.len() {
             self.b.len()
         } else {
@@ -146,7 +160,7 @@ impl Reader<'_> {
     /// After content ending at `at`: blanks then a comment or the line's
     /// end; records the comment. False when anything else follows.
     fn rest_of_line(&mut self, at: usize) -> bool {
-        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        let end = self.eol(at);
         let mut i = at;
         while i < end && self.b[i] == b' ' {
             i += 1;
@@ -164,7 +178,7 @@ impl Reader<'_> {
     /// A key starting at `at` (plain or quoted, then `:` and a blank or the
     /// line's end).
     fn key_at(&self, at: usize) -> Option<Key> {
-        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        let end = self.eol(at);
         let first = self.b[at];
         let (start, key_end, name, style) = if first == b'\'' || first == b'"' {
             let (close, value) = self.quoted(at, end)?;
@@ -239,7 +253,7 @@ impl Reader<'_> {
     /// A scalar at `at` that ends its line: its node and value, the line
     /// finished. `None` for anything but a one-line plain or quoted scalar.
     fn scalar(&mut self, at: usize) -> Option<(Node, Value)> {
-        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        let end = self.eol(at);
         let first = self.b[at];
         let (node_end, value, style) = if first == b'\'' || first == b'"' {
             let (close, value) = self.quoted(at, end)?;
@@ -294,9 +308,7 @@ impl Reader<'_> {
         if depth > MAX_DEPTH {
             return None;
         }
-        let end = self.t[after..]
-            .find('\n')
-            .map_or(self.t.len(), |i| after + i);
+        let end = self.eol(after);
         let mut i = after;
         while i < end && self.b[i] == b' ' {
             i += 1;
