@@ -30,6 +30,10 @@ pub(super) fn run(text: &str, tree: bool) -> Option<Built> {
         line: std::cell::Cell::new((usize::MAX, 0)),
         comments: Vec::new(),
         tree,
+        pairs: Vec::new(),
+        entries: Vec::new(),
+        values: Vec::new(),
+        items: Vec::new(),
     };
     let Some(first) = r.next_content() else {
         // Blank or comments only: a null document.
@@ -74,6 +78,17 @@ struct Reader<'a> {
     line: std::cell::Cell<(usize, usize)>,
     comments: Vec<Comment>,
     tree: bool,
+    /// The keys and values of the mappings being read, innermost last:
+    /// each mapping is built at its end with exactly its size (most hold
+    /// one or two entries, which growing one entry at a time would give
+    /// room for four).
+    pairs: Vec<(String, Value)>,
+    /// The nodes of the entries of the mappings being read, as `pairs`.
+    entries: Vec<Entry>,
+    /// The values of the sequences being read, as `pairs`.
+    values: Vec<Value>,
+    /// The nodes of the items of the sequences being read, as `pairs`.
+    items: Vec<Item>,
 }
 
 impl Reader<'_> {
@@ -412,8 +427,7 @@ impl Reader<'_> {
 
     /// A block mapping whose keys are at column `col`, the first at `first`.
     fn map(&mut self, col: usize, first: usize, depth: usize) -> Option<(Node, Value)> {
-        let mut entries = Vec::new();
-        let mut map = Map::new();
+        let (pairs_from, entries_from) = (self.pairs.len(), self.entries.len());
         let mut at = first;
         let mut end;
         loop {
@@ -426,14 +440,9 @@ impl Reader<'_> {
             } else {
                 std::mem::take(&mut name)
             };
-            match map.entry(map_key) {
-                serde_json::map::Entry::Occupied(_) => return None,
-                serde_json::map::Entry::Vacant(e) => {
-                    e.insert(v);
-                }
-            }
+            self.pairs.push((map_key, v));
             if self.tree {
-                entries.push(Entry {
+                self.entries.push(Entry {
                     key: Node {
                         start: key.start,
                         end: key.end,
@@ -453,6 +462,15 @@ impl Reader<'_> {
                 None => break,
             }
         }
+        let n = self.pairs.len() - pairs_from;
+        let mut map = Map::with_capacity(n);
+        for (k, v) in self.pairs.drain(pairs_from..) {
+            if map.insert(k, v).is_some() {
+                // A duplicate key: the event parser words the error.
+                return None;
+            }
+        }
+        let entries: Vec<Entry> = self.entries.drain(entries_from..).collect();
         Some((
             Node {
                 start: first,
@@ -469,22 +487,23 @@ impl Reader<'_> {
 
     /// A block sequence whose dashes are at column `col`, the first at `first`.
     fn seq(&mut self, col: usize, first: usize, depth: usize) -> Option<(Node, Value)> {
-        let mut items = Vec::new();
-        let mut values = Vec::new();
+        let (values_from, items_from) = (self.values.len(), self.items.len());
         let mut dash = first;
         let mut end;
         loop {
             let (node, v) = self.value(dash + 1, col, true, depth + 1)?;
             end = node.end.max(dash + 1);
-            values.push(v);
+            self.values.push(v);
             if self.tree {
-                items.push(Item { dash, node });
+                self.items.push(Item { dash, node });
             }
             match self.next_at(col, true)? {
                 Some(next) => dash = next,
                 None => break,
             }
         }
+        let values: Vec<Value> = self.values.drain(values_from..).collect();
+        let items: Vec<Item> = self.items.drain(items_from..).collect();
         Some((
             Node {
                 start: first,
