@@ -373,6 +373,15 @@ impl PackageDir {
         items: &[Value],
         texts: Option<&TextMap>,
     ) -> Result<BTreeMap<String, String>, PackageIoError> {
+        self.render_objects(items, texts)
+    }
+
+    /// [`PackageDir::render_files`] of objects given one by one.
+    fn render_objects<'a>(
+        &self,
+        items: impl IntoIterator<Item = &'a Value>,
+        texts: Option<&TextMap>,
+    ) -> Result<BTreeMap<String, String>, PackageIoError> {
         let texts = self.texts_or_read(texts);
         let texts = texts.as_ref();
         // Paths are borrowed from the objects when clean already (the
@@ -502,7 +511,18 @@ impl PackageDir {
         items: &[Value],
         texts: Option<&TextMap>,
     ) -> Result<WriteSummary, PackageIoError> {
-        let files = self.render_files(items, texts)?;
+        self.write_objects_in_place(items, texts)
+    }
+
+    /// [`PackageDir::write_in_place_with`] of objects given one by one (a
+    /// caller that changes one object passes the others unchanged, without
+    /// copying them).
+    pub(crate) fn write_objects_in_place<'a>(
+        &self,
+        items: impl IntoIterator<Item = &'a Value>,
+        texts: Option<&TextMap>,
+    ) -> Result<WriteSummary, PackageIoError> {
+        let files = self.render_objects(items, texts)?;
         let (changes, summary) = self.changes(files);
         if !changes.is_empty() {
             write::commit(&self.root, &changes)?;
@@ -682,13 +702,22 @@ fn restore_line_ends(text: String, layout: Option<&FileLayout>) -> String {
 /// Sets the root Kptfile's `status` in rendered `items` to what kpt
 /// records after a render (`conditions: [Rendered]` and `renderStatus`).
 pub fn record_status(items: &mut [Value], outcome: &RenderOutcome) {
-    let status = status_of(outcome);
-    if let Some(kptfile) = items.iter_mut().find(|i| {
+    if let Some((i, kptfile)) = kptfile_with_status(items, outcome) {
+        items[i] = kptfile;
+    }
+}
+
+/// What [`record_status`] changes, without changing `items`: the position
+/// of the root Kptfile among them and a copy of it with `outcome`'s status
+/// set; `None` when there is no root Kptfile.
+pub fn kptfile_with_status(items: &[Value], outcome: &RenderOutcome) -> Option<(usize, Value)> {
+    let i = items.iter().position(|i| {
         ann::path(i).map(|p| ann::clean_path(&p)).as_deref() == Some(KPTFILE_NAME)
             && ann::kind(i) == "Kptfile"
-    }) {
-        set_status(kptfile, &status);
-    }
+    })?;
+    let mut kptfile = items[i].clone();
+    set_status(&mut kptfile, &status_of(outcome));
+    Some((i, kptfile))
 }
 
 /// The Kptfile `status` kpt writes for `outcome`.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{PackageDir, PackageIoError, WriteSummary, record_status, status_of};
+use super::{PackageDir, PackageIoError, WriteSummary, kptfile_with_status, status_of};
 use crate::domain::render::results::rendered_condition;
 use crate::domain::render::{
     NoEvents, RenderError, RenderErrorKind, RenderEvents, RenderOptions, RenderOutcome,
@@ -82,11 +82,15 @@ impl RenderedPackage {
     pub fn write_in_place(&self) -> Result<WriteSummary, PackageIoError> {
         match self.resources() {
             Some(items) => {
-                let mut items = items.to_vec();
-                record_status(&mut items, &self.outcome);
+                // Only the Kptfile changes: the other objects are written as they are.
+                let kptfile = kptfile_with_status(items, &self.outcome);
+                let objects = items.iter().enumerate().map(|(i, item)| match &kptfile {
+                    Some((k, updated)) if *k == i => updated,
+                    _ => item,
+                });
                 match self
                     .package
-                    .write_in_place_with(&items, self.outcome.texts.as_deref())
+                    .write_objects_in_place(objects, self.outcome.texts.as_deref())
                 {
                     Ok(summary) => Ok(summary),
                     Err(e) => {
