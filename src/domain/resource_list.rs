@@ -330,11 +330,20 @@ fn parse_by_item(
         head.append(c);
         *c = head;
     }
-    let by_text: HashMap<&str, usize> = sent
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.as_ref(), i))
-        .collect();
+    // Input texts by text, for items the function moved; built at the
+    // first item not at its input's place (most functions keep the order).
+    let mut by_text: Option<HashMap<&str, usize>> = None;
+    let mut moved = |doc: &str| {
+        by_text
+            .get_or_insert_with(|| {
+                sent.iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.as_ref(), i))
+                    .collect()
+            })
+            .get(doc)
+            .copied()
+    };
     if texts {
         move_head_comments(&mut chunks, sent);
     }
@@ -348,7 +357,7 @@ fn parse_by_item(
                 .get(i)
                 .filter(|s| s.as_ref() == doc)
                 .map(|_| i)
-                .or_else(|| by_text.get(doc.as_str()).copied());
+                .or_else(|| moved(&doc));
             values.push(match same.and_then(&mut *take) {
                 Some(v) => v,
                 None => codec::tree::parse_value(&doc).ok()?,
@@ -360,7 +369,7 @@ fn parse_by_item(
             .get(i)
             .filter(|s| s.as_ref() == doc)
             .map(|_| i)
-            .or_else(|| by_text.get(doc.as_str()).copied());
+            .or_else(|| moved(&doc));
         match same.and_then(|j| take(j).map(|v| (j, v))) {
             Some((j, v)) => {
                 values.push(v);
