@@ -94,12 +94,7 @@ pub fn annotations_mut(item: &mut Value) -> Option<&mut Map<String, Value>> {
 pub fn set(item: &mut Value, key: &str, value: impl Into<String>) {
     let text = Value::String(value.into());
     if let Some(annos) = annotations_mut(item) {
-        match value::get_mut(annos, key) {
-            Some(v) => *v = text,
-            None => {
-                annos.insert(key.to_string(), text);
-            }
-        }
+        set_in(annos, key, text);
         return;
     }
     let Some(obj) = item.as_object_mut() else {
@@ -119,6 +114,17 @@ pub fn set(item: &mut Value, key: &str, value: impl Into<String>) {
     }
     if let Some(annos) = annos.as_object_mut() {
         annos.insert(key.to_string(), text);
+    }
+}
+
+/// Sets `key` to `value` in the annotation map `annos`, found by the same
+/// small-map search as [`get_text`] (no key copy when it is already there).
+pub fn set_in(annos: &mut Map<String, Value>, key: &str, value: Value) {
+    match value::get_mut(annos, key) {
+        Some(slot) => *slot = value,
+        None => {
+            annos.insert(key.to_string(), value);
+        }
     }
 }
 

@@ -79,12 +79,7 @@ pub(super) fn fill_twins(item: &mut Value) {
             _ => None,
         };
         if let Some((key, v)) = fill {
-            match value::get_mut(annos, key) {
-                Some(slot) => *slot = Value::String(v),
-                None => {
-                    annos.insert(key.to_string(), Value::String(v));
-                }
-            }
+            ann::set_in(annos, key, Value::String(v));
         }
     }
 }
