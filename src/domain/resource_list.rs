@@ -6,7 +6,9 @@
 //! `List`, and `results` either as a list or as the legacy `{items: [...]}`
 //! wrapper. Items are kept as ordered JSON values so key order survives.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashSet, HashSetExt};
 use std::fmt;
 use std::sync::Arc;
 

@@ -21,8 +21,8 @@
 //! text ([`crate::domain::codec::preserve::merge`]); files a render did not
 //! change are written back byte for byte.
 
+use foldhash::{HashMap, HashMapExt};
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use rayon::prelude::*;

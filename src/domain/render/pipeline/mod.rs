@@ -39,7 +39,7 @@ mod reconcile;
 mod run;
 mod step;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -340,8 +340,7 @@ impl<'a> Renderer<'a> {
         let bfs = root.kptfile.bfs_rendering();
         let save = root.kptfile.save_on_render_failure();
         let mut nodes = Vec::new();
-        self.flatten(&root, root.path.clone(), &mut nodes);
-        drop(root);
+        self.flatten(root, String::new(), &mut nodes);
         let mut ctx = Ctx {
             steps: Vec::new(),
             executed: 0,

@@ -2,7 +2,7 @@
 //! post-order (kpt's default) or breadth-first (`kpt.dev/bfs-rendering`),
 //! and the hand-back of objects to their packages.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use serde_json::Value;
 
@@ -12,7 +12,9 @@ use crate::domain::render::error::RenderErrorKind;
 use crate::domain::render::package::Package;
 
 impl Renderer<'_> {
-    pub(super) fn flatten(&self, pkg: &Package, path: String, nodes: &mut Vec<Node>) -> usize {
+    /// Adds `pkg` and its subpackages to `nodes` (depth-first pre-order),
+    /// moving their objects in; returns `pkg`'s node.
+    pub(super) fn flatten(&self, mut pkg: Package, path: String, nodes: &mut Vec<Node>) -> usize {
         let package_path = if path.is_empty() {
             self.options.package_root.clone()
         } else {
@@ -20,10 +22,6 @@ impl Renderer<'_> {
         };
         let pipeline = pkg.kptfile.pipeline();
         let invalid = pkg.kptfile.validate(|p| pkg.file_objects(p)).err();
-        let mut own = pkg.resources.clone();
-        for r in &mut own {
-            ann::set(r, ann::PACKAGE_PATH, package_path.clone());
-        }
         let own_files = pkg
             .resources
             .iter()
@@ -52,11 +50,16 @@ impl Renderer<'_> {
                 Some((clean_path(&f.config_path), v))
             })
             .collect();
+        // Checks and configs read, the objects move into the node.
+        let mut own = std::mem::take(&mut pkg.resources);
+        for r in &mut own {
+            ann::set(r, ann::PACKAGE_PATH, package_path.clone());
+        }
         let idx = nodes.len();
         nodes.push(Node {
             path: path.clone(),
             package_path,
-            name: pkg.kptfile.metadata.name.clone(),
+            name: std::mem::take(&mut pkg.kptfile.metadata.name),
             pipeline,
             invalid,
             own_files,
@@ -65,7 +68,7 @@ impl Renderer<'_> {
             children: Vec::new(),
             output: None,
         });
-        let mut subs: Vec<&Package> = pkg.subpackages.iter().collect();
+        let mut subs = std::mem::take(&mut pkg.subpackages);
         subs.sort_by(|a, b| a.path.cmp(&b.path));
         for sub in subs {
             let child_path = if path.is_empty() || sub.path.starts_with(&format!("{path}/")) {

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use foldhash::{HashSet, HashSetExt};
 use serde_json::{Map, Value};
 
 use crate::domain::codec::value;
@@ -85,9 +86,14 @@ pub(super) fn fill_twins(item: &mut Value) {
 }
 
 fn check_twins(item: &Value) -> Result<(), String> {
-    let Some(annos) = ann::annotations(item) else {
-        return Ok(());
-    };
+    match ann::annotations(item) {
+        Some(annos) => check_twins_in(annos),
+        None => Ok(()),
+    }
+}
+
+/// [`check_twins`] on an annotation map.
+fn check_twins_in(annos: &Map<String, Value>) -> Result<(), String> {
     for (new, old, what) in TWINS {
         let text = |k: &str| ann::text_in(annos, k);
         if let (Some(n), Some(o)) = (text(new), text(old))
@@ -95,83 +101,113 @@ fn check_twins(item: &Value) -> Result<(), String> {
             && !o.is_empty()
             && n != o
         {
-            return Err(format!(
-                "resource input to function has mismatched legacy and internal {what} annotations"
-            ));
+            return Err(mismatched(what));
         }
     }
     Ok(())
 }
 
-/// kyaml's post-call reconciliation: a function may edit either form of the
-/// path/index annotations; the edit is copied to the other form, forms the
-/// input did not use are dropped, and the migration id is removed.
-pub(super) fn reconcile_annotations(
-    out: &mut [Value],
+/// kyaml's post-call reconciliation of one output object, after
+/// [`fill_twins`]: a function may edit either form of the path/index
+/// annotations; the edit is copied to the other form, forms the input did
+/// not use are dropped, and the migration id is removed (an annotation map
+/// left empty goes too, as kyaml clears it). Done on the object's
+/// annotation map, found once.
+///
+/// Errors: the two forms of an annotation disagree with each other and
+/// with what the input had (kyaml's words).
+pub(super) fn reconcile_item(
+    item: &mut Value,
     snapshots: &[Snapshot],
     use_internal: bool,
     use_legacy: bool,
 ) -> Result<(), String> {
-    for item in out.iter_mut() {
-        fill_twins(item);
-        let snap = ann::get_text(item, ann::MIGRATION_ID)
-            .and_then(|id| id.parse::<usize>().ok())
-            .and_then(|i| snapshots.get(i));
-        if let Some(snap) = snap {
-            for (new, old, what, original) in [
-                (
-                    ann::PATH,
-                    ann::LEGACY_PATH,
-                    "path",
-                    snap.path.as_deref().or(snap.legacy_path.as_deref()),
-                ),
-                (
-                    ann::INDEX,
-                    ann::LEGACY_INDEX,
-                    "index",
-                    snap.index.as_deref().or(snap.legacy_index.as_deref()),
-                ),
-            ] {
-                let Some(original) = original.filter(|o| !o.is_empty()) else {
-                    continue;
-                };
-                let fill = {
-                    let n = ann::get_text(item, new).unwrap_or_default();
-                    let o = ann::get_text(item, old).unwrap_or_default();
-                    if original != n && original != o && n != o {
-                        return Err(format!(
-                            "resource input to function has mismatched legacy and internal {what} annotations"
-                        ));
-                    } else if original != n {
-                        Some((old, n.into_owned()))
-                    } else if original != o {
-                        Some((new, o.into_owned()))
-                    } else {
-                        None
-                    }
-                };
-                if let Some((key, v)) = fill {
-                    ann::set(item, key, v);
+    let Some(meta) = item
+        .as_object_mut()
+        .and_then(|o| value::get_mut(o, "metadata"))
+        .and_then(Value::as_object_mut)
+    else {
+        // Not KRM (the checks after the call say so): nothing to reconcile.
+        return Ok(());
+    };
+    let Some(annos) = value::get_mut(meta, "annotations").and_then(Value::as_object_mut) else {
+        // No annotations: no migration id, none to drop or check.
+        return Ok(());
+    };
+    let snap = ann::text_in(annos, ann::MIGRATION_ID)
+        .and_then(|id| id.parse::<usize>().ok())
+        .and_then(|i| snapshots.get(i));
+    if let Some(snap) = snap {
+        for (new, old, what, original) in snapshot_twins(snap) {
+            let Some(original) = original.filter(|o| !o.is_empty()) else {
+                continue;
+            };
+            let fill = {
+                let n = ann::text_in(annos, new).unwrap_or_default();
+                let o = ann::text_in(annos, old).unwrap_or_default();
+                if original != n && original != o && n != o {
+                    return Err(mismatched(what));
+                } else if original != n {
+                    Some((old, n.into_owned()))
+                } else if original != o {
+                    Some((new, o.into_owned()))
+                } else {
+                    None
                 }
+            };
+            if let Some((key, v)) = fill {
+                ann::set_in(annos, key, Value::String(v));
             }
         }
-        if !use_internal {
-            ann::remove_all(item, &[ann::ID, ann::PATH, ann::INDEX]);
-        }
-        if !use_legacy {
-            ann::remove_all(item, &[ann::LEGACY_ID, ann::LEGACY_PATH, ann::LEGACY_INDEX]);
-        }
-        check_twins(item)?;
-        ann::remove(item, ann::MIGRATION_ID);
+    }
+    let before = annos.len();
+    let dropped = |k: &str| {
+        k == ann::MIGRATION_ID
+            || (!use_internal && [ann::ID, ann::PATH, ann::INDEX].contains(&k))
+            || (!use_legacy && [ann::LEGACY_ID, ann::LEGACY_PATH, ann::LEGACY_INDEX].contains(&k))
+    };
+    // The twins are checked on what is left of the map, the migration id
+    // aside (it is not one of them).
+    if annos.keys().any(|k| dropped(k)) {
+        annos.retain(|k, _| !dropped(k));
+    }
+    check_twins_in(annos)?;
+    if annos.len() != before && annos.is_empty() {
+        meta.shift_remove("annotations");
     }
     Ok(())
+}
+
+/// The path and index twins with the value the input had for each.
+fn snapshot_twins(
+    snap: &Snapshot,
+) -> [(&'static str, &'static str, &'static str, Option<&str>); 2] {
+    [
+        (
+            ann::PATH,
+            ann::LEGACY_PATH,
+            "path",
+            snap.path.as_deref().or(snap.legacy_path.as_deref()),
+        ),
+        (
+            ann::INDEX,
+            ann::LEGACY_INDEX,
+            "index",
+            snap.index.as_deref().or(snap.legacy_index.as_deref()),
+        ),
+    ]
+}
+
+/// kyaml's words for twins that disagree.
+fn mismatched(what: &str) -> String {
+    format!("resource input to function has mismatched legacy and internal {what} annotations")
 }
 
 /// kpt's `enforcePathInvariants`: no path escaping the package, no two
 /// objects of one package with the same file and index.
 pub(super) fn check_paths(out: &[Value]) -> Result<(), StepError> {
     // Texts borrowed from the objects where they can be (no copies).
-    let mut seen = std::collections::HashSet::with_capacity(out.len());
+    let mut seen = HashSet::with_capacity(out.len());
     for item in out {
         let pkg = ann::get_text(item, ann::PACKAGE_PATH).unwrap_or_default();
         let raw = ann::path(item).unwrap_or_default();
@@ -275,6 +311,86 @@ pub(super) fn strip_transient(mut item: Value) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// An object as a kyaml function gets it: both forms of path, index
+    /// and id, and the migration id `0`.
+    fn prepared(extra: &[(&str, &str)]) -> (Vec<Value>, Vec<Snapshot>, bool, bool) {
+        let mut annos = serde_json::Map::new();
+        for (k, v) in [(ann::PATH, "a.yaml"), (ann::LEGACY_PATH, "a.yaml")]
+            .into_iter()
+            .chain([(ann::INDEX, "0"), (ann::LEGACY_INDEX, "0")])
+            .chain(extra.iter().copied())
+        {
+            annos.insert(k.into(), json!(v));
+        }
+        let mut items = vec![json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "annotations": annos},
+        })];
+        let (snaps, internal, legacy) = prepare_annotations(&mut items).unwrap();
+        (items, snaps, internal, legacy)
+    }
+
+    #[test]
+    fn reconcile_copies_an_edit_of_either_form_to_the_other() {
+        let (mut items, snaps, internal, legacy) = prepared(&[]);
+        ann::set(&mut items[0], ann::LEGACY_PATH, "b.yaml");
+        fill_twins(&mut items[0]);
+        reconcile_item(&mut items[0], &snaps, internal, legacy).unwrap();
+        assert_eq!(ann::get(&items[0], ann::PATH).as_deref(), Some("b.yaml"));
+        assert_eq!(
+            ann::get(&items[0], ann::LEGACY_PATH).as_deref(),
+            Some("b.yaml")
+        );
+        assert_eq!(ann::get(&items[0], ann::MIGRATION_ID), None);
+    }
+
+    #[test]
+    fn reconcile_refuses_twins_that_disagree_with_each_other_and_the_input() {
+        let (mut items, snaps, internal, legacy) = prepared(&[]);
+        ann::set(&mut items[0], ann::PATH, "b.yaml");
+        ann::set(&mut items[0], ann::LEGACY_PATH, "c.yaml");
+        let e = reconcile_item(&mut items[0], &snaps, internal, legacy).unwrap_err();
+        assert_eq!(
+            e,
+            "resource input to function has mismatched legacy and internal path annotations"
+        );
+    }
+
+    #[test]
+    fn reconcile_drops_forms_the_input_did_not_use_and_an_emptied_map() {
+        // The input used the legacy forms only.
+        let mut items = vec![json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "annotations": {
+                ann::LEGACY_PATH: "a.yaml", ann::LEGACY_INDEX: "0",
+            }},
+        })];
+        let (snaps, internal, legacy) = prepare_annotations(&mut items).unwrap();
+        assert!(!internal && legacy);
+        fill_twins(&mut items[0]);
+        reconcile_item(&mut items[0], &snaps, internal, legacy).unwrap();
+        assert_eq!(
+            ann::annotations(&items[0])
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            [ann::LEGACY_PATH, ann::LEGACY_INDEX]
+        );
+        // Nothing left but forms to drop and the migration id: the map goes too.
+        let mut items = vec![json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "annotations": {ann::LEGACY_PATH: "a.yaml"}},
+        })];
+        let (snaps, internal, legacy) = prepare_annotations(&mut items).unwrap();
+        ann::remove_all(&mut items[0], &[ann::LEGACY_PATH]);
+        reconcile_item(&mut items[0], &snaps, internal, legacy).unwrap();
+        assert_eq!(items[0]["metadata"], json!({"name": "a"}));
+        // A map that was empty before is kept.
+        let mut item = json!({"metadata": {"name": "a", "annotations": {}}});
+        reconcile_item(&mut item, &[], true, true).unwrap();
+        assert_eq!(item["metadata"], json!({"name": "a", "annotations": {}}));
+    }
 
     #[test]
     fn sync_order_restores_input_key_order() {

@@ -2,14 +2,12 @@
 //! checks, ids and annotations before the call; field order, default paths,
 //! annotation reconciliation, path checks and document texts after it.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::reconcile::{
-    check_paths, fill_twins, prepare_annotations, reconcile_annotations, sync_order,
-};
+use super::reconcile::{check_paths, fill_twins, prepare_annotations, reconcile_item, sync_order};
 use super::{Ctx, Node, Renderer, StepStart};
 use crate::domain::codec::preserve;
 use crate::domain::codec::tree::YamlDoc;
@@ -188,7 +186,13 @@ impl Renderer<'_> {
         let returned = output.input_items;
         let mut out = output.resource_list.items;
         let mut matched: Vec<Option<usize>> = vec![None; out.len()];
+        let dir = function_dir.unwrap_or_default();
+        // Each object is taken through every stage before the next one
+        // (its maps stay in the cache); the stages are kyaml's, in order,
+        // and depend on no other object, so the first error is the one a
+        // stage-by-stage pass over all objects finds first.
         for (k, item) in out.iter_mut().enumerate() {
+            // Matched to its input by id; the id annotations removed.
             let id = ann::get_text(item, ann::ID).or_else(|| ann::get_text(item, ann::LEGACY_ID));
             let j = id.and_then(|id| ids.get(id.as_ref()).copied());
             if let Some(j) = j {
@@ -206,9 +210,7 @@ impl Renderer<'_> {
                 ann::remove_all(item, &[ann::ID, ann::LEGACY_ID]);
                 matched[k] = Some(j);
             }
-        }
-        let dir = function_dir.unwrap_or_default();
-        for item in &mut out {
+            // Twins filled; a new object without a path gets kyaml's.
             fill_twins(item);
             if ann::get_text(item, ann::PATH).is_none() && item.is_object() {
                 let file = format!(
@@ -219,11 +221,9 @@ impl Renderer<'_> {
                 let p = join_path(&[&dir, ann::namespace(item), &file]);
                 ann::set_path(item, &p);
             }
-        }
-        if let Err(e) = reconcile_annotations(&mut out, &snapshots, use_internal, use_legacy) {
-            return fail(self, ctx, record, StepError::Annotations(e));
-        }
-        for item in &mut out {
+            if let Err(e) = reconcile_item(item, &snapshots, use_internal, use_legacy) {
+                return fail(self, ctx, record, StepError::Annotations(e));
+            }
             if ann::get_text(item, ann::PACKAGE_PATH).is_none_or(|p| p.is_empty()) {
                 ann::set(item, ann::PACKAGE_PATH, node.package_path.clone());
             }
