@@ -39,9 +39,13 @@ pub(super) fn prepare_annotations(
     let mut inconsistent = false;
     for (i, item) in input.iter_mut().enumerate() {
         ann::set(item, ann::MIGRATION_ID, i.to_string());
-        let annos = ann::annotations(item);
-        let has = |k: &str| annos.is_some_and(|a| value::has(a, k));
-        let get = |k: &str| annos.and_then(|a| ann::text_in(a, k)).map(Cow::into_owned);
+        // Not KRM (no metadata map): nothing recorded; the checks say so.
+        let Some(annos) = ann::annotations_mut(item) else {
+            snapshots.push(Snapshot::default());
+            continue;
+        };
+        let has = |k: &str| value::has(annos, k);
+        let get = |k: &str| ann::text_in(annos, k).map(Cow::into_owned);
         let snap = Snapshot {
             path: get(ann::PATH),
             index: get(ann::INDEX),
@@ -57,8 +61,8 @@ pub(super) fn prepare_annotations(
             inconsistent = true;
         }
         snapshots.push(snap);
-        fill_twins(item);
-        check_twins(item)?;
+        fill_twins_in(annos);
+        check_twins_in(annos)?;
     }
     if inconsistent {
         return Err("the annotation formatting in the input resources is not consistent".into());
@@ -69,9 +73,13 @@ pub(super) fn prepare_annotations(
 
 /// Sets the missing one of each legacy/internal pair from the other.
 pub(super) fn fill_twins(item: &mut Value) {
-    let Some(annos) = ann::annotations_mut(item) else {
-        return;
-    };
+    if let Some(annos) = ann::annotations_mut(item) {
+        fill_twins_in(annos);
+    }
+}
+
+/// [`fill_twins`] on an annotation map.
+fn fill_twins_in(annos: &mut Map<String, Value>) {
     for (new, old, _) in TWINS {
         let text = |k: &str| ann::text_in(annos, k).filter(|v| !v.is_empty());
         let fill = match (text(new), text(old)) {
@@ -85,14 +93,9 @@ pub(super) fn fill_twins(item: &mut Value) {
     }
 }
 
-fn check_twins(item: &Value) -> Result<(), String> {
-    match ann::annotations(item) {
-        Some(annos) => check_twins_in(annos),
-        None => Ok(()),
-    }
-}
-
-/// [`check_twins`] on an annotation map.
+/// Refuses an annotation map whose legacy and internal forms of path,
+/// index or id are both set and differ (kyaml's check before and after a
+/// call).
 fn check_twins_in(annos: &Map<String, Value>) -> Result<(), String> {
     for (new, old, what) in TWINS {
         let text = |k: &str| ann::text_in(annos, k);
