@@ -419,7 +419,7 @@ impl Medians {
     /// `own X s of Y s CPU (Z%)`.
     fn cpu(&self) -> String {
         format!(
-            "own {:.2} s of {:.2} s CPU ({:.0}%)",
+            "own {:.2} s of {:.2} s CPU ({:.1}%)",
             self.own.as_secs_f64(),
             self.total.as_secs_f64(),
             self.own_share * 100.0

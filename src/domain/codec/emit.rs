@@ -67,6 +67,15 @@ pub fn block(value: &Value, indent: usize, seq: SeqIndent) -> String {
     out
 }
 
+/// One `key: value` entry of a block mapping whose keys sit at column
+/// `indent`, as [`block`] writes a one-entry mapping (lines end with a line
+/// break), without building that mapping.
+pub fn entry_block(k: &str, v: &Value, indent: usize, seq: SeqIndent) -> String {
+    let mut out = " ".repeat(indent);
+    entry(&mut out, k, v, indent, seq);
+    out
+}
+
 /// True when `value` is written on the line of its key (scalars, `{}`, `[]`,
 /// block scalars start there too), false for block collections.
 pub fn is_inline(value: &Value) -> bool {
@@ -522,6 +531,36 @@ pub fn double_quoted(s: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_entry_block_is_the_block_of_a_one_entry_map() {
+        let values = [
+            json!("plain"),
+            json!("two\nlines\n"),
+            json!(3),
+            json!(null),
+            json!({}),
+            json!([]),
+            json!({"a": {"b": [1, {"c": "d"}]}, "e": []}),
+            json!([["x"], {"y": 1}]),
+        ];
+        for seq in [SeqIndent::Compact, SeqIndent::Wide] {
+            for indent in [0, 4] {
+                for (k, v) in [("key", &values[0]), ("a key: odd", &values[1])]
+                    .into_iter()
+                    .chain(values.iter().map(|v| ("k", v)))
+                {
+                    let mut m = Map::new();
+                    m.insert(k.to_string(), v.clone());
+                    assert_eq!(
+                        entry_block(k, v, indent, seq),
+                        block(&Value::Object(m), indent, seq),
+                        "{k}: {v} at {indent}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn strings_take_yaml_v3_styles() {

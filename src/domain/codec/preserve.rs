@@ -1187,9 +1187,7 @@ impl<'a> Editor<'a> {
                 return out;
             }
         }
-        let mut m = Map::new();
-        m.insert(k.to_string(), v.clone());
-        emit::block(&Value::Object(m), col, self.seq)
+        emit::entry_block(k, v, col, self.seq)
     }
 
     /// `- value` lines (ending with a line break) for a new item whose dash
