@@ -7,10 +7,10 @@
 //! wrapper. Items are kept as ordered JSON values so key order survives.
 
 use std::collections::BTreeMap;
-
-use foldhash::{HashMap, HashSet, HashSetExt};
 use std::fmt;
 use std::sync::Arc;
+
+use foldhash::{HashMap, HashSet, HashSetExt};
 
 use rayon::prelude::*;
 use serde::{Deserialize, Deserializer, Serialize};

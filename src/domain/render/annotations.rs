@@ -84,8 +84,7 @@ pub fn scalar_text(v: &Value) -> Option<String> {
 
 /// The annotation map of `item`, to change, if it has one.
 pub fn annotations_mut(item: &mut Value) -> Option<&mut Map<String, Value>> {
-    let meta = value::get_mut(item.as_object_mut()?, "metadata")?.as_object_mut()?;
-    value::get_mut(meta, "annotations")?.as_object_mut()
+    value::get_mut(metadata_mut(item)?, "annotations")?.as_object_mut()
 }
 
 /// Sets annotation `key` to `value` on `item`, creating `metadata` and
@@ -136,18 +135,25 @@ pub fn remove(item: &mut Value, key: &str) {
 
 /// Removes every annotation in `keys` from `item`, then an empty annotation map.
 pub fn remove_all(item: &mut Value, keys: &[&str]) {
-    let Some(meta) = item
-        .as_object_mut()
-        .and_then(|o| value::get_mut(o, "metadata"))
-        .and_then(Value::as_object_mut)
-    else {
-        return;
-    };
+    if let Some(meta) = metadata_mut(item) {
+        remove_in(meta, |k| keys.contains(&k));
+    }
+}
+
+/// The `metadata` map of `item`, to change, if it has one.
+pub fn metadata_mut(item: &mut Value) -> Option<&mut Map<String, Value>> {
+    value::get_mut(item.as_object_mut()?, "metadata")?.as_object_mut()
+}
+
+/// Removes the annotations whose key `drop` picks from the `metadata` map
+/// `meta`; an annotation map this leaves empty is removed too (kyaml clears
+/// empty annotation maps; one that was empty already stays).
+pub fn remove_in(meta: &mut Map<String, Value>, drop: impl Fn(&str) -> bool) {
     let Some(annos) = value::get_mut(meta, "annotations").and_then(Value::as_object_mut) else {
         return;
     };
     let before = annos.len();
-    annos.retain(|k, _| !keys.contains(&k.as_str()));
+    annos.retain(|k, _| !drop(k));
     if annos.len() != before && annos.is_empty() {
         meta.shift_remove("annotations");
     }

@@ -125,11 +125,7 @@ pub(super) fn reconcile_item(
     use_internal: bool,
     use_legacy: bool,
 ) -> Result<(), String> {
-    let Some(meta) = item
-        .as_object_mut()
-        .and_then(|o| value::get_mut(o, "metadata"))
-        .and_then(Value::as_object_mut)
-    else {
+    let Some(meta) = ann::metadata_mut(item) else {
         // Not KRM (the checks after the call say so): nothing to reconcile.
         return Ok(());
     };
@@ -163,22 +159,17 @@ pub(super) fn reconcile_item(
             }
         }
     }
-    let before = annos.len();
-    let dropped = |k: &str| {
+    // The migration id and the forms the input did not use go in one pass;
+    // the twins are checked on what is left.
+    ann::remove_in(meta, |k| {
         k == ann::MIGRATION_ID
             || (!use_internal && [ann::ID, ann::PATH, ann::INDEX].contains(&k))
             || (!use_legacy && [ann::LEGACY_ID, ann::LEGACY_PATH, ann::LEGACY_INDEX].contains(&k))
-    };
-    // The twins are checked on what is left of the map, the migration id
-    // aside (it is not one of them).
-    if annos.keys().any(|k| dropped(k)) {
-        annos.retain(|k, _| !dropped(k));
+    });
+    match value::get(meta, "annotations").and_then(Value::as_object) {
+        Some(annos) => check_twins_in(annos),
+        None => Ok(()),
     }
-    check_twins_in(annos)?;
-    if annos.len() != before && annos.is_empty() {
-        meta.shift_remove("annotations");
-    }
-    Ok(())
 }
 
 /// The path and index twins with the value the input had for each.
@@ -315,20 +306,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// An object as a kyaml function gets it: both forms of path, index
-    /// and id, and the migration id `0`.
-    fn prepared(extra: &[(&str, &str)]) -> (Vec<Value>, Vec<Snapshot>, bool, bool) {
-        let mut annos = serde_json::Map::new();
-        for (k, v) in [(ann::PATH, "a.yaml"), (ann::LEGACY_PATH, "a.yaml")]
-            .into_iter()
-            .chain([(ann::INDEX, "0"), (ann::LEGACY_INDEX, "0")])
-            .chain(extra.iter().copied())
-        {
-            annos.insert(k.into(), json!(v));
-        }
+    /// An object as a kyaml function gets it: both forms of path and
+    /// index, and the migration id `0`.
+    fn prepared() -> (Vec<Value>, Vec<Snapshot>, bool, bool) {
         let mut items = vec![json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "a", "annotations": annos},
+            "metadata": {"name": "a", "annotations": {
+                ann::PATH: "a.yaml", ann::LEGACY_PATH: "a.yaml",
+                ann::INDEX: "0", ann::LEGACY_INDEX: "0",
+            }},
         })];
         let (snaps, internal, legacy) = prepare_annotations(&mut items).unwrap();
         (items, snaps, internal, legacy)
@@ -336,7 +322,7 @@ mod tests {
 
     #[test]
     fn reconcile_copies_an_edit_of_either_form_to_the_other() {
-        let (mut items, snaps, internal, legacy) = prepared(&[]);
+        let (mut items, snaps, internal, legacy) = prepared();
         ann::set(&mut items[0], ann::LEGACY_PATH, "b.yaml");
         fill_twins(&mut items[0]);
         reconcile_item(&mut items[0], &snaps, internal, legacy).unwrap();
@@ -350,7 +336,7 @@ mod tests {
 
     #[test]
     fn reconcile_refuses_twins_that_disagree_with_each_other_and_the_input() {
-        let (mut items, snaps, internal, legacy) = prepared(&[]);
+        let (mut items, snaps, internal, legacy) = prepared();
         ann::set(&mut items[0], ann::PATH, "b.yaml");
         ann::set(&mut items[0], ann::LEGACY_PATH, "c.yaml");
         let e = reconcile_item(&mut items[0], &snaps, internal, legacy).unwrap_err();
