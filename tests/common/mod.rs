@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
+use krm_fn_runner::adapters::pod::connections::WrapperChannel;
 use tonic::transport::{Channel, Endpoint};
 
 /// The catalog installation: `bin/`, `config.yaml`, `modules.txt`.
@@ -236,6 +237,26 @@ impl Runner {
     /// A FunctionEvaluator client with generous message limits.
     pub async fn client(&self) -> FunctionEvaluatorClient<Channel> {
         FunctionEvaluatorClient::new(self.channel().await)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20)
+    }
+
+    /// A FunctionEvaluator client that leaves a call's deadline
+    /// (`grpc-timeout`) to the runner. tonic's `Channel` also keeps the
+    /// deadline on the client side, and when its own timer fires first it
+    /// ends the call with `CANCELLED` ("Timeout expired") before the runner's
+    /// answer arrives; on a loaded machine that races the runner's
+    /// `DEADLINE_EXCEEDED`. Tests of the runner's answer to a deadline use
+    /// this client, and bound their wait themselves. TCP addresses only.
+    pub fn client_without_local_deadline(&self) -> FunctionEvaluatorClient<WrapperChannel> {
+        assert!(
+            !self.address.starts_with("unix:"),
+            "a TCP address is needed, not {}",
+            self.address
+        );
+        let origin = format!("http://{}", self.address).parse().unwrap();
+        let channel = WrapperChannel::new(self.address.clone(), Duration::from_secs(10));
+        FunctionEvaluatorClient::with_origin(channel, origin)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20)
     }
