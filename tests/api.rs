@@ -74,6 +74,38 @@ async fn renders_a_package_in_place_from_the_crate_root() {
     assert!(written.contains("replicas: 2 # scale here"), "{written}");
 }
 
+/// Moving the rendered objects into the files writes the same bytes as
+/// writing copies of them, and leaves the outcome's records.
+#[tokio::test]
+async fn a_write_that_moves_the_objects_writes_what_a_copying_write_does() {
+    let mut written = Vec::new();
+    for moving in [false, true] {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(&hello_package(), work.path());
+        let options = RenderOptions::builder().allow_exec(true).build();
+        let mut rendered = render_dir(work.path(), &RuntimeChain::local(), options)
+            .await
+            .unwrap();
+        let steps = rendered.outcome.steps.len();
+        if moving {
+            rendered.write_in_place_moving_objects().unwrap();
+            assert!(rendered.resources().is_none());
+        } else {
+            rendered.write_in_place().unwrap();
+            assert!(rendered.resources().is_some());
+        }
+        assert!(steps > 0 && rendered.outcome.steps.len() == steps);
+        let mut files = Vec::new();
+        for name in ["Kptfile", "deployment.yaml"] {
+            files.push(std::fs::read_to_string(work.path().join(name)).unwrap());
+        }
+        written.push(files);
+    }
+    assert!(written[0][0].contains("renderStatus"), "{}", written[0][0]);
+    assert!(written[0][1].contains("namespace: hello-prod"), "{}", written[0][1]);
+    assert_eq!(written[0], written[1]);
+}
+
 #[tokio::test]
 async fn a_failed_render_is_an_error_that_names_the_step() {
     let work = tempfile::tempdir().unwrap();

@@ -116,7 +116,7 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(e) => return fail(&e),
     };
-    let rendered = match PackageRender::new(&runtime)
+    let mut rendered = match PackageRender::new(&runtime)
         .options(options)
         .events(&printer)
         .tag_lister(tags)
@@ -126,10 +126,9 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),
     };
-    let outcome = &rendered.outcome;
     // Write first (all or nothing), then say what happened, as kpt does.
     let written = match args.output.as_deref() {
-        None => rendered.write_in_place().map(|_| ()),
+        None => rendered.write_in_place_moving_objects().map(|_| ()),
         Some(_) if rendered.resources().is_none() => Ok(()),
         Some("stdout") => match rendered.wrapped() {
             Ok(text) => write_to_stdout(&text.unwrap_or_default()),
@@ -145,6 +144,7 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
             rendered.write_to_dir(out).map(|_| ())
         }
     };
+    let outcome = &rendered.outcome;
     let mut stderr = std::io::stderr().lock();
     let _ = writeln!(stderr);
     let total = outcome.steps.iter().filter(|s| s.ran || s.failed()).count();

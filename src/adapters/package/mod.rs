@@ -373,23 +373,23 @@ impl PackageDir {
         items: &[Value],
         texts: Option<&TextMap>,
     ) -> Result<BTreeMap<String, String>, PackageIoError> {
-        self.render_objects(items, texts)
+        self.render_objects(items.iter().map(Cow::Borrowed), texts)
     }
 
-    /// [`PackageDir::render_files`] of objects given one by one.
+    /// [`PackageDir::render_files`] of objects given one by one: borrowed
+    /// ones are copied to drop the reader annotations, owned ones lose
+    /// them in place.
     fn render_objects<'a>(
         &self,
-        items: impl IntoIterator<Item = &'a Value>,
+        items: impl IntoIterator<Item = Cow<'a, Value>>,
         texts: Option<&TextMap>,
     ) -> Result<BTreeMap<String, String>, PackageIoError> {
         let texts = self.texts_or_read(texts);
         let texts = texts.as_ref();
-        // Paths are borrowed from the objects when clean already (the
-        // common case: no copy per object).
-        let mut grouped: BTreeMap<Cow<'_, str>, Vec<(i64, &Value)>> = BTreeMap::new();
+        let mut grouped: BTreeMap<String, Vec<(i64, Cow<'a, Value>)>> = BTreeMap::new();
         for item in items {
-            let object = || format!("{}/{}", ann::kind(item), ann::name(item));
-            let raw = ann::path(item).ok_or_else(|| PackageIoError::Escapes {
+            let object = || format!("{}/{}", ann::kind(&item), ann::name(&item));
+            let raw = ann::path(&item).ok_or_else(|| PackageIoError::Escapes {
                 object: object(),
                 path: String::new(),
             })?;
@@ -400,27 +400,37 @@ impl PackageDir {
                     path: raw.into_owned(),
                 });
             }
-            let index = ann::index(item).and_then(|i| i.parse().ok()).unwrap_or(-1);
-            grouped.entry(path).or_default().push((index, item));
+            let index = ann::index(&item).and_then(|i| i.parse().ok()).unwrap_or(-1);
+            // The path is copied once per file, not per object.
+            let docs = match grouped.get_mut(path.as_ref()) {
+                Some(docs) => docs,
+                None => grouped.entry(path.into_owned()).or_default(),
+            };
+            docs.push((index, item));
         }
         // Files are independent: format them in parallel (rayon's pool).
         Ok(grouped
             .into_par_iter()
             .map(|(path, docs)| {
                 let text = self.file_text(&path, docs, texts);
-                (path.into_owned(), text)
+                (path, text)
             })
             .collect())
     }
 
     /// The text of the file at `path` holding `docs` (index, object).
-    fn file_text(&self, path: &str, mut docs: Vec<(i64, &Value)>, texts: &TextMap) -> String {
+    fn file_text(
+        &self,
+        path: &str,
+        mut docs: Vec<(i64, Cow<'_, Value>)>,
+        texts: &TextMap,
+    ) -> String {
         docs.sort_by_key(|(i, _)| *i);
         let layout = self.files.get(path);
         let mut text = String::new();
         if layout.is_some_and(|l| l.json) {
             // kpt writes JSON files back as JSON.
-            let values: Vec<Value> = docs.iter().map(|(_, v)| clean(v)).collect();
+            let values: Vec<Value> = docs.into_iter().map(|(_, v)| clean(v)).collect();
             let original: Option<Vec<Value>> = (0..values.len())
                 .map(|i| self.sources.get(path, i).map(|d| d.value().clone()))
                 .collect();
@@ -436,13 +446,15 @@ impl PackageDir {
             }
             return restore_line_ends(text, layout);
         }
-        let keys = root_keys(docs.iter().map(|(_, item)| *item), |_| String::new());
-        for (n, ((index, item), key)) in docs.iter().zip(&keys).enumerate() {
-            let sep = usize::try_from(*index)
+        let keys = root_keys(docs.iter().map(|(_, item)| item.as_ref()), |_| {
+            String::new()
+        });
+        for (n, ((index, item), key)) in docs.into_iter().zip(&keys).enumerate() {
+            let sep = usize::try_from(index)
                 .ok()
                 .and_then(|i| layout.and_then(|l| l.seps.get(i)))
                 .map_or("", String::as_str);
-            if n == 0 && *index > 0 {
+            if n == 0 && index > 0 {
                 // The documents before it are gone: it opens the file, so
                 // the markers between it and them go too (kpt starts such a
                 // file with the document).
@@ -511,15 +523,15 @@ impl PackageDir {
         items: &[Value],
         texts: Option<&TextMap>,
     ) -> Result<WriteSummary, PackageIoError> {
-        self.write_objects_in_place(items, texts)
+        self.write_objects_in_place(items.iter().map(Cow::Borrowed), texts)
     }
 
     /// [`PackageDir::write_in_place_with`] of objects given one by one (a
     /// caller that changes one object passes the others unchanged, without
-    /// copying them).
+    /// copying them; objects given owned are not copied at all).
     pub(crate) fn write_objects_in_place<'a>(
         &self,
-        items: impl IntoIterator<Item = &'a Value>,
+        items: impl IntoIterator<Item = Cow<'a, Value>>,
         texts: Option<&TextMap>,
     ) -> Result<WriteSummary, PackageIoError> {
         let files = self.render_objects(items, texts)?;
@@ -654,7 +666,7 @@ impl PackageDir {
             .par_iter()
             .zip(&keys)
             .map(|(item, key)| {
-                let text = texts.text_for(key.as_ref(), &clean(item));
+                let text = texts.text_for(key.as_ref(), &clean(Cow::Borrowed(item)));
                 self.with_separator_comments(key.as_ref(), text)
             })
             .collect();
@@ -702,7 +714,7 @@ fn restore_line_ends(text: String, layout: Option<&FileLayout>) -> String {
 /// Sets the root Kptfile's `status` in rendered `items` to what kpt
 /// records after a render (`conditions: [Rendered]` and `renderStatus`).
 pub fn record_status(items: &mut [Value], outcome: &RenderOutcome) {
-    if let Some((i, kptfile)) = kptfile_with_status(items, outcome) {
+    if let Some((i, kptfile)) = kptfile_with_status(items.iter(), outcome) {
         items[i] = kptfile;
     }
 }
@@ -710,12 +722,15 @@ pub fn record_status(items: &mut [Value], outcome: &RenderOutcome) {
 /// What [`record_status`] changes, without changing `items`: the position
 /// of the root Kptfile among them and a copy of it with `outcome`'s status
 /// set; `None` when there is no root Kptfile.
-pub fn kptfile_with_status(items: &[Value], outcome: &RenderOutcome) -> Option<(usize, Value)> {
-    let i = items.iter().position(|i| {
+pub fn kptfile_with_status<'a>(
+    items: impl IntoIterator<Item = &'a Value>,
+    outcome: &RenderOutcome,
+) -> Option<(usize, Value)> {
+    let (i, kptfile) = items.into_iter().enumerate().find(|(_, i)| {
         ann::path(i).map(|p| ann::clean_path(&p)).as_deref() == Some(KPTFILE_NAME)
             && ann::kind(i) == "Kptfile"
     })?;
-    let mut kptfile = items[i].clone();
+    let mut kptfile = kptfile.clone();
     set_status(&mut kptfile, &status_of(outcome));
     Some((i, kptfile))
 }
@@ -757,9 +772,9 @@ fn set_status(kptfile: &mut Value, status: &Value) {
     map.insert("status".into(), Value::Object(merged));
 }
 
-/// A copy of `item` without reader annotations.
-fn clean(item: &Value) -> Value {
-    let mut v = item.clone();
+/// `item` without reader annotations (a borrowed one copied).
+fn clean(item: Cow<'_, Value>) -> Value {
+    let mut v = item.into_owned();
     ann::remove_all(&mut v, &READER_ANNOTATIONS);
     v
 }

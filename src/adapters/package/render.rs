@@ -1,6 +1,7 @@
 //! Rendering a package directory: read it, run its pipelines, write it back
 //! (kpt's `fn render` flow, `krm-functions.md` §3.7).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -80,14 +81,41 @@ impl RenderedPackage {
     /// Errors: [`PackageIoError::NotSaved`] (nothing changed), paths
     /// escaping the package.
     pub fn write_in_place(&self) -> Result<WriteSummary, PackageIoError> {
-        match self.resources() {
-            Some(items) => {
+        let objects = self
+            .resources()
+            .map(|items| items.iter().map(Cow::Borrowed).collect());
+        self.write_objects(objects)
+    }
+
+    /// [`RenderedPackage::write_in_place`] that moves the rendered objects
+    /// into the files instead of copying them (the copy drops the reader
+    /// annotations, which the moved objects lose in place): afterwards
+    /// `outcome.resources` is `None`; the steps, results and error stay.
+    /// For a caller that writes once and then only reports (the CLI).
+    ///
+    /// Errors: as [`RenderedPackage::write_in_place`].
+    pub fn write_in_place_moving_objects(&mut self) -> Result<WriteSummary, PackageIoError> {
+        let objects = self
+            .outcome
+            .resources
+            .take()
+            .map(|items| items.into_iter().map(Cow::Owned).collect());
+        self.write_objects(objects)
+    }
+
+    /// Writes `objects` (the rendered objects, `None` when nothing is to be
+    /// written) as [`RenderedPackage::write_in_place`] says.
+    fn write_objects(
+        &self,
+        objects: Option<Vec<Cow<'_, Value>>>,
+    ) -> Result<WriteSummary, PackageIoError> {
+        match objects {
+            Some(mut objects) => {
                 // Only the Kptfile changes: the other objects are written as they are.
-                let kptfile = kptfile_with_status(items, &self.outcome);
-                let objects = items.iter().enumerate().map(|(i, item)| match &kptfile {
-                    Some((k, updated)) if *k == i => updated,
-                    _ => item,
-                });
+                let items = objects.iter().map(Cow::as_ref);
+                if let Some((k, updated)) = kptfile_with_status(items, &self.outcome) {
+                    objects[k] = Cow::Owned(updated);
+                }
                 match self
                     .package
                     .write_objects_in_place(objects, self.outcome.texts.as_deref())

@@ -50,11 +50,20 @@ pub fn same_opt(a: Option<&Value>, b: Option<&Value>) -> bool {
     }
 }
 
+/// `k == key`, deciding most unequal pairs inline: by length, then by the
+/// last byte (the keys of one map that share a length — `kind`, `data`,
+/// `spec`, or annotation keys under one prefix — mostly differ there),
+/// before the library comparison.
+#[inline]
+fn key_is(k: &str, key: &str) -> bool {
+    k.len() == key.len() && k.as_bytes().last() == key.as_bytes().last() && k == key
+}
+
 /// The value at `key` in `map`: `map.get(key)`, searched key by key when
 /// the map is small.
 pub fn get<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     if map.len() <= SCAN_UP_TO {
-        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+        map.iter().find_map(|(k, v)| key_is(k, key).then_some(v))
     } else {
         map.get(key)
     }
@@ -64,7 +73,8 @@ pub fn get<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
 /// key by key when the map is small.
 pub fn get_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Value> {
     if map.len() <= SCAN_UP_TO {
-        map.iter_mut().find_map(|(k, v)| (k == key).then_some(v))
+        map.iter_mut()
+            .find_map(|(k, v)| key_is(k, key).then_some(v))
     } else {
         map.get_mut(key)
     }
@@ -104,6 +114,14 @@ mod tests {
         assert_eq!((&small["k1"], &large["k21"]), (&json!("one"), &json!("x")));
         assert!(get_mut(&mut small, "nope").is_none());
         assert!(!has(&small, "k9") && has(&large, "k9") && !has(&large, "k99"));
+        // Same length and last byte, different elsewhere; an empty key.
+        let alike: Map<String, Value> = [("xa", 1), ("ya", 2), ("", 3)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        assert_eq!(get(&alike, "ya"), Some(&json!(2)));
+        assert_eq!(get(&alike, ""), Some(&json!(3)));
+        assert_eq!(get(&alike, "za"), None);
     }
 
     fn values() -> impl Strategy<Value = Value> {

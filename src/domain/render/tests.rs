@@ -560,6 +560,41 @@ async fn output_checks() {
     );
 }
 
+/// kpt checks every step's input; a check passed earlier is not repeated,
+/// but objects a filtered step did not select were never checked by it.
+#[tokio::test]
+async fn objects_a_filtered_step_skipped_are_checked_by_the_next_step() {
+    let fake = Fake::default().with("example.com/f:v1", |call| {
+        Ok(ResourceList::new(call.resource_list.items.clone()))
+    });
+    let mut non_krm = json!({"data": 1});
+    ann::set_path(&mut non_krm, "non-krm.yaml");
+    let out = render(
+        &fake,
+        vec![
+            kptfile(
+                "",
+                "root",
+                json!({"mutators": [
+                    {"image": "example.com/f:v1", "selectors": [{"kind": "ConfigMap"}]},
+                    {"image": "example.com/f:v1"},
+                    {"image": "example.com/f:v1"},
+                ]}),
+            ),
+            obj("ConfigMap", "cm", "cm.yaml", 0),
+            non_krm,
+        ],
+    )
+    .await;
+    assert_eq!(
+        out.error.unwrap().to_string(),
+        "pkg.render: pkg .:\n\tpipeline.run: input resource list must contain only KRM resources: non-krm.yaml: resource must have `apiVersion`"
+    );
+    assert_eq!(out.steps.len(), 2, "{:?}", out.steps);
+    assert!(out.steps[0].ran && out.steps[0].execution_error.is_none());
+    assert!(out.steps[1].execution_error.is_some());
+}
+
 #[tokio::test]
 async fn generated_objects_get_paths_in_their_package() {
     let fake = Fake::default().with("example.com/gen:v1", |call| {

@@ -75,6 +75,9 @@ impl Renderer<'_> {
             }
         }
         let mut items = input;
+        // All items passed the KRM check: the check of an unfiltered step's
+        // input, or of a step's output while the rest had passed it before.
+        let mut checked = false;
         for (i, (f, target)) in pipeline.mutators.iter().zip(&targets).enumerate() {
             let config = self.function_config(node, f, &items);
             let filtered = f.is_filtered();
@@ -85,6 +88,7 @@ impl Renderer<'_> {
                 function: f,
                 target,
                 config,
+                checked,
             };
             let result = if filtered {
                 selector::stamp_resource_ids(&mut items);
@@ -96,7 +100,10 @@ impl Renderer<'_> {
                 self.run_step(ctx, step, &mut items).await
             };
             match result {
-                Ok(out) => items = out,
+                Ok(out) => {
+                    items = out;
+                    checked |= !filtered;
+                }
                 Err(e) => {
                     return Err(Failure {
                         kind: RenderErrorKind::Step(e),
@@ -117,8 +124,11 @@ impl Renderer<'_> {
                 }
             };
             let config = self.function_config(node, f, &items);
+            let filtered = f.is_filtered();
             let selected = selector::select(&items, &f.selectors, &f.exclude);
             let mut input: Vec<Value> = selected.iter().map(|&j| items[j].clone()).collect();
+            let step_checked = checked;
+            checked |= !filtered;
             if let Err(e) = self
                 .run_step(
                     ctx,
@@ -129,6 +139,7 @@ impl Renderer<'_> {
                         function: f,
                         target: &target,
                         config,
+                        checked: step_checked,
                     },
                     &mut input,
                 )

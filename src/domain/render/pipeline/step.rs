@@ -35,6 +35,11 @@ pub(super) struct Step<'s> {
     pub target: &'s FunctionTarget,
     /// The functionConfig to hand the function, if any.
     pub config: Option<Value>,
+    /// Every object of the package's items passed kpt's KRM check since
+    /// they last changed (the check of an earlier step's input or output),
+    /// so this step's input, some or all of them, passes it too and is not
+    /// checked again.
+    pub checked: bool,
 }
 
 impl Renderer<'_> {
@@ -60,6 +65,7 @@ impl Renderer<'_> {
             function: f,
             target,
             config,
+            checked,
         } = step;
         let count = f.is_filtered().then_some(input.len());
         let mut record = self.base_record(node, kind, index, f, target.clone(), count);
@@ -75,7 +81,7 @@ impl Renderer<'_> {
             this.push(ctx, record);
             Err(e)
         };
-        if let Err(e) = check_all_krm(input) {
+        if !checked && let Err(e) = check_all_krm(input) {
             return fail(self, ctx, record, StepError::InvalidInput(e));
         }
         let (snapshots, use_internal, use_legacy) = match prepare_annotations(input) {
