@@ -102,7 +102,11 @@ async fn a_write_that_moves_the_objects_writes_what_a_copying_write_does() {
         written.push(files);
     }
     assert!(written[0][0].contains("renderStatus"), "{}", written[0][0]);
-    assert!(written[0][1].contains("namespace: hello-prod"), "{}", written[0][1]);
+    assert!(
+        written[0][1].contains("namespace: hello-prod"),
+        "{}",
+        written[0][1]
+    );
     assert_eq!(written[0], written[1]);
 }
 
