@@ -593,6 +593,33 @@ async fn objects_a_filtered_step_skipped_are_checked_by_the_next_step() {
     assert_eq!(out.steps.len(), 2, "{:?}", out.steps);
     assert!(out.steps[0].ran && out.steps[0].execution_error.is_none());
     assert!(out.steps[1].execution_error.is_some());
+
+    // The same with validators only.
+    let mut non_krm = json!({"data": 1});
+    ann::set_path(&mut non_krm, "non-krm.yaml");
+    let out = render(
+        &fake,
+        vec![
+            kptfile(
+                "",
+                "root",
+                json!({"validators": [
+                    {"image": "example.com/f:v1", "selectors": [{"kind": "ConfigMap"}]},
+                    {"image": "example.com/f:v1"},
+                ]}),
+            ),
+            obj("ConfigMap", "cm", "cm.yaml", 0),
+            non_krm,
+        ],
+    )
+    .await;
+    assert!(
+        out.error.unwrap().to_string().contains(
+            "input resource list must contain only KRM resources: non-krm.yaml: resource must have `apiVersion`"
+        )
+    );
+    assert_eq!(out.steps.len(), 2, "{:?}", out.steps);
+    assert!(out.steps[1].execution_error.is_some());
 }
 
 #[tokio::test]

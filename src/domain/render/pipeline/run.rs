@@ -75,8 +75,9 @@ impl Renderer<'_> {
             }
         }
         let mut items = input;
-        // All items passed the KRM check: the check of an unfiltered step's
-        // input, or of a step's output while the rest had passed it before.
+        // All items passed the KRM check: an unfiltered step that succeeded
+        // checked its input (and a mutator its output), so the items are
+        // checked until they change.
         let mut checked = false;
         for (i, (f, target)) in pipeline.mutators.iter().zip(&targets).enumerate() {
             let config = self.function_config(node, f, &items);
@@ -124,11 +125,8 @@ impl Renderer<'_> {
                 }
             };
             let config = self.function_config(node, f, &items);
-            let filtered = f.is_filtered();
             let selected = selector::select(&items, &f.selectors, &f.exclude);
             let mut input: Vec<Value> = selected.iter().map(|&j| items[j].clone()).collect();
-            let step_checked = checked;
-            checked |= !filtered;
             if let Err(e) = self
                 .run_step(
                     ctx,
@@ -139,7 +137,7 @@ impl Renderer<'_> {
                         function: f,
                         target: &target,
                         config,
-                        checked: step_checked,
+                        checked,
                     },
                     &mut input,
                 )
@@ -150,6 +148,7 @@ impl Renderer<'_> {
                     partial: items,
                 });
             }
+            checked |= !f.is_filtered();
         }
         self.events.package_finished(&node.path);
         Ok(items)
