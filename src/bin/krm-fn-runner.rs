@@ -16,26 +16,27 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 fn main() -> std::process::ExitCode {
-    if std::env::args_os().nth(1).is_some_and(|a| a == "render") {
-        keep_freed_memory();
+    let command = std::env::args_os().nth(1);
+    let explicit = std::env::var_os("MIMALLOC_PURGE_DELAY").is_some();
+    if let Some(delay) = purge_delay(command.as_deref(), explicit) {
+        // SAFETY: sets one integer option; mimalloc reads it on each purge
+        // decision and is initialised before `main`.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, delay) };
     }
     krm_fn_runner::bin::krm_fn_runner()
 }
 
-/// For `render`, a short-lived process: freed memory is kept for reuse
-/// instead of being given back to the OS and faulted in again by the next
-/// step (each step frees the objects and texts it replaces, and page
+/// The purge delay to set for `command` (the first argument), `None` to
+/// keep mimalloc's. For `render`, a short-lived process, -1: freed memory
+/// is kept for reuse instead of being given back to the OS and faulted in
+/// again by the next step (each step frees the objects and texts it replaces, and page
 /// faults were about a quarter of the render's own CPU). At 5,000
 /// resources this took a tenth off the render's own CPU for a tenth more
 /// peak RSS (README, "Allocator"). `serve` keeps mimalloc's default, so its
 /// RSS goes back down after a large call. An explicit
-/// `MIMALLOC_PURGE_DELAY` in the environment wins.
-fn keep_freed_memory() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: sets one integer option; mimalloc reads it on each purge
-        // decision and is initialised before `main`.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
-    }
+/// `MIMALLOC_PURGE_DELAY` in the environment (`explicit`) wins.
+fn purge_delay(command: Option<&std::ffi::OsStr>, explicit: bool) -> Option<std::ffi::c_long> {
+    (command.is_some_and(|c| c == "render") && !explicit).then_some(-1)
 }
 
 #[cfg(test)]
@@ -56,6 +57,18 @@ mod tests {
         // SAFETY: reads one integer option.
         let got = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn only_render_keeps_freed_memory_unless_the_environment_says_otherwise() {
+        let render = Some(std::ffi::OsStr::new("render"));
+        assert_eq!(purge_delay(render, false), Some(-1));
+        assert_eq!(purge_delay(render, true), None);
+        assert_eq!(
+            purge_delay(Some(std::ffi::OsStr::new("serve")), false),
+            None
+        );
+        assert_eq!(purge_delay(None, false), None);
     }
 
     #[test]
