@@ -338,7 +338,7 @@ fn with_comments(dir: &Path, rl: ResourceList) -> String {
         timeout: None,
         sources: Some(CallSources {
             texts,
-            values_only_output: false,
+            checked_only_output: false,
         }),
     };
     call.input_yaml().unwrap()

@@ -135,6 +135,12 @@ const SUGGESTED_VALUE: &str = "kpt v1.0.0-beta.54 bug: a result's legacy `field.
     is migrated to `proposedValue: {match: []}`, losing the value; we migrate it to \
     `proposedValue: safe` (the value the function suggested)";
 
+const DUPLICATE_KEY: &str = "kpt quirk (kyaml reads a function's output as yaml.v3 nodes, which \
+    keep both entries of a duplicated mapping key): a validator whose output repeats a key deep \
+    in an object passes; YAML mapping keys are unique, so we refuse the output as not YAML (the \
+    error names the key and its line) and the render fails, writing only the Kptfile status, \
+    as for any failed step (asserted in `validator_output_duplicate_key`)";
+
 /// Reviewed differences from kpt v1.0.0-beta.54. Each must still occur.
 const KNOWN_DIFFERENCES: &[Known] = &[
     Known {
@@ -330,6 +336,30 @@ const KNOWN_DIFFERENCES: &[Known] = &[
         reason: HEAD_COMMENT_GAP,
     },
     // selectors-overlap: the kpt quirk.
+    Known {
+        package: "validator-output-duplicate-key",
+        aspect: Aspect::Exit,
+        file: "",
+        marker: "",
+        class: Class::Quirk,
+        reason: DUPLICATE_KEY,
+    },
+    Known {
+        package: "validator-output-duplicate-key",
+        aspect: Aspect::Content,
+        file: "app.yaml",
+        marker: ".metadata.namespace: kpt \"checked\" / ours (absent)",
+        class: Class::Quirk,
+        reason: DUPLICATE_KEY,
+    },
+    Known {
+        package: "validator-output-duplicate-key",
+        aspect: Aspect::Results,
+        file: "results.yaml",
+        marker: "exitCode: kpt 0 / ours 1",
+        class: Class::Quirk,
+        reason: DUPLICATE_KEY,
+    },
     Known {
         package: "selectors-overlap",
         aspect: Aspect::Exit,
@@ -1374,6 +1404,26 @@ fn validators_pass() {
 #[test]
 fn validator_fail() {
     own_package("validator-fail", 1);
+}
+
+/// A validator's output objects are checked, then discarded: changed ones
+/// pass (the files keep the mutators' output), a syntax error deep in an
+/// object's `spec` and an object without `kind` fail the render, as kpt's.
+#[test]
+fn validator_output_changed() {
+    own_package("validator-output-value", 0);
+}
+
+#[test]
+fn validator_output_duplicate_key() {
+    own_package_with("validator-output-duplicate-key", 0, &|_, code| {
+        assert_eq!(code, 1, "output with a duplicate key must fail the render");
+    });
+}
+
+#[test]
+fn validator_output_without_kind() {
+    own_package("validator-output-no-kind", 1);
 }
 
 #[test]

@@ -119,7 +119,7 @@ impl ResourceList {
         take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
     ) -> Result<(Self, Option<Vec<OutputItem>>), ResourceListError> {
         if let Ok(text) = std::str::from_utf8(bytes)
-            && let Some(parsed) = parse_by_item(text, sent, take, true)
+            && let Some(parsed) = parse_by_item(text, sent, take, ItemRead::Texts)
         {
             return Ok((parsed.0, Some(parsed.1)));
         }
@@ -147,7 +147,29 @@ impl ResourceList {
         take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
     ) -> Result<Self, ResourceListError> {
         if let Ok(text) = std::str::from_utf8(bytes)
-            && let Some(parsed) = parse_by_item(text, sent, take, false)
+            && let Some(parsed) = parse_by_item(text, sent, take, ItemRead::Values)
+        {
+            return Ok(parsed.0);
+        }
+        Self::parse(bytes)
+    }
+
+    /// [`ResourceList::parse_output_values_taking`] for output that is only
+    /// checked (a render's validator: kpt checks its output objects' ids,
+    /// annotations, paths and KRM shape, then discards them): each changed
+    /// item is read whole for its syntax, but its value keeps only
+    /// `apiVersion`, `kind` and `metadata`, its other top-level entries
+    /// null ([`codec::tree::parse_identity`]). Items sent back unchanged
+    /// are the input's values, as there.
+    ///
+    /// Errors: as [`ResourceList::parse`].
+    pub(crate) fn parse_output_checked_taking(
+        bytes: &[u8],
+        sent: &[Arc<str>],
+        take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
+    ) -> Result<Self, ResourceListError> {
+        if let Ok(text) = std::str::from_utf8(bytes)
+            && let Some(parsed) = parse_by_item(text, sent, take, ItemRead::Identity)
         {
             return Ok(parsed.0);
         }
@@ -261,14 +283,26 @@ pub enum OutputItem {
     Text(Arc<YamlDoc>),
 }
 
+/// How [`parse_by_item`] reads each changed output item.
+#[derive(Clone, Copy, PartialEq)]
+enum ItemRead {
+    /// Its text and value ([`OutputItem::Text`]).
+    Texts,
+    /// Its value only.
+    Values,
+    /// What names it only ([`codec::tree::parse_identity`]).
+    Identity,
+}
+
 /// The block-style fast path of [`ResourceList::parse_output`]; `None` when
 /// the text is not laid out that way or a piece does not parse alone.
 fn parse_by_item(
     text: &str,
     sent: &[Arc<str>],
     take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
-    texts: bool,
+    read: ItemRead,
 ) -> Option<(ResourceList, Vec<OutputItem>)> {
+    let texts = read == ItemRead::Texts;
     if text.contains('\r') || text.starts_with('%') {
         return None;
     }
@@ -362,6 +396,7 @@ fn parse_by_item(
                 .or_else(|| moved(&doc));
             values.push(match same.and_then(&mut *take) {
                 Some(v) => v,
+                None if read == ItemRead::Identity => codec::tree::parse_identity(&doc).ok()?,
                 None => codec::tree::parse_value(&doc).ok()?,
             });
             continue;

@@ -131,8 +131,12 @@ impl FunctionCall {
     /// [`FunctionCall::input_texts`]). Consumes the call: the values of
     /// items the function wrote back unchanged move from its input into
     /// the output instead of being copied, and the input items left over
-    /// come back in [`FunctionOutput::input_items`]. The output's `stderr`
-    /// is empty (the runtime sets it).
+    /// come back in [`FunctionOutput::input_items`]. When the call's
+    /// sources say its output is only checked
+    /// ([`CallSources::checked_only_output`]), each changed item's value
+    /// keeps only `apiVersion`, `kind` and `metadata` (the rest is read for
+    /// its syntax and left null). The output's `stderr` is empty (the
+    /// runtime sets it).
     ///
     /// Errors: the output is not a ResourceList.
     pub fn read_output(
@@ -140,7 +144,7 @@ impl FunctionCall {
         stdout: &[u8],
         sent: Option<&[Arc<str>]>,
     ) -> Result<FunctionOutput, crate::domain::resource_list::ResourceListError> {
-        let values_only = self.sources.as_ref().is_some_and(|s| s.values_only_output);
+        let checked_only = self.sources.as_ref().is_some_and(|s| s.checked_only_output);
         let mut items = self.resource_list.items;
         // An item sent back twice moves once; the second is read from its text.
         let mut moved = vec![false; items.len()];
@@ -149,8 +153,8 @@ impl FunctionCall {
             first.then(|| std::mem::take(&mut items[j]))
         };
         let (resource_list, item_texts) = match sent {
-            Some(sent) if values_only => (
-                ResourceList::parse_output_values_taking(stdout, sent, &mut take)?,
+            Some(sent) if checked_only => (
+                ResourceList::parse_output_checked_taking(stdout, sent, &mut take)?,
                 None,
             ),
             Some(sent) => ResourceList::parse_output_taking(stdout, sent, &mut take)?,
@@ -257,7 +261,7 @@ mod tests {
         );
         call.sources = Some(CallSources {
             texts: vec![None, None],
-            values_only_output: false,
+            checked_only_output: false,
         });
         let (_, sent) = call.input_texts().unwrap();
         let sent = sent.unwrap();

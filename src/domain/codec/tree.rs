@@ -228,6 +228,21 @@ pub fn parse_value(text: &str) -> Result<Value, CodecError> {
     Ok(value)
 }
 
+/// What a render's output checks read of an object written as `text`
+/// (one YAML document): its value with only `apiVersion`, `kind` and
+/// `metadata` kept whole and every other top-level entry null. The rest of
+/// the text is still read, so text [`parse_value`] refuses is refused here
+/// too. Text the one-pass reader is not sure of (or a root that is not a
+/// mapping) gets its whole value, as [`parse_value`] reads it.
+///
+/// Errors: as [`parse_value`].
+pub fn parse_identity(text: &str) -> Result<Value, CodecError> {
+    match fast::identity(text) {
+        Some(value) => Ok(value),
+        None => parse_value(text),
+    }
+}
+
 type Built = (Option<Node>, Vec<Comment>, Value, bool);
 
 struct Builder<'a> {

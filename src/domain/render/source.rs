@@ -173,11 +173,13 @@ impl TextMap {
 pub struct CallSources {
     /// Per input item, its texts.
     pub texts: Vec<Option<ObjectText>>,
-    /// Read the function's output items as values only, without their
-    /// texts: for a validator, whose output is checked and never written
-    /// (kpt discards it), reading each changed item's layout and comments
-    /// would be wasted.
-    pub values_only_output: bool,
+    /// The function's output is only checked, never written: a validator's
+    /// (kpt checks its objects' ids, annotations, paths and KRM shape, then
+    /// discards them). Each changed output item is then read without its
+    /// text and with only what those checks look at — `apiVersion`, `kind`
+    /// and `metadata` — in its value; the rest of it is read for its syntax
+    /// only ([`crate::domain::codec::tree::parse_identity`]).
+    pub checked_only_output: bool,
 }
 
 impl CallSources {

@@ -12,6 +12,8 @@
 //! up (`None`), and the caller reads the text with the event parser, which
 //! also words any error.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use super::{Built, Comment, Entry, Item, Kind, Node, Style, colon_after, resolve_plain};
@@ -19,6 +21,20 @@ use crate::domain::codec::MAX_DEPTH;
 
 /// Reads `text` when it is plain block YAML; `None` when it is not sure.
 pub(super) fn run(text: &str, tree: bool) -> Option<Built> {
+    read(text, tree, false)
+}
+
+/// The value of `text`, plain block YAML whose root is a mapping, with
+/// only the entries that name an object kept whole — `apiVersion`, `kind`
+/// and `metadata` — and every other root entry's value read for its syntax
+/// (the same text is accepted and refused as by [`run`]) but left null.
+/// `None` when this reader is not sure of the text or its root is not a
+/// mapping.
+pub(super) fn identity(text: &str) -> Option<Value> {
+    read(text, false, true).and_then(|(root, _, value, _)| root.map(|_| value))
+}
+
+fn read(text: &str, tree: bool, identity: bool) -> Option<Built> {
     let bytes = text.as_bytes();
     if bytes.iter().any(|&b| b >= 0x80 || (b < 0x20 && b != b'\n')) {
         return None;
@@ -30,10 +46,13 @@ pub(super) fn run(text: &str, tree: bool) -> Option<Built> {
         line: std::cell::Cell::new((usize::MAX, 0)),
         comments: Vec::new(),
         tree,
+        identity,
+        skip: false,
         pairs: Vec::new(),
         entries: Vec::new(),
         values: Vec::new(),
         items: Vec::new(),
+        names: Vec::new(),
     };
     let Some(first) = r.next_content() else {
         // Blank or comments only: a null document.
@@ -61,10 +80,10 @@ struct Line {
 
 /// A key found at a position: its node's range, its text value and the
 /// position of its `:`.
-struct Key {
+struct Key<'a> {
     start: usize,
     end: usize,
-    name: String,
+    name: Cow<'a, str>,
     style: Style,
     colon: usize,
 }
@@ -78,6 +97,10 @@ struct Reader<'a> {
     line: std::cell::Cell<(usize, usize)>,
     comments: Vec<Comment>,
     tree: bool,
+    /// Keep only the root entries that name an object ([`identity`]).
+    identity: bool,
+    /// Reading a value [`identity`] leaves out: syntax only, no values.
+    skip: bool,
     /// The keys and values of the mappings being read, innermost last:
     /// each mapping is built at its end with exactly its size (most hold
     /// one or two entries, which growing one entry at a time would give
@@ -89,9 +112,12 @@ struct Reader<'a> {
     values: Vec<Value>,
     /// The nodes of the items of the sequences being read, as `pairs`.
     items: Vec<Item>,
+    /// The keys of the mappings being read while skipping, as `pairs`
+    /// (for the duplicate-key check, which skipping keeps).
+    names: Vec<Cow<'a, str>>,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     /// The line holding `at` (a line's end is its `\n`, or the end of the
     /// text). The reader asks about the same line several times in a row,
     /// so the last line found is kept.
@@ -192,7 +218,8 @@ impl Reader<'_> {
 
     /// A key starting at `at` (plain or quoted, then `:` and a blank or the
     /// line's end).
-    fn key_at(&self, at: usize) -> Option<Key> {
+    fn key_at(&self, at: usize) -> Option<Key<'a>> {
+        let t: &'a str = self.t;
         let end = self.eol(at);
         let first = self.b[at];
         let (start, key_end, name, style) = if first == b'\'' || first == b'"' {
@@ -202,7 +229,7 @@ impl Reader<'_> {
             } else {
                 Style::SingleQuoted
             };
-            (at, close, value, style)
+            (at, close, Cow::Owned(value), style)
         } else {
             if !plain_start(self.b, at, end) {
                 return None;
@@ -220,7 +247,7 @@ impl Reader<'_> {
                 }
             };
             let key_end = at + self.t[at..colon].trim_end_matches(' ').len();
-            (at, key_end, self.t[at..key_end].to_string(), Style::Plain)
+            (at, key_end, Cow::Borrowed(&t[at..key_end]), Style::Plain)
         };
         if name == "<<" {
             return None;
@@ -277,7 +304,12 @@ impl Reader<'_> {
             } else {
                 Style::SingleQuoted
             };
-            (close, Value::String(value), style)
+            let value = if self.skip {
+                Value::Null
+            } else {
+                Value::String(value)
+            };
+            (close, value, style)
         } else {
             if !plain_start(self.b, at, end) {
                 return None;
@@ -290,7 +322,12 @@ impl Reader<'_> {
                 i += 1;
             }
             let s = self.t[at..i].trim_end_matches(' ');
-            (at + s.len(), resolve_plain(s), Style::Plain)
+            let value = if self.skip {
+                Value::Null
+            } else {
+                resolve_plain(s)
+            };
+            (at + s.len(), value, Style::Plain)
         };
         if !self.rest_of_line(node_end) {
             return None;
@@ -427,14 +464,21 @@ impl Reader<'_> {
 
     /// A block mapping whose keys are at column `col`, the first at `first`.
     fn map(&mut self, col: usize, first: usize, depth: usize) -> Option<(Node, Value)> {
+        if self.skip {
+            return self.skipped_map(col, first, depth);
+        }
+        let identity_root = self.identity && depth == 0;
         let (pairs_from, entries_from) = (self.pairs.len(), self.entries.len());
         let mut at = first;
         let mut end;
         loop {
             let key = self.key_at(at)?;
-            let (value, v) = self.value(key.colon + 1, col, false, depth + 1)?;
+            self.skip = identity_root && !matches!(&*key.name, "apiVersion" | "kind" | "metadata");
+            let read = self.value(key.colon + 1, col, false, depth + 1);
+            self.skip = false;
+            let (value, v) = read?;
             end = value.end.max(key.colon + 1);
-            let mut name = key.name;
+            let mut name = key.name.into_owned();
             let map_key = if self.tree {
                 name.clone()
             } else {
@@ -485,6 +529,44 @@ impl Reader<'_> {
         ))
     }
 
+    /// [`Reader::map`] inside a value [`identity`] leaves out: the same
+    /// syntax and duplicate-key check, no value (null) and no entries.
+    fn skipped_map(&mut self, col: usize, first: usize, depth: usize) -> Option<(Node, Value)> {
+        let names_from = self.names.len();
+        let mut at = first;
+        let mut end;
+        loop {
+            let key = self.key_at(at)?;
+            let (value, _) = self.value(key.colon + 1, col, false, depth + 1)?;
+            end = value.end.max(key.colon + 1);
+            self.names.push(key.name);
+            match self.next_at(col, false)? {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        let names = &mut self.names[names_from..];
+        names.sort_unstable();
+        let duplicate = names.windows(2).any(|w| w[0] == w[1]);
+        self.names.truncate(names_from);
+        if duplicate {
+            // As in `map`: the event parser words the error.
+            return None;
+        }
+        Some((
+            Node {
+                start: first,
+                end,
+                kind: Kind::Map {
+                    flow: false,
+                    entries: Vec::new(),
+                },
+                props: false,
+            },
+            Value::Null,
+        ))
+    }
+
     /// A block sequence whose dashes are at column `col`, the first at `first`.
     fn seq(&mut self, col: usize, first: usize, depth: usize) -> Option<(Node, Value)> {
         let (values_from, items_from) = (self.values.len(), self.items.len());
@@ -493,7 +575,9 @@ impl Reader<'_> {
         loop {
             let (node, v) = self.value(dash + 1, col, true, depth + 1)?;
             end = node.end.max(dash + 1);
-            self.values.push(v);
+            if !self.skip {
+                self.values.push(v);
+            }
             if self.tree {
                 self.items.push(Item { dash, node });
             }
@@ -502,7 +586,11 @@ impl Reader<'_> {
                 None => break,
             }
         }
-        let values: Vec<Value> = self.values.drain(values_from..).collect();
+        let value = if self.skip {
+            Value::Null
+        } else {
+            Value::Array(self.values.drain(values_from..).collect())
+        };
         let items: Vec<Item> = self.items.drain(items_from..).collect();
         Some((
             Node {
@@ -511,7 +599,7 @@ impl Reader<'_> {
                 kind: Kind::Seq { flow: false, items },
                 props: false,
             },
-            Value::Array(values),
+            value,
         ))
     }
 }
@@ -545,6 +633,20 @@ mod tests {
                 assert_eq!(fast, events, "tree: {tree}, text:\n{text}");
             }
         }
+        // The identity read accepts what the value read accepts, and keeps
+        // of it the entries that name an object, the others null.
+        let expected = run(text, false).and_then(|(root, _, value, _)| {
+            root.map(|_| {
+                let mut value = value;
+                for (k, v) in value.as_object_mut().expect("a root mapping") {
+                    if !matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                        *v = Value::Null;
+                    }
+                }
+                value
+            })
+        });
+        assert_eq!(identity(text), expected, "identity, text:\n{text}");
         read
     }
 
@@ -605,6 +707,28 @@ mod tests {
         for text in READ {
             assert!(agrees(text), "not read by the fast path:\n{text}");
         }
+    }
+
+    /// The identity read leaves out the values of the entries that do not
+    /// name an object, and still refuses what the value read refuses inside
+    /// them (here a duplicate key deep in `spec`).
+    #[test]
+    fn the_identity_read_keeps_what_names_an_object() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations:\n    x: '1'\ndata:\n  k: v\nspec:\n  list:\n  - a: 1\n    b: [\n";
+        assert_eq!(identity(text), None, "flow syntax inside a left-out entry");
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations:\n    x: '1'\ndata:\n  k: v\nspec:\n  list:\n  - a: 1\n    b: 2\n";
+        assert_eq!(
+            identity(text),
+            Some(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "a", "annotations": {"x": "1"}},
+                "data": null, "spec": null,
+            }))
+        );
+        let duplicate =
+            "apiVersion: v1\nkind: X\nmetadata:\n  name: a\nspec:\n  list:\n  - a: 1\n    'a': 2\n";
+        assert_eq!(identity(duplicate), None);
+        assert!(super::super::parse_identity(duplicate).is_err());
     }
 
     #[test]

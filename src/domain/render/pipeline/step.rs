@@ -119,7 +119,7 @@ impl Renderer<'_> {
                 .iter()
                 .map(|k| k.as_ref().and_then(|k| texts.get(k)).cloned())
                 .collect(),
-            values_only_output: kind != StepKind::Mutator,
+            checked_only_output: kind != StepKind::Mutator,
         });
         // A mutator's output texts are kept; a validator's are not.
         let input_texts = sources
