@@ -136,31 +136,18 @@ impl ResourceList {
         sent: &[Arc<str>],
         sent_values: &[serde_json::Value],
     ) -> Result<Self, ResourceListError> {
-        Self::parse_output_values_taking(bytes, sent, &mut |j| sent_values.get(j).cloned())
+        let mut take = |j: usize| sent_values.get(j).cloned();
+        Self::parse_output_read(bytes, sent, &mut take, ItemRead::Values)
     }
 
-    /// [`ResourceList::parse_output_values`] with the values of unchanged
-    /// items from `take`, as [`ResourceList::parse_output_taking`].
-    pub(crate) fn parse_output_values_taking(
-        bytes: &[u8],
-        sent: &[Arc<str>],
-        take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
-    ) -> Result<Self, ResourceListError> {
-        if let Ok(text) = std::str::from_utf8(bytes)
-            && let Some(parsed) = parse_by_item(text, sent, take, ItemRead::Values)
-        {
-            return Ok(parsed.0);
-        }
-        Self::parse(bytes)
-    }
-
-    /// [`ResourceList::parse_output_values_taking`] for output that is only
+    /// [`ResourceList::parse_output_values`] for output that is only
     /// checked (a render's validator: kpt checks its output objects' ids,
     /// annotations, paths and KRM shape, then discards them): each changed
     /// item is read whole for its syntax, but its value keeps only
     /// `apiVersion`, `kind` and `metadata`, its other top-level entries
-    /// null ([`codec::tree::parse_identity`]). Items sent back unchanged
-    /// are the input's values, as there.
+    /// null ([`codec::tree::parse_identity`]). The values of items sent
+    /// back unchanged come from `take`, as in
+    /// [`ResourceList::parse_output_taking`].
     ///
     /// Errors: as [`ResourceList::parse`].
     pub(crate) fn parse_output_checked_taking(
@@ -168,8 +155,19 @@ impl ResourceList {
         sent: &[Arc<str>],
         take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
     ) -> Result<Self, ResourceListError> {
+        Self::parse_output_read(bytes, sent, take, ItemRead::Identity)
+    }
+
+    /// The output read item by item as `read` says (without item texts),
+    /// else parsed whole.
+    fn parse_output_read(
+        bytes: &[u8],
+        sent: &[Arc<str>],
+        take: &mut dyn FnMut(usize) -> Option<serde_json::Value>,
+        read: ItemRead,
+    ) -> Result<Self, ResourceListError> {
         if let Ok(text) = std::str::from_utf8(bytes)
-            && let Some(parsed) = parse_by_item(text, sent, take, ItemRead::Identity)
+            && let Some(parsed) = parse_by_item(text, sent, take, read)
         {
             return Ok(parsed.0);
         }

@@ -463,57 +463,74 @@ impl<'a> Reader<'a> {
     }
 
     /// A block mapping whose keys are at column `col`, the first at `first`.
+    /// Inside a value [`identity`] leaves out, only its syntax and the
+    /// duplicate-key check: no value (null) and no entries.
     fn map(&mut self, col: usize, first: usize, depth: usize) -> Option<(Node, Value)> {
-        if self.skip {
-            return self.skipped_map(col, first, depth);
-        }
+        let skipping = self.skip;
         let identity_root = self.identity && depth == 0;
-        let (pairs_from, entries_from) = (self.pairs.len(), self.entries.len());
+        let (pairs_from, entries_from, names_from) =
+            (self.pairs.len(), self.entries.len(), self.names.len());
         let mut at = first;
         let mut end;
         loop {
             let key = self.key_at(at)?;
-            self.skip = identity_root && !matches!(&*key.name, "apiVersion" | "kind" | "metadata");
+            self.skip = skipping
+                || (identity_root && !matches!(&*key.name, "apiVersion" | "kind" | "metadata"));
             let read = self.value(key.colon + 1, col, false, depth + 1);
-            self.skip = false;
+            self.skip = skipping;
             let (value, v) = read?;
             end = value.end.max(key.colon + 1);
-            let mut name = key.name.into_owned();
-            let map_key = if self.tree {
-                name.clone()
+            if skipping {
+                self.names.push(key.name);
             } else {
-                std::mem::take(&mut name)
-            };
-            self.pairs.push((map_key, v));
-            if self.tree {
-                self.entries.push(Entry {
-                    key: Node {
-                        start: key.start,
-                        end: key.end,
-                        kind: Kind::Scalar {
-                            style: key.style,
-                            empty: false,
+                let mut name = key.name.into_owned();
+                let map_key = if self.tree {
+                    name.clone()
+                } else {
+                    std::mem::take(&mut name)
+                };
+                self.pairs.push((map_key, v));
+                if self.tree {
+                    self.entries.push(Entry {
+                        key: Node {
+                            start: key.start,
+                            end: key.end,
+                            kind: Kind::Scalar {
+                                style: key.style,
+                                empty: false,
+                            },
+                            props: false,
                         },
-                        props: false,
-                    },
-                    name,
-                    colon: Some(key.colon),
-                    value,
-                });
+                        name,
+                        colon: Some(key.colon),
+                        value,
+                    });
+                }
             }
             match self.next_at(col, false)? {
                 Some(next) => at = next,
                 None => break,
             }
         }
-        let n = self.pairs.len() - pairs_from;
-        let mut map = Map::with_capacity(n);
-        for (k, v) in self.pairs.drain(pairs_from..) {
-            if map.insert(k, v).is_some() {
-                // A duplicate key: the event parser words the error.
+        // A duplicate key: the event parser words the error.
+        let value = if skipping {
+            let names = &mut self.names[names_from..];
+            names.sort_unstable();
+            let duplicate = names.windows(2).any(|w| w[0] == w[1]);
+            self.names.truncate(names_from);
+            if duplicate {
                 return None;
             }
-        }
+            Value::Null
+        } else {
+            let mut map = Map::with_capacity(self.pairs.len() - pairs_from);
+            for (k, v) in self.pairs.drain(pairs_from..) {
+                if map.insert(k, v).is_some() {
+                    return None;
+                }
+            }
+            Value::Object(map)
+        };
         let entries: Vec<Entry> = self.entries.drain(entries_from..).collect();
         Some((
             Node {
@@ -525,45 +542,7 @@ impl<'a> Reader<'a> {
                 },
                 props: false,
             },
-            Value::Object(map),
-        ))
-    }
-
-    /// [`Reader::map`] inside a value [`identity`] leaves out: the same
-    /// syntax and duplicate-key check, no value (null) and no entries.
-    fn skipped_map(&mut self, col: usize, first: usize, depth: usize) -> Option<(Node, Value)> {
-        let names_from = self.names.len();
-        let mut at = first;
-        let mut end;
-        loop {
-            let key = self.key_at(at)?;
-            let (value, _) = self.value(key.colon + 1, col, false, depth + 1)?;
-            end = value.end.max(key.colon + 1);
-            self.names.push(key.name);
-            match self.next_at(col, false)? {
-                Some(next) => at = next,
-                None => break,
-            }
-        }
-        let names = &mut self.names[names_from..];
-        names.sort_unstable();
-        let duplicate = names.windows(2).any(|w| w[0] == w[1]);
-        self.names.truncate(names_from);
-        if duplicate {
-            // As in `map`: the event parser words the error.
-            return None;
-        }
-        Some((
-            Node {
-                start: first,
-                end,
-                kind: Kind::Map {
-                    flow: false,
-                    entries: Vec::new(),
-                },
-                props: false,
-            },
-            Value::Null,
+            value,
         ))
     }
 
