@@ -567,59 +567,33 @@ async fn objects_a_filtered_step_skipped_are_checked_by_the_next_step() {
     let fake = Fake::default().with("example.com/f:v1", |call| {
         Ok(ResourceList::new(call.resource_list.items.clone()))
     });
-    let mut non_krm = json!({"data": 1});
-    ann::set_path(&mut non_krm, "non-krm.yaml");
-    let out = render(
-        &fake,
-        vec![
-            kptfile(
-                "",
-                "root",
-                json!({"mutators": [
-                    {"image": "example.com/f:v1", "selectors": [{"kind": "ConfigMap"}]},
-                    {"image": "example.com/f:v1"},
-                    {"image": "example.com/f:v1"},
-                ]}),
-            ),
-            obj("ConfigMap", "cm", "cm.yaml", 0),
-            non_krm,
-        ],
-    )
-    .await;
-    assert_eq!(
-        out.error.unwrap().to_string(),
-        "pkg.render: pkg .:\n\tpipeline.run: input resource list must contain only KRM resources: non-krm.yaml: resource must have `apiVersion`"
-    );
-    assert_eq!(out.steps.len(), 2, "{:?}", out.steps);
-    assert!(out.steps[0].ran && out.steps[0].execution_error.is_none());
-    assert!(out.steps[1].execution_error.is_some());
-
-    // The same with validators only.
-    let mut non_krm = json!({"data": 1});
-    ann::set_path(&mut non_krm, "non-krm.yaml");
-    let out = render(
-        &fake,
-        vec![
-            kptfile(
-                "",
-                "root",
-                json!({"validators": [
-                    {"image": "example.com/f:v1", "selectors": [{"kind": "ConfigMap"}]},
-                    {"image": "example.com/f:v1"},
-                ]}),
-            ),
-            obj("ConfigMap", "cm", "cm.yaml", 0),
-            non_krm,
-        ],
-    )
-    .await;
-    assert!(
-        out.error.unwrap().to_string().contains(
-            "input resource list must contain only KRM resources: non-krm.yaml: resource must have `apiVersion`"
+    // A filtered first step, then unfiltered ones: mutators, then validators only.
+    let filtered = json!({"image": "example.com/f:v1", "selectors": [{"kind": "ConfigMap"}]});
+    let all = json!({"image": "example.com/f:v1"});
+    for pipeline in [
+        json!({"mutators": [filtered, all, all]}),
+        json!({"validators": [filtered, all]}),
+    ] {
+        let mut non_krm = json!({"data": 1});
+        ann::set_path(&mut non_krm, "non-krm.yaml");
+        let out = render(
+            &fake,
+            vec![
+                kptfile("", "root", pipeline.clone()),
+                obj("ConfigMap", "cm", "cm.yaml", 0),
+                non_krm,
+            ],
         )
-    );
-    assert_eq!(out.steps.len(), 2, "{:?}", out.steps);
-    assert!(out.steps[1].execution_error.is_some());
+        .await;
+        assert_eq!(
+            out.error.unwrap().to_string(),
+            "pkg.render: pkg .:\n\tpipeline.run: input resource list must contain only KRM resources: non-krm.yaml: resource must have `apiVersion`",
+            "{pipeline}"
+        );
+        assert_eq!(out.steps.len(), 2, "{pipeline}: {:?}", out.steps);
+        assert!(out.steps[0].ran && out.steps[0].execution_error.is_none());
+        assert!(out.steps[1].execution_error.is_some());
+    }
 }
 
 #[tokio::test]
