@@ -304,7 +304,8 @@ fn parse_by_item(
     if text.contains('\r') || text.starts_with('%') {
         return None;
     }
-    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut lines: Vec<&str> = Vec::with_capacity(text.bytes().filter(|&b| b == b'\n').count() + 1);
+    lines.extend(text.split_inclusive('\n'));
     let is_top_key = |l: &str| {
         let b = l.as_bytes();
         !b.is_empty() && !matches!(b[0], b' ' | b'\t' | b'#' | b'-' | b'\n' | b'.')
@@ -342,12 +343,18 @@ fn parse_by_item(
     if !is_dash(first) {
         return None;
     }
-    let mut chunks: Vec<Vec<&str>> = Vec::new();
-    let mut head: Vec<&str> = Vec::new();
-    for l in region {
+    // Item `i` is the lines `region[bounds[i]..bounds[i + 1]]`; the blank
+    // and comment lines before the first dash go with the first item.
+    let mut bounds: Vec<usize> = Vec::with_capacity(sent.len() + 2);
+    bounds.push(0);
+    let mut seen_dash = false;
+    for (k, l) in region.iter().enumerate() {
         if content(l) {
             if is_dash(l) {
-                chunks.push(vec![l]);
+                if seen_dash {
+                    bounds.push(k);
+                }
+                seen_dash = true;
                 continue;
             }
             let indent = l.len() - l.trim_start_matches(' ').len();
@@ -355,15 +362,8 @@ fn parse_by_item(
                 return None;
             }
         }
-        match chunks.last_mut() {
-            Some(c) => c.push(l),
-            None => head.push(l),
-        }
     }
-    if let Some(c) = chunks.first_mut() {
-        head.append(c);
-        *c = head;
-    }
+    bounds.push(region.len());
     // Input texts by text, for items the function moved; built at the
     // first item not at its input's place (most functions keep the order).
     let mut by_text: Option<HashMap<&str, usize>> = None;
@@ -379,12 +379,13 @@ fn parse_by_item(
             .copied()
     };
     if texts {
-        move_head_comments(&mut chunks, sent);
+        move_head_comments(region, &mut bounds, sent);
     }
-    let mut items = Vec::with_capacity(chunks.len());
-    let mut values = Vec::with_capacity(chunks.len());
-    for (i, chunk) in chunks.iter().enumerate() {
-        let doc = dedent_item(chunk, col)?;
+    let count = bounds.len() - 1;
+    let mut items = Vec::with_capacity(count);
+    let mut values = Vec::with_capacity(count);
+    for (i, pair) in bounds.windows(2).enumerate() {
+        let doc = dedent_item(&region[pair[0]..pair[1]], col)?;
         if !texts {
             // Values only: an item sent back unchanged is the input's value.
             let same = sent
@@ -455,7 +456,9 @@ fn parse_by_item(
 /// it, as YAML libraries write an item's head comment before its dash) —
 /// except those a text sent to the function ends with (a comment below an
 /// object, passed through; the function may have reordered the objects).
-fn move_head_comments(chunks: &mut [Vec<&str>], sent: &[Arc<str>]) {
+/// Item `i` is `region[bounds[i]..bounds[i + 1]]`: moving an item's last
+/// lines to the next item moves the boundary between them.
+fn move_head_comments(region: &[&str], bounds: &mut [usize], sent: &[Arc<str>]) {
     let is_content = |l: &str| {
         let t = l.trim();
         !(t.is_empty() || t.starts_with('#'))
@@ -475,8 +478,8 @@ fn move_head_comments(chunks: &mut [Vec<&str>], sent: &[Arc<str>]) {
             sent_tails.insert(run.join("\n"));
         }
     }
-    for i in 0..chunks.len().saturating_sub(1) {
-        let chunk = &chunks[i];
+    for i in 0..bounds.len().saturating_sub(2) {
+        let chunk = &region[bounds[i]..bounds[i + 1]];
         let Some(last) = chunk.iter().rposition(|l| is_content(l)) else {
             continue;
         };
@@ -498,9 +501,8 @@ fn move_head_comments(chunks: &mut [Vec<&str>], sent: &[Arc<str>]) {
         if keep == tail.len() {
             continue;
         }
-        let from = tail[keep];
-        let moved: Vec<&str> = chunks[i].drain(from..).collect();
-        chunks[i + 1].splice(0..0, moved);
+        // The lines from `tail[keep]` on start the next item.
+        bounds[i + 1] = bounds[i] + tail[keep];
     }
 }
 
@@ -510,7 +512,13 @@ fn move_head_comments(chunks: &mut [Vec<&str>], sent: &[Arc<str>]) {
 /// Unchanged when that would change what `doc` reads as (a `#` line inside
 /// a block scalar is not a comment).
 fn indent_comments_like_their_node(doc: String) -> String {
-    if !doc.contains('#') {
+    // Only whole-line comments move; most documents have none (a `#` after
+    // content on its line, as in `replicas: 1 # kpt-set: …`, stays).
+    let comment_line = |(at, _): (usize, &str)| {
+        let line_start = doc[..at].rfind('\n').map_or(0, |n| n + 1);
+        doc[line_start..at].trim_start().is_empty()
+    };
+    if !doc.match_indices('#').any(comment_line) {
         return doc;
     }
     let lines: Vec<&str> = doc.split_inclusive('\n').collect();
@@ -575,7 +583,7 @@ fn dedent_item(lines: &[&str], col: usize) -> Option<String> {
     } else {
         col + 1 + spaces
     };
-    let mut out = String::new();
+    let mut out = String::with_capacity(lines.iter().map(|l| l.len()).sum());
     for (i, l) in lines.iter().enumerate() {
         if i == dash_at {
             let first = after.trim_start_matches(' ');

@@ -14,7 +14,7 @@
 
 use serde_json::{Map, Value};
 
-use super::tree::resolve_plain;
+use super::tree::plain_is_string;
 
 /// How block sequences under a mapping key are indented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -156,9 +156,14 @@ fn inline(value: &Value, _indent: usize) -> Option<String> {
     })
 }
 
+/// Appends `n` spaces (the indentation of a line) without a temporary string.
+fn pad(out: &mut String, n: usize) {
+    out.extend(std::iter::repeat_n(' ', n));
+}
+
 fn map_lines(out: &mut String, m: &Map<String, Value>, indent: usize, seq: SeqIndent) {
     for (k, v) in m {
-        out.push_str(&" ".repeat(indent));
+        pad(out, indent);
         entry(out, k, v, indent, seq);
     }
 }
@@ -190,7 +195,7 @@ fn entry(out: &mut String, k: &str, v: &Value, indent: usize, seq: SeqIndent) {
 
 fn seq_lines(out: &mut String, a: &[Value], indent: usize, seq: SeqIndent) {
     for v in a {
-        out.push_str(&" ".repeat(indent));
+        pad(out, indent);
         out.push_str("- ");
         item(out, v, indent + 2, seq);
     }
@@ -202,7 +207,7 @@ fn item(out: &mut String, v: &Value, indent: usize, seq: SeqIndent) {
         Value::Object(m) if !m.is_empty() => {
             for (i, (k, v)) in m.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(&" ".repeat(indent));
+                    pad(out, indent);
                 }
                 entry(out, k, v, indent, seq);
             }
@@ -210,7 +215,7 @@ fn item(out: &mut String, v: &Value, indent: usize, seq: SeqIndent) {
         Value::Array(a) if !a.is_empty() => {
             for (i, v) in a.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(&" ".repeat(indent));
+                    pad(out, indent);
                 }
                 out.push_str("- ");
                 item(out, v, indent + 2, seq);
@@ -277,7 +282,7 @@ fn string_token(s: &str) -> String {
 /// True when `s` written plain reads back as the same string, both for
 /// `yaml.v3` (kpt and Go functions) and for this codec.
 fn plain_reads_back(s: &str) -> bool {
-    !v3_resolves_to_other_type(s) && matches!(resolve_plain(s), Value::String(_))
+    !v3_resolves_to_other_type(s) && plain_is_string(s)
 }
 
 /// `yaml.v3`'s `resolve` reads `s` as something other than a string (or
@@ -432,8 +437,7 @@ struct Analysis {
 }
 
 fn analyze(s: &str) -> Analysis {
-    let chars: Vec<char> = s.chars().collect();
-    if chars.is_empty() {
+    if s.is_empty() {
         return Analysis {
             block_plain: true,
             single_quoted: true,
@@ -444,8 +448,10 @@ fn analyze(s: &str) -> Analysis {
     let mut tabs = false;
     let (mut leading_space, mut trailing_space) = (false, false);
     let mut preceded_by_whitespace = true;
-    for (i, &c) in chars.iter().enumerate() {
-        let followed_by_whitespace = chars.get(i + 1).is_none_or(|n| *n == ' ' || *n == '\t');
+    let mut chars = s.chars().enumerate().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next = chars.peek().map(|&(_, n)| n);
+        let followed_by_whitespace = next.is_none_or(|n| n == ' ' || n == '\t');
         if i == 0 {
             match c {
                 '#' | ',' | '[' | ']' | '{' | '}' | '&' | '*' | '!' | '|' | '>' | '\'' | '"'
@@ -469,7 +475,7 @@ fn analyze(s: &str) -> Analysis {
             if i == 0 {
                 leading_space = true;
             }
-            if i + 1 == chars.len() {
+            if next.is_none() {
                 trailing_space = true;
             }
         }

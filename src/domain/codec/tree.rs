@@ -629,6 +629,27 @@ pub fn resolve_plain(s: &str) -> Value {
     Value::String(s.to_string())
 }
 
+/// Whether [`resolve_plain`] reads `s` as a string, without building the
+/// value (no copy of `s`): false for the null, boolean, integer and finite
+/// float forms, true for everything else (non-finite floats are strings
+/// in the codec's values). The emitter asks this of every scalar it writes.
+pub fn plain_is_string(s: &str) -> bool {
+    if s.is_empty() || s == "~" || s.eq_ignore_ascii_case("null") {
+        return false;
+    }
+    if s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false") {
+        return false;
+    }
+    let first = s.as_bytes()[0];
+    if !(first.is_ascii_digit() || matches!(first, b'-' | b'+' | b'.')) {
+        return true;
+    }
+    if parse_int(s).is_some() {
+        return false;
+    }
+    parse_float(s).is_none_or(|f| !f.is_finite())
+}
+
 /// A float as the codec stores it: finite as a number, non-finite as the
 /// canonical YAML text.
 fn float_value(f: f64) -> Value {
@@ -727,6 +748,27 @@ fn parse_float(s: &str) -> Option<f64> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    proptest::proptest! {
+        /// The check the emitter uses answers as the value read does, for
+        /// text shaped like every plain scalar form (signs, radix prefixes,
+        /// separators, dots, exponents, the null/boolean words) and for
+        /// arbitrary text.
+        #[test]
+        fn plain_is_string_answers_as_resolve_plain(
+            s in proptest::prop_oneof![
+                "[-+]?(0[xXoObB])?[0-9a-fA-F_.eE+-]{0,8}",
+                "[.]?(inf|Inf|INF|nan|NaN|NAN|null|Null|NULL|true|True|false|False|~)",
+                "\\PC{0,12}",
+            ]
+        ) {
+            proptest::prop_assert_eq!(
+                plain_is_string(&s),
+                matches!(resolve_plain(&s), Value::String(_)),
+                "{:?}", s
+            );
+        }
+    }
 
     const DOC: &str = "\
 # head
