@@ -286,8 +286,14 @@ fn refusal_result(e: &EvalError) -> StructuredResult {
 }
 
 /// The root-relative directory of the package an object belongs to (its
-/// package-path annotation looked up in `dirs`; "" when unknown).
+/// package-path annotation looked up in `dirs`; "" when unknown). When
+/// every package of the render is at the root ("", a package without
+/// subpackages) the answer is "" whatever the annotation says, so it is not
+/// read.
 fn package_dir(dirs: &HashMap<String, String>, item: &Value) -> String {
+    if dirs.values().all(String::is_empty) {
+        return String::new();
+    }
     ann::get_text(item, ann::PACKAGE_PATH)
         .and_then(|pp| dirs.get(pp.as_ref()).cloned())
         .unwrap_or_default()
