@@ -84,5 +84,5 @@ pub fn main() -> ExitCode {
         WrapperArgs::command(),
         std::env::args().collect(),
     ));
-    super::run_async(run(args))
+    super::run_async(false, run(args))
 }
