@@ -126,8 +126,13 @@ impl<'a> Reader<'a> {
         if start <= at && at <= end {
             return Line { start, end };
         }
-        let start = self.t[..at].rfind('\n').map_or(0, |i| i + 1);
-        let end = self.t[at..].find('\n').map_or(self.t.len(), |i| at + i);
+        // Mostly asked at a line's start (the reader moves line by line).
+        let start = if at == 0 || self.b[at - 1] == b'\n' {
+            at
+        } else {
+            memchr::memrchr(b'\n', &self.b[..at]).map_or(0, |i| i + 1)
+        };
+        let end = memchr::memchr(b'\n', &self.b[at..]).map_or(self.b.len(), |i| at + i);
         self.line.set((start, end));
         Line { start, end }
     }
