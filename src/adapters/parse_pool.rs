@@ -21,12 +21,28 @@ static PARSERS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
 });
 
 /// Runs `parse` on the blocking pool, at most one parse per core but one at once,
-/// and returns its result.
+/// and returns its result. On a single-threaded (`current_thread`) runtime
+/// — `krm-fn-runner render`, whose steps run one after another — it runs
+/// in place instead: there are no async workers to keep free, and the
+/// parsed values stay with the thread that uses and frees them (no hand-off
+/// to a blocking thread and back, no frees across threads).
 ///
 /// Errors: [`EvalError::Internal`] only if `parse` panicked.
 pub async fn parse_off_workers<T: Send + 'static>(
     parse: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, EvalError> {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).map_err(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            EvalError::Internal(format!("parsing failed: the parser panicked: {message}"))
+        });
+    }
     let _turn = PARSERS
         .clone()
         .acquire_owned()
@@ -35,4 +51,43 @@ pub async fn parse_off_workers<T: Send + 'static>(
     tokio::task::spawn_blocking(parse)
         .await
         .map_err(|e| EvalError::Internal(format!("parsing failed: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a single-threaded runtime the parse runs on the calling thread; on
+    /// a multi-threaded one it runs on another (the blocking pool). A panic
+    /// is an internal error either way, not a crash.
+    #[test]
+    fn the_parse_runs_in_place_only_on_a_single_threaded_runtime() {
+        let caller = || std::thread::current().id();
+        let one = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (here, ran) = one.block_on(async {
+            let here = caller();
+            (here, parse_off_workers(caller).await.unwrap())
+        });
+        assert_eq!(here, ran);
+        let many = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let (here, ran) = many.block_on(async {
+            let here = caller();
+            (here, parse_off_workers(caller).await.unwrap())
+        });
+        assert_ne!(here, ran);
+        for runtime in [&one, &many] {
+            let err = runtime
+                .block_on(parse_off_workers(|| -> u8 { panic!("bad input") }))
+                .unwrap_err();
+            assert!(
+                matches!(&err, EvalError::Internal(m) if m.starts_with("parsing failed")),
+                "{err:?}"
+            );
+        }
+    }
 }
