@@ -25,3 +25,13 @@ pub mod telemetry {
     #[path = "spans.rs"]
     pub mod spans;
 }
+
+/// The message a panic carried (its payload when it is a `&str` or a
+/// `String`, as `panic!` makes it), `None` for any other payload. Used
+/// where the adapters catch a panic and turn it into an error.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+}

@@ -35,11 +35,7 @@ pub async fn parse_off_workers<T: Send + 'static>(
         == tokio::runtime::RuntimeFlavor::CurrentThread
     {
         return std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).map_err(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+            let message = super::panic_message(&*panic).unwrap_or_default();
             EvalError::Internal(format!("parsing failed: the parser panicked: {message}"))
         });
     }
@@ -66,20 +62,17 @@ mod tests {
         let one = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let (here, ran) = one.block_on(async {
-            let here = caller();
-            (here, parse_off_workers(caller).await.unwrap())
-        });
-        assert_eq!(here, ran);
         let many = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .build()
             .unwrap();
-        let (here, ran) = many.block_on(async {
-            let here = caller();
-            (here, parse_off_workers(caller).await.unwrap())
-        });
-        assert_ne!(here, ran);
+        for (runtime, in_place) in [(&one, true), (&many, false)] {
+            let (here, ran) = runtime.block_on(async {
+                let here = caller();
+                (here, parse_off_workers(caller).await.unwrap())
+            });
+            assert_eq!(here == ran, in_place);
+        }
         for runtime in [&one, &many] {
             let err = runtime
                 .block_on(parse_off_workers(|| -> u8 { panic!("bad input") }))

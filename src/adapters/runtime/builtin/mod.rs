@@ -182,10 +182,7 @@ impl BuiltinRuntime {
                 })))
             }
             Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                let what = crate::adapters::panic_message(&*panic)
                     .unwrap_or_else(|| "unknown panic".into());
                 Err(EvalError::Internal(format!(
                     "KRM function panicked with: {what}"
