@@ -112,8 +112,7 @@ impl Renderer<'_> {
             .as_ref()
             .and_then(ann::path)
             .map(|p| function_dir(&p));
-        let input_keys: Vec<Option<DocKey>> =
-            root_keys(input.iter(), |item| package_dir(&ctx.dirs, item));
+        let input_keys: Vec<Option<DocKey>> = root_keys(input.iter(), package_dir(&ctx.dirs));
         let sources = ctx.texts.as_ref().map(|texts| CallSources {
             texts: input_keys
                 .iter()
@@ -246,7 +245,7 @@ impl Renderer<'_> {
         if kind == StepKind::Mutator
             && let (Some(texts), Some(sent)) = (ctx.texts.as_mut(), input_texts)
         {
-            let out_keys = root_keys(&out, |item| package_dir(&ctx.dirs, item));
+            let out_keys = root_keys(&out, package_dir(&ctx.dirs));
             let added = out_keys
                 .into_iter()
                 .enumerate()
@@ -286,17 +285,20 @@ fn refusal_result(e: &EvalError) -> StructuredResult {
 }
 
 /// The root-relative directory of the package an object belongs to (its
-/// package-path annotation looked up in `dirs`; "" when unknown). When
-/// every package of the render is at the root ("", a package without
-/// subpackages) the answer is "" whatever the annotation says, so it is not
-/// read.
-fn package_dir(dirs: &HashMap<String, String>, item: &Value) -> String {
-    if dirs.values().all(String::is_empty) {
-        return String::new();
+/// package-path annotation looked up in `dirs`; "" when unknown), as a
+/// function of the object. When every package of the render is at the
+/// root ("", a package without subpackages) the answer is "" whatever the
+/// annotation says, so it is not read (decided once, not per object).
+fn package_dir(dirs: &HashMap<String, String>) -> impl Fn(&Value) -> String + '_ {
+    let all_at_root = dirs.values().all(String::is_empty);
+    move |item| {
+        if all_at_root {
+            return String::new();
+        }
+        ann::get_text(item, ann::PACKAGE_PATH)
+            .and_then(|pp| dirs.get(pp.as_ref()).cloned())
+            .unwrap_or_default()
     }
-    ann::get_text(item, ann::PACKAGE_PATH)
-        .and_then(|pp| dirs.get(pp.as_ref()).cloned())
-        .unwrap_or_default()
 }
 
 /// The texts of output item `k` of a call: its origin is that of the input
