@@ -135,6 +135,9 @@ const SUGGESTED_VALUE: &str = "kpt v1.0.0-beta.54 bug: a result's legacy `field.
     is migrated to `proposedValue: {match: []}`, losing the value; we migrate it to \
     `proposedValue: safe` (the value the function suggested)";
 
+const MERGE_TAG: &str = "kpt quirk (yaml.v3): a merge key in a file a function changed is \
+    written with an explicit tag, `!!merge <<: *base`; we keep the file's `<<: *base`";
+
 const DUPLICATE_KEY: &str = "kpt quirk (kyaml reads a function's output as yaml.v3 nodes, which \
     keep both entries of a duplicated mapping key): a validator whose output repeats a key deep \
     in an object passes; YAML mapping keys are unique, so we refuse the output as not YAML (the \
@@ -150,6 +153,14 @@ const KNOWN_DIFFERENCES: &[Known] = &[
         marker: "",
         class: Class::Quirk,
         reason: SUGGESTED_VALUE,
+    },
+    Known {
+        package: "anchors-tags",
+        aspect: Aspect::Bytes,
+        file: "anchors.yaml",
+        marker: "<<: *base",
+        class: Class::Quirk,
+        reason: MERGE_TAG,
     },
     Known {
         package: "doc-markers",
@@ -1547,6 +1558,35 @@ fn scalar_forms() {
             "  floor: -.inf\n",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+    });
+}
+
+/// Anchors, aliases, merge keys, tags and every scalar form in objects a
+/// function changed: only the change is made, the rest of the text stays
+/// as written (kpt's yaml.v3 tags the merge key: listed).
+#[test]
+fn anchors_tags() {
+    own_package_with("anchors-tags", 0, &|pkg, _| {
+        let anchors = std::fs::read_to_string(pkg.join("anchors.yaml")).unwrap();
+        for line in [
+            "  name: anchors # set-namespace adds a namespace below\n  namespace: tagged\n",
+            "data: &data\n",
+            "other: *data\nref: *two\n",
+            "  <<: *base\n",
+        ] {
+            assert!(anchors.contains(line), "{line:?} missing from\n{anchors}");
+        }
+        let tags = std::fs::read_to_string(pkg.join("tags.yaml")).unwrap();
+        for line in [
+            "  namespace: tagged\n",
+            "  str: !!str 123\n",
+            "  binary: !!binary aGVsbG8=\n",
+            "  zero: -0\n",
+            "  octal: 0o777\n",
+            "  hex: -0x1A\n",
+        ] {
+            assert!(tags.contains(line), "{line:?} missing from\n{tags}");
         }
     });
 }

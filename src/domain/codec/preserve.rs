@@ -174,7 +174,11 @@ pub fn merge(
         return Ok(text);
     }
     let seq = SeqIndent::of(base.text());
-    if let Some(root) = base.root().filter(|_| !base.is_opaque()) {
+    // A document with anchors, aliases, tags or merge keys is edited too:
+    // nodes whose value did not change keep their text (anchors and aliases
+    // included), and the result is read back whole, so an edit that would
+    // change what an alias or merge key reads is never taken.
+    if let Some(root) = base.root() {
         let mut ed = Editor {
             b: base,
             seq,
@@ -197,7 +201,8 @@ pub fn merge(
             .is_ok();
         if ok
             && let Some(text) = apply(base.text(), &mut ed.out)
-            && (edits_read_as(base, root, &ed.out, target) || reads_as(&text, target))
+            && ((!base.is_opaque() && edits_read_as(base, root, &ed.out, target))
+                || reads_as(&text, target))
         {
             return Ok(text);
         }

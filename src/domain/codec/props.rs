@@ -317,6 +317,7 @@ const LAYOUTS: &[&str] = &[
     "\"quoted key\": 1\n'single': 2\n? complex\n: 3\n",
     "a: &anchor 1\nb: *anchor\n",
     "deep:\n  deeper:\n    deepest: [a, b]\n  other: !!str 3\n",
+    "base: &b\n  k: v\n  n: 1\nmerged:\n  <<: *b\n  j: w\ncopy: *b\nlist: &l [x, y]\nagain: *l\nbin: !!binary aGVsbG8=\noct: 0o17\n",
 ];
 
 proptest! {

@@ -378,3 +378,52 @@ fn scalar_edits_agree_with_the_merge() {
     }
     assert!(fast >= 8, "{fast} edits took the in-place path");
 }
+
+const OPAQUE: &str = "\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: tags # the name
+base: &base
+  k: v
+derived:
+  <<: *base
+  j: w
+data:
+  s: !!str 123
+  b: !!binary aGVsbG8=
+  oct: 0o777
+  copy: *base
+";
+
+#[test]
+fn documents_with_anchors_aliases_tags_and_merge_keys_are_edited_in_place() {
+    let out = patch(OPAQUE, |v| {
+        v["metadata"]["namespace"] = "prod".into();
+        v["data"]["new"] = "x".into();
+    });
+    assert_eq!(
+        out,
+        OPAQUE
+            .replace("the name\n", "the name\n  namespace: prod\n")
+            .replace("copy: *base\n", "copy: *base\n  new: x\n")
+    );
+}
+
+#[test]
+fn an_edit_that_would_change_what_an_alias_reads_is_not_taken() {
+    // The anchored mapping changes, its alias does not: the anchor's text
+    // cannot simply be edited (the alias would read the new value too).
+    let text = "a: &x\n  k: v\nb: *x\nc: 1 # kept\n";
+    let from: Value = from_yaml_str(text).unwrap();
+    let mut to = from.clone();
+    to["a"]["k"] = "w".into();
+    let out = patch_document(text, &from, &to).unwrap();
+    assert_eq!(from_yaml_str::<Value>(&out).unwrap(), to, "{out}");
+    // And the other way round: the alias's copy changes, the anchor does not.
+    let mut to = from.clone();
+    to["b"]["k"] = "w".into();
+    let out = patch_document(text, &from, &to).unwrap();
+    assert_eq!(from_yaml_str::<Value>(&out).unwrap(), to, "{out}");
+    assert!(out.contains("a: &x\n  k: v\n"), "{out}");
+}
