@@ -131,6 +131,9 @@ const SEPARATOR_COMMENTS: &str = "kpt quirk (kyaml): a comment on a `---` line i
 const LINE_ENDINGS: &str = "kpt writes LF line endings to a CRLF file it rewrites; we keep the \
     file's CRLF on every line, inserted lines and `---` included";
 
+const BYTE_ORDER_MARK: &str = "kpt drops a UTF-8 byte-order mark at the start of a file it \
+    rewrites; we keep it (functions get the text without it, as kpt's)";
+
 const SUGGESTED_VALUE: &str = "kpt v1.0.0-beta.54 bug: a result's legacy `field.suggestedValue` \
     is migrated to `proposedValue: {match: []}`, losing the value; we migrate it to \
     `proposedValue: safe` (the value the function suggested)";
@@ -213,10 +216,26 @@ const KNOWN_DIFFERENCES: &[Known] = &[
     Known {
         package: "crlf",
         aspect: Aspect::Bytes,
+        file: "bom.yaml",
+        marker: "# a file saved with a byte-order mark",
+        class: Class::Quirk,
+        reason: BYTE_ORDER_MARK,
+    },
+    Known {
+        package: "crlf",
+        aspect: Aspect::Bytes,
         file: "windows.yaml",
         marker: "",
         class: Class::Quirk,
         reason: LINE_ENDINGS,
+    },
+    Known {
+        package: "crlf@dir",
+        aspect: Aspect::Bytes,
+        file: "bom.yaml",
+        marker: "# a file saved with a byte-order mark",
+        class: Class::Quirk,
+        reason: BYTE_ORDER_MARK,
     },
     Known {
         package: "crlf@dir",
@@ -1602,6 +1621,15 @@ fn crlf() {
         assert!(
             text.split_inclusive('\n').all(|l| l.ends_with("\r\n")),
             "a line without CR: {text:?}"
+        );
+        let marked = std::fs::read_to_string(pkg.join("bom.yaml")).unwrap();
+        assert!(
+            marked.starts_with("\u{feff}# a file saved with a byte-order mark\n"),
+            "{marked:?}"
+        );
+        assert!(
+            marked.contains("  name: marked\n  namespace: windows\n"),
+            "{marked:?}"
         );
         let unix = std::fs::read_to_string(pkg.join("unix.yaml")).unwrap();
         assert!(!unix.contains('\r'), "{unix:?}");

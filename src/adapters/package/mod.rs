@@ -149,6 +149,9 @@ struct FileLayout {
     json: bool,
     /// The file uses Windows line ends (written back with them).
     crlf: bool,
+    /// The file starts with a UTF-8 byte-order mark (left out of the text
+    /// functions get, put back when the file is written).
+    bom: bool,
     /// The original bytes (what an unchanged file is compared with).
     bytes: Vec<u8>,
     /// The file is a symbolic link to this package-relative file.
@@ -702,10 +705,15 @@ fn without_markers(sep: &str) -> String {
     out
 }
 
-/// `text` with the file's Windows line ends put back.
+/// `text` with the file's Windows line ends and byte-order mark put back.
 fn restore_line_ends(text: String, layout: Option<&FileLayout>) -> String {
-    if layout.is_some_and(|l| l.crlf) {
+    let text = if layout.is_some_and(|l| l.crlf) {
         text.replace('\n', "\r\n")
+    } else {
+        text
+    };
+    if layout.is_some_and(|l| l.bom) {
+        format!("\u{feff}{text}")
     } else {
         text
     }
@@ -791,6 +799,12 @@ fn read_file(
     };
     let raw = String::from_utf8(bytes.clone())
         .map_err(|_| parse_error("the file is not UTF-8 text".into()))?;
+    // A byte-order mark is not part of the first document (kyaml's reader
+    // drops it too); it is written back with the file.
+    let (raw, bom) = match raw.strip_prefix('\u{feff}') {
+        Some(rest) => (rest.to_string(), true),
+        None => (raw, false),
+    };
     // Windows line ends (every line break a CRLF): read as LF, written back as CRLF.
     let crlf = raw.contains("\r\n") && !raw.replace("\r\n", "").contains('\n');
     let text = if crlf { raw.replace("\r\n", "\n") } else { raw };
@@ -806,6 +820,7 @@ fn read_file(
     let mut layout = FileLayout {
         json,
         crlf,
+        bom,
         bytes,
         ..FileLayout::default()
     };

@@ -460,3 +460,29 @@ fn krmignore_follows_gitignore_rules_per_package() {
         ["a/manifest.yaml", "d/e/manifest.yaml", "manifest.yaml"]
     );
 }
+
+#[test]
+fn a_byte_order_mark_is_not_read_into_the_object_and_stays_with_the_file() {
+    let dir = package();
+    let marked = "\u{feff}apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: m\n";
+    std::fs::write(dir.path().join("m.yaml"), marked).unwrap();
+    let pkg = PackageDir::read(dir.path()).unwrap();
+    let mut items = pkg.items().to_vec();
+    let m = items
+        .iter_mut()
+        .find(|i| ann::path(i).as_deref() == Some("m.yaml"))
+        .unwrap();
+    assert_eq!(m["apiVersion"], "v1", "{m}");
+    assert!(pkg.write_in_place(&items).unwrap().written.is_empty());
+    for i in items
+        .iter_mut()
+        .filter(|i| ann::path(i).as_deref() == Some("m.yaml"))
+    {
+        i["metadata"]["namespace"] = "prod".into();
+    }
+    pkg.write_in_place(&items).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("m.yaml")).unwrap(),
+        "\u{feff}apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: m\n  namespace: prod\n"
+    );
+}
