@@ -29,7 +29,7 @@ use serde_json::{Map, Value};
 use super::CodecError;
 use super::emit::{self, SeqIndent};
 use super::tree::{Entry, Item, Kind, Node, Style, YamlDoc};
-use super::value::{get, has, same, same_opt};
+use super::value::{get, has, same, same_in_order, same_opt};
 
 /// Splits a multi-document YAML stream into its documents and the text
 /// between them.
@@ -211,7 +211,7 @@ pub fn merge(
     FALLBACKS.with(|f| f.set(f.get() + 1));
     // Fallbacks: the source's own text, else the emitted document.
     if let Some(s) = source
-        && same(s.value(), target)
+        && same_in_order(s.value(), target)
     {
         return Ok(with_newline(s.text().to_string()));
     }
@@ -905,7 +905,10 @@ impl<'a> Editor<'a> {
         src: Option<Src<'a>>,
     ) -> Edit {
         let t = self.text();
-        let src = src.filter(|s| same(s.value, new));
+        // The source's line comment on the key or dash line stays the
+        // function's even when its text for the value cannot be taken.
+        let src_comment = src.and_then(|s| s.comment);
+        let src = src.filter(|s| same_in_order(s.value, new));
         let empty = matches!(node.kind, Kind::Scalar { empty: true, .. });
         let old_block = is_block_collection(node);
         match slot {
@@ -929,9 +932,7 @@ impl<'a> Editor<'a> {
                 let next_line = !empty && node.start > key_line_end;
                 let new_text = self.entry_value_text(new, src, key_col, is_flow(node));
                 // The source's line comment wins; else the base's stays.
-                let comment = src
-                    .and_then(|s| s.comment)
-                    .or_else(|| trailing_comment(self.b, colon, key_line_end));
+                let comment = src_comment.or_else(|| trailing_comment(self.b, colon, key_line_end));
                 // A comment after the old value's last line goes with it.
                 let tail = trailing_comment_span(self.b, node.end, line_end(t, node.end))
                     .map_or(node.end, |(_, b)| b);
@@ -1157,7 +1158,7 @@ impl<'a> Editor<'a> {
             && !e.key.props
         {
             let dt = d.text();
-            if same(sv, v) {
+            if same_in_order(sv, v) {
                 let delta = col as isize - column(dt, e.key.start) as isize;
                 let end = line_end(dt, e.end());
                 let shifts = seq_shifts(d, &e.value, Some(column(dt, e.key.start)), self.seq);
@@ -1204,7 +1205,7 @@ impl<'a> Editor<'a> {
         col: usize,
     ) -> String {
         if let Some((d, it, sv)) = src
-            && same(sv, v)
+            && same_in_order(sv, v)
             && !it.node.props
         {
             let dt = d.text();

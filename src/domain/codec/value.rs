@@ -41,6 +41,25 @@ pub fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// `a == b` with every map's keys in the same order too: whether a text
+/// written for `a` also shows `b`'s key order (kpt syncs a function's
+/// output to the input's key order, kyaml's `SyncOrder`, so a function's
+/// text stands in for a value only when it has that order).
+pub fn same_in_order(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((kx, vx), (ky, vy))| kx == ky && same_in_order(vx, vy))
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_in_order(a, b))
+        }
+        _ => a == b,
+    }
+}
+
 /// `a == b` for optional values, as [`same`].
 pub fn same_opt(a: Option<&Value>, b: Option<&Value>) -> bool {
     match (a, b) {

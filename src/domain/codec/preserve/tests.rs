@@ -427,3 +427,25 @@ fn an_edit_that_would_change_what_an_alias_reads_is_not_taken() {
     assert_eq!(from_yaml_str::<Value>(&out).unwrap(), to, "{out}");
     assert!(out.contains("a: &x\n  k: v\n"), "{out}");
 }
+
+#[test]
+fn a_function_s_text_in_another_key_order_does_not_stand_in_for_the_value() {
+    // The function rewrote the ports in its own key order; the target has
+    // the file's order (kpt syncs a function's output to its input's order).
+    let base = "spec:\n  ports: [{port: 80, name: http}]\n  new: 1\n";
+    let source = "spec:\n  ports:\n  - name: http # from the function\n    port: 81\n  new: 1\n  added:\n    b: 2\n    a: 1\n";
+    let target = json!({"spec": {"ports": [{"port": 81, "name": "http"}], "new": 1, "added": {"a": 1, "b": 2}}});
+    let out = merged(base, source, Some(target));
+    assert_eq!(
+        out,
+        "spec:\n  ports: [{port: 81, name: http}]\n  new: 1\n  added:\n    a: 1\n    b: 2\n"
+    );
+    // In the function's order, its text is taken.
+    let target = json!({"spec": {"ports": [{"name": "http", "port": 81}], "new": 1, "added": {"b": 2, "a": 1}}});
+    let out = merged(base, source, Some(target));
+    assert!(
+        out.contains("  - name: http # from the function\n    port: 81\n"),
+        "{out}"
+    );
+    assert!(out.contains("  added:\n    b: 2\n    a: 1\n"), "{out}");
+}
