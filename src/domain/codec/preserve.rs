@@ -905,9 +905,10 @@ impl<'a> Editor<'a> {
         src: Option<Src<'a>>,
     ) -> Edit {
         let t = self.text();
-        // The source's line comment on the key or dash line stays the
-        // function's even when its text for the value cannot be taken.
-        let src_comment = src.and_then(|s| s.comment);
+        // The source's line comment on the key line is kept when the source
+        // has the value, even in another key order (its text is then not
+        // taken).
+        let src_comment = src.filter(|s| same(s.value, new)).and_then(|s| s.comment);
         let src = src.filter(|s| same_in_order(s.value, new));
         let empty = matches!(node.kind, Kind::Scalar { empty: true, .. });
         let old_block = is_block_collection(node);

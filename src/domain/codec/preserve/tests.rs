@@ -433,12 +433,12 @@ fn a_function_s_text_in_another_key_order_does_not_stand_in_for_the_value() {
     // The function rewrote the ports in its own key order; the target has
     // the file's order (kpt syncs a function's output to its input's order).
     let base = "spec:\n  ports: [{port: 80, name: http}]\n  new: 1\n";
-    let source = "spec:\n  ports:\n  - name: http # from the function\n    port: 81\n  new: 1\n  added:\n    b: 2\n    a: 1\n";
+    let source = "spec:\n  ports: # the ports\n  - name: http # from the function\n    port: 81\n  new: 1\n  added:\n    b: 2\n    a: 1\n";
     let target = json!({"spec": {"ports": [{"port": 81, "name": "http"}], "new": 1, "added": {"a": 1, "b": 2}}});
     let out = merged(base, source, Some(target));
     assert_eq!(
         out,
-        "spec:\n  ports: [{port: 81, name: http}]\n  new: 1\n  added:\n    a: 1\n    b: 2\n"
+        "spec:\n  ports: [{port: 81, name: http}] # the ports\n  new: 1\n  added:\n    a: 1\n    b: 2\n"
     );
     // In the function's order, its text is taken.
     let target = json!({"spec": {"ports": [{"name": "http", "port": 81}], "new": 1, "added": {"b": 2, "a": 1}}});
