@@ -90,12 +90,18 @@ fn user_message(error: &serde_saphyr::Error) -> String {
     let text = error.to_string();
     let first = text.lines().next().unwrap_or_default();
     let first = first.strip_prefix("error: ").unwrap_or(first);
-    let (place, what) = match first.rfind(" at line ") {
-        Some(i) => (
-            format!("{}: ", first[i + 4..].replace(',', "")),
-            &first[..i],
+    // The place is the last one named (`… at line 1, column 35 (defined at
+    // line 4, column 9) (used at line 5, column 10)`: where the alias is
+    // used), the message what comes before the first.
+    let (place, what) = match (first.find(" at line "), first.rfind(" at line ")) {
+        (Some(f), Some(l)) => (
+            format!(
+                "{}: ",
+                first[l + 4..].trim_end_matches(')').replace(',', "")
+            ),
+            &first[..f],
         ),
-        None => (String::new(), first),
+        _ => (String::new(), first),
     };
     let what = if let Some(breach) = what.strip_prefix("budget breached: ") {
         let name = breach.split([' ', '{', '(']).next().unwrap_or(breach);
@@ -205,6 +211,7 @@ mod tests {
         let e = from_yaml_slice::<Value>(bomb.as_bytes()).unwrap_err();
         assert!(e.to_string().starts_with("line "), "{e}");
         assert!(e.to_string().contains("alias bomb"), "{e}");
+        assert!(!e.to_string().contains("):"), "{e}");
         // Legitimate aliases still work.
         let v: Value = from_yaml_str("a: &x {b: 1}\nc: *x\n").unwrap();
         assert_eq!(v["c"]["b"], 1);
