@@ -176,8 +176,9 @@ pub fn merge(
     let seq = SeqIndent::of(base.text());
     // A document with anchors, aliases, tags or merge keys is edited too:
     // nodes whose value did not change keep their text (anchors and aliases
-    // included), and the result is read back whole, so an edit that would
-    // change what an alias or merge key reads is never taken.
+    // included), and the result is read back whole (`edits_read_as` leaves
+    // such documents to `reads_as`), so an edit that would change what an
+    // alias or merge key reads is never taken.
     if let Some(root) = base.root() {
         let mut ed = Editor {
             b: base,
@@ -201,8 +202,7 @@ pub fn merge(
             .is_ok();
         if ok
             && let Some(text) = apply(base.text(), &mut ed.out)
-            && ((!base.is_opaque() && edits_read_as(base, root, &ed.out, target))
-                || reads_as(&text, target))
+            && (edits_read_as(base, root, &ed.out, target) || reads_as(&text, target))
         {
             return Ok(text);
         }
@@ -371,8 +371,13 @@ fn reads_as(text: &str, target: &Value) -> bool {
 ///
 /// False (the caller parses the whole result) when that shape does not hold:
 /// another root, a splice across two entries, a touched entry whose new text
-/// would not start a line at column 0 or end one, or a read that differs.
+/// would not start a line at column 0 or end one, or a read that differs;
+/// and for a document with anchors, aliases, tags or merge keys, where an
+/// untouched entry's alias may read what a touched entry's anchor holds.
 fn edits_read_as(base: &YamlDoc, root: &Node, splices: &[Splice], target: &Value) -> bool {
+    if base.is_opaque() {
+        return false;
+    }
     let (
         Kind::Map {
             flow: false,
