@@ -447,7 +447,7 @@ impl PackageDir {
                     }
                 }
             }
-            return restore_line_ends(text, layout);
+            return restore_encoding(text, layout);
         }
         let keys = root_keys(docs.iter().map(|(_, item)| item.as_ref()), |_| {
             String::new()
@@ -473,7 +473,7 @@ impl PackageDir {
         if let Some(l) = layout {
             text.push_str(&l.trailer);
         }
-        restore_line_ends(text, layout)
+        restore_encoding(text, layout)
     }
 
     /// The changes that make the package hold `files` (root-relative path →
@@ -706,7 +706,7 @@ fn without_markers(sep: &str) -> String {
 }
 
 /// `text` with the file's Windows line ends and byte-order mark put back.
-fn restore_line_ends(text: String, layout: Option<&FileLayout>) -> String {
+fn restore_encoding(text: String, layout: Option<&FileLayout>) -> String {
     let text = if layout.is_some_and(|l| l.crlf) {
         text.replace('\n', "\r\n")
     } else {
@@ -797,14 +797,14 @@ fn read_file(
         message,
         source: None,
     };
-    let raw = String::from_utf8(bytes.clone())
+    let mut raw = String::from_utf8(bytes.clone())
         .map_err(|_| parse_error("the file is not UTF-8 text".into()))?;
     // A byte-order mark is not part of the first document (kyaml's reader
     // drops it too); it is written back with the file.
-    let (raw, bom) = match raw.strip_prefix('\u{feff}') {
-        Some(rest) => (rest.to_string(), true),
-        None => (raw, false),
-    };
+    let bom = raw.starts_with('\u{feff}');
+    if bom {
+        raw.drain(..'\u{feff}'.len_utf8());
+    }
     // Windows line ends (every line break a CRLF): read as LF, written back as CRLF.
     let crlf = raw.contains("\r\n") && !raw.replace("\r\n", "").contains('\n');
     let text = if crlf { raw.replace("\r\n", "\n") } else { raw };
