@@ -1379,6 +1379,15 @@ fn own_package_with(name: &str, expected_exit: i32, check_ours: &dyn Fn(&Path, i
     check_against_known(&[name.to_string()], &diffs);
 }
 
+/// Asserts that the file at `path` holds each of `parts` (naming the
+/// missing one, with the file).
+fn file_holds(path: &Path, parts: &[&str]) {
+    let text = std::fs::read_to_string(path).unwrap();
+    for part in parts {
+        assert!(text.contains(part), "{part:?} missing from\n{text}");
+    }
+}
+
 /// Compares one package of `tests/render_packages` (see [`own_package_with`]).
 fn own_package(name: &str, expected_exit: i32) {
     own_package_with(name, expected_exit, &|_, _| {});
@@ -1560,24 +1569,24 @@ fn function_comments() {
 #[test]
 fn scalar_forms() {
     own_package_with("scalar-forms", 0, &|pkg, _| {
-        let text = std::fs::read_to_string(pkg.join("values.yaml")).unwrap();
-        for line in [
-            "  a: 0123 #",
-            "  b: 007 #",
-            "  c: 0x1F #",
-            "  d: 1e3 #",
-            "  e: 0o17 #",
-            "  f: 1_000 #",
-            "  g: 2.50 #",
-            "  m: ~ #",
-            "  n: .inf #",
-            "  o: .NaN #",
-            "  p: \"1.10\" #",
-            "  limit: .inf\n",
-            "  floor: -.inf\n",
-        ] {
-            assert!(text.contains(line), "{line:?} missing from\n{text}");
-        }
+        file_holds(
+            &pkg.join("values.yaml"),
+            &[
+                "  a: 0123 #",
+                "  b: 007 #",
+                "  c: 0x1F #",
+                "  d: 1e3 #",
+                "  e: 0o17 #",
+                "  f: 1_000 #",
+                "  g: 2.50 #",
+                "  m: ~ #",
+                "  n: .inf #",
+                "  o: .NaN #",
+                "  p: \"1.10\" #",
+                "  limit: .inf\n",
+                "  floor: -.inf\n",
+            ],
+        );
     });
 }
 
@@ -1587,26 +1596,26 @@ fn scalar_forms() {
 #[test]
 fn anchors_tags() {
     own_package_with("anchors-tags", 0, &|pkg, _| {
-        let anchors = std::fs::read_to_string(pkg.join("anchors.yaml")).unwrap();
-        for line in [
-            "  name: anchors # set-namespace adds a namespace below\n  namespace: tagged\n",
-            "data: &data\n",
-            "other: *data\nref: *two\n",
-            "  <<: *base\n",
-        ] {
-            assert!(anchors.contains(line), "{line:?} missing from\n{anchors}");
-        }
-        let tags = std::fs::read_to_string(pkg.join("tags.yaml")).unwrap();
-        for line in [
-            "  namespace: tagged\n",
-            "  str: !!str 123\n",
-            "  binary: !!binary aGVsbG8=\n",
-            "  zero: -0\n",
-            "  octal: 0o777\n",
-            "  hex: -0x1A\n",
-        ] {
-            assert!(tags.contains(line), "{line:?} missing from\n{tags}");
-        }
+        file_holds(
+            &pkg.join("anchors.yaml"),
+            &[
+                "  name: anchors # set-namespace adds a namespace below\n  namespace: tagged\n",
+                "data: &data\n",
+                "other: *data\nref: *two\n",
+                "  <<: *base\n",
+            ],
+        );
+        file_holds(
+            &pkg.join("tags.yaml"),
+            &[
+                "  namespace: tagged\n",
+                "  str: !!str 123\n",
+                "  binary: !!binary aGVsbG8=\n",
+                "  zero: -0\n",
+                "  octal: 0o777\n",
+                "  hex: -0x1A\n",
+            ],
+        );
     });
 }
 
