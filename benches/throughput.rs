@@ -9,7 +9,8 @@
 //!   caller): the server's own CPU per call (its `utime + stime` from
 //!   `/proc/<pid>/stat`, plus its resident function supervisor's) against
 //!   the function's (the reaped children's `cutime + cstime` in the same
-//!   run, the resident supervisor's reaped children included), and the
+//!   run, the resident supervisor's reaped children and its live per-call
+//!   supervisors' own and reaped children's included), and the
 //!   median call time;
 //! - **one caller** (the small ResourceList of `benches/evaluate.rs`): p50
 //!   and p99, beside the bare-spawn floor (the binary run directly, no
@@ -18,8 +19,10 @@
 //!   per call, and the CPU ceiling (cores ÷ the function's CPU seconds per
 //!   call) with the fraction of it reached;
 //! - **memory**: RSS when idle and the peak (`VmHWM`) after the 16-caller
-//!   rounds, krm-fn-runner's with its resident function supervisor's and
-//!   that one's idle spares added (they start with the server).
+//!   rounds, krm-fn-runner's with the proportional set size (`Pss`) of its
+//!   resident function supervisor and that one's live per-call supervisors
+//!   added (they start with the server; after the 16-caller rounds the
+//!   pool is at its largest).
 //!
 //! Prints a Markdown table and writes a JSON summary (machine cores, load
 //! average before and after, every figure) to `target/throughput.json`, or
@@ -186,34 +189,54 @@ impl std::ops::Sub for Cpu {
 }
 
 fn cpu(pid: u32) -> Cpu {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<f64> = stat[stat.rfind(')').unwrap() + 2..]
+    try_cpu(pid).unwrap()
+}
+
+/// [`cpu`], or `None` when the process is gone.
+fn try_cpu(pid: u32) -> Option<Cpu> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<f64> = stat[stat.rfind(')')? + 2..]
         .split(' ')
         .map(|f| f.parse().unwrap_or(0.0))
         .collect();
     // SAFETY: sysconf has no preconditions.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     // Fields 14-17 of stat(5), counted from `state` (field 3) here.
-    Cpu {
+    Some(Cpu {
         own: (fields[11] + fields[12]) / tick,
         children: (fields[13] + fields[14]) / tick,
-    }
+    })
 }
 
 /// [`cpu`] of the server `pid` with its resident function supervisor's
 /// (`krm-fn-supervisor --resident`, a live child of the server) added: the
-/// resident process's own CPU to the server's, and its reaped children's
-/// (the per-call supervisors with their functions) to the functions'.
-/// A per-call supervisor program, reaped by the server itself, is in the
-/// server's children's CPU already.
+/// resident process's own CPU to the server's, and to the functions' its
+/// reaped children's and its live children's own and reaped children's
+/// (the per-call supervisors, which stay in its pool from call to call,
+/// with their functions). A per-call supervisor program, reaped by the
+/// server itself, is in the server's children's CPU already.
 fn cpu_with_resident(pid: u32) -> Cpu {
     let mut total = cpu(pid);
     if let Some(resident) = resident_of(pid) {
         let r = cpu(resident);
         total.own += r.own;
         total.children += r.children;
+        for child in live_children(resident) {
+            if let Some(c) = try_cpu(child) {
+                total.children += c.own + c.children;
+            }
+        }
     }
     total
+}
+
+/// The live children of the single-threaded process `pid`.
+fn live_children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
 }
 
 /// The resident function supervisor of the server `pid`, when one runs.
@@ -229,27 +252,23 @@ fn resident_of(pid: u32) -> Option<u32> {
     })
 }
 
-/// [`status_kib`] of the server `pid` plus its resident function
-/// supervisor's and its live children's (idle spares and per-call
-/// supervisors, each counted whole although most of their pages are shared
-/// with it), when one runs.
+/// [`status_kib`] of the server `pid` plus the proportional set size
+/// (`Pss` of `/proc/<pid>/smaps_rollup`: each shared page divided among the
+/// processes that map it) of its resident function supervisor and that
+/// one's live children (idle spares and per-call supervisors, which share
+/// all but about 64 KiB of their pages with it), when one runs.
 fn status_kib_with_resident(pid: u32, key: &str) -> u64 {
     status_kib(pid, key)
         + resident_of(pid).map_or(0, |r| {
-            let children =
-                std::fs::read_to_string(format!("/proc/{r}/task/{r}/children")).unwrap_or_default();
-            status_kib(r, key)
-                + children
-                    .split_whitespace()
-                    .filter_map(|c| c.parse().ok())
-                    .map(|c| try_status_kib(c, key))
-                    .sum::<u64>()
+            pss_kib(r) + live_children(r).into_iter().map(pss_kib).sum::<u64>()
         })
 }
 
-/// [`status_kib`], or 0 when the process is gone.
-fn try_status_kib(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(0, |s| status_field(&s, key))
+/// The `Pss` of `/proc/<pid>/smaps_rollup` in KiB, or 0 when the process is
+/// gone.
+fn pss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .map_or(0, |s| status_field(&s, "Pss"))
 }
 
 /// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`).

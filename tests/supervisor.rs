@@ -275,13 +275,14 @@ fn resident_pid(program: &Path) -> Option<u32> {
     })
 }
 
-/// A copy of the program in a new directory, and a resident supervisor of
-/// its own (apart from the one the other tests share) started by a first
-/// call.
+/// The program under a path of its own in a new directory (a symbolic
+/// link: a copy written while other tests fork could be "text file busy"
+/// when started), and a resident supervisor of its own (apart from the one
+/// the other tests share) started by a first call.
 async fn resident_of_its_own() -> (tempfile::TempDir, PathBuf, Confinement) {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("krm-fn-supervisor");
-    std::fs::copy(program(), &copy).unwrap();
+    std::os::unix::fs::symlink(program(), &copy).unwrap();
     let c = Confinement::Resident(copy.clone());
     let out = run(&c, &spec("cat", &[]), b"warm").await.unwrap();
     assert_eq!(&out.stdout[..], b"warm");
@@ -376,9 +377,10 @@ fn resident_family(program: &Path) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_spares_end_with_a_killed_resident_supervisor() {
     let (_dir, copy, c) = resident_of_its_own().await;
-    // The resident supervisor and its 2 idle spares.
+    // The resident supervisor and its idle spares: the 2 it keeps, and the
+    // one that served the first call, back in the pool.
     assert!(
-        common::wait_until(Duration::from_secs(5), || resident_family(&copy).len() == 3),
+        common::wait_until(Duration::from_secs(5), || resident_family(&copy).len() >= 3),
         "{:?}",
         resident_family(&copy)
     );
@@ -391,6 +393,81 @@ async fn idle_spares_end_with_a_killed_resident_supervisor() {
     let out = run(&c, &spec("cat", &[]), b"again").await.unwrap();
     assert_eq!(&out.stdout[..], b"again");
     assert_ne!(resident_pid(&copy), Some(resident));
+}
+
+/// A spare serves call after call, and nothing of one call is left for the
+/// next: sequential calls with a working directory and environment of their
+/// own alternate with calls that give neither (the function then runs in
+/// the runner's directory, without the other call's variable), and every
+/// function sees only its three pipes. With three spares in the pool,
+/// eight calls give some spare (the function's parent) several of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spare_serves_call_after_call_and_keeps_nothing_of_the_last() {
+    let (dir, _copy, c) = resident_of_its_own().await;
+    let script = "echo $PPID; pwd; echo \"${FOO-unset}\"; ls /proc/self/fd | tr '\\n' ' '";
+    let own_place = ProcessSpec {
+        env: vec![
+            ("PATH".into(), "/usr/bin:/bin".into()),
+            ("FOO".into(), "first".into()),
+        ],
+        cwd: Some(dir.path().to_path_buf()),
+        ..sh(script)
+    };
+    let no_place = ProcessSpec {
+        cwd: None,
+        ..sh(script)
+    };
+    let here = std::env::current_dir().unwrap().canonicalize().unwrap();
+    let mut parents = std::collections::HashMap::<String, usize>::new();
+    for i in 0..8 {
+        let (spec, place, foo) = if i % 2 == 0 {
+            (&own_place, dir.path().canonicalize().unwrap(), "first")
+        } else {
+            (&no_place, here.clone(), "unset")
+        };
+        let out = run(&c, spec, b"").await.unwrap();
+        assert_eq!(out.exit, ExitReason::Code(0), "call {i}: {out:?}");
+        let text = String::from_utf8(out.stdout.to_vec()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(Path::new(lines[1]), place, "call {i}: {text}");
+        assert_eq!(lines[2], foo, "call {i}: {text}");
+        // 0, 1, 2 and the directory `ls` reads.
+        let fds: Vec<&str> = lines[3].split_whitespace().collect();
+        assert_eq!(fds.len(), 4, "call {i}: {text}");
+        assert_eq!(&fds[..3], ["0", "1", "2"], "call {i}: {text}");
+        *parents.entry(lines[0].to_string()).or_default() += 1;
+    }
+    assert!(
+        parents.values().any(|&n| n > 1),
+        "no spare served more than one call: {parents:?}"
+    );
+}
+
+/// Spares beyond the 2 the resident supervisor keeps idle (those that
+/// served a burst of calls) end once no call came for them for 5 seconds,
+/// so the pool shrinks back after load.
+#[tokio::test(flavor = "multi_thread")]
+async fn spares_beyond_the_wanted_number_end_when_idle() {
+    let (_dir, copy, c) = resident_of_its_own().await;
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { run(&c, &sh("sleep 0.5"), b"").await })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().exit, ExitReason::Code(0));
+    }
+    let grown = resident_family(&copy).len();
+    assert!(grown >= 9, "the pool did not grow with the calls: {grown}");
+    assert!(
+        common::wait_until(Duration::from_secs(15), || resident_family(&copy).len()
+            == 3),
+        "{:?}",
+        resident_family(&copy)
+    );
+    let out = run(&c, &spec("cat", &[]), b"after").await.unwrap();
+    assert_eq!(&out.stdout[..], b"after");
 }
 
 /// Many calls at once through the resident supervisor each get their own

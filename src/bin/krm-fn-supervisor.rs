@@ -273,10 +273,17 @@ fn parse_count(text: &[u8]) -> Option<usize> {
 ///   socket once the function and every descendant are gone (or why the
 ///   function could not start). It stops the call when the runner closes
 ///   that socket.
+/// - A spare serves call after call: once a call's tree is gone and
+///   reported it puts itself back in the pool (nothing of the call is left
+///   in it: no child, no descriptor, working directory, environment, death
+///   signal or pending signal), so under load no process is forked per
+///   call at all. Spares beyond `SPARES` that get no call for
+///   [`RETIRE_AFTER_SECONDS`] end.
 mod resident {
     use std::ffi::c_char;
     use std::io::IoSliceMut;
     use std::os::fd::RawFd;
+    use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
@@ -310,20 +317,118 @@ mod resident {
         }
     }
 
-    /// The most pre-forked spares a resident supervisor keeps.
+    /// The most pre-forked spares a resident supervisor keeps idle.
     pub(super) const MAX_SPARES: usize = 16;
+
+    /// The most per-call supervisors in the pool (idle and serving calls);
+    /// with that many, further calls get a supervisor forked for them alone.
+    const MAX_POOL: usize = 1024;
+
+    /// Seconds a spare beyond the wanted number of idle ones waits for a
+    /// call before it ends (`SO_RCVTIMEO` on the control socket).
+    pub(super) const RETIRE_AFTER_SECONDS: libc::time_t = 5;
+
+    /// A pool slot's state ([`Pool::states`]).
+    const FREE: u8 = 0;
+    const IDLE: u8 = 1;
+    const BUSY: u8 = 2;
+
+    /// What the resident process and its spares share (an anonymous
+    /// `MAP_SHARED` mapping made before the first fork): how many spares
+    /// are idle, how many should be, and each pool slot's state.
+    #[repr(C)]
+    struct Pool {
+        idle: AtomicUsize,
+        wanted: AtomicUsize,
+        states: [AtomicU8; MAX_POOL],
+    }
+
+    impl Pool {
+        /// A zeroed shared mapping (every slot [`FREE`]), or `None`.
+        unsafe fn map() -> Option<&'static Pool> {
+            // SAFETY: a fresh anonymous mapping, zero-filled by the kernel;
+            // all-zero is a valid `Pool` (atomics of 0).
+            unsafe {
+                let at = libc::mmap(
+                    std::ptr::null_mut(),
+                    std::mem::size_of::<Pool>(),
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                (at != libc::MAP_FAILED).then(|| &*(at as *const Pool))
+            }
+        }
+
+        fn idle(&self) -> usize {
+            self.idle.load(Ordering::SeqCst)
+        }
+
+        fn wanted(&self) -> usize {
+            self.wanted.load(Ordering::SeqCst)
+        }
+
+        /// Slot `slot` goes from idle to serving a call; returns how many
+        /// spares are left idle.
+        fn take(&self, slot: usize) -> usize {
+            self.states[slot].store(BUSY, Ordering::SeqCst);
+            self.idle.fetch_sub(1, Ordering::SeqCst) - 1
+        }
+
+        /// Slot `slot` is idle again.
+        fn back(&self, slot: usize) {
+            self.states[slot].store(IDLE, Ordering::SeqCst);
+            self.idle.fetch_add(1, Ordering::SeqCst);
+        }
+
+        /// Whether idle slot `slot` may end: only while more than the
+        /// wanted number are idle; it is then counted out.
+        fn retire(&self, slot: usize) -> bool {
+            let mut idle = self.idle();
+            loop {
+                if idle <= self.wanted() {
+                    return false;
+                }
+                match self
+                    .idle
+                    .compare_exchange(idle, idle - 1, Ordering::SeqCst, Ordering::SeqCst)
+                {
+                    Ok(_) => {
+                        self.states[slot].store(FREE, Ordering::SeqCst);
+                        return true;
+                    }
+                    Err(now) => idle = now,
+                }
+            }
+        }
+
+        /// The process in slot `slot` ended: the slot is free again, and no
+        /// longer counted idle if it was.
+        fn ended(&self, slot: usize) {
+            if self.states[slot].swap(FREE, Ordering::SeqCst) == IDLE {
+                self.idle.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
 
     /// The received request: its bytes (a prefix of the buffer), its
     /// descriptors, and whether it arrived whole; `None` when the runner
-    /// closed its end, `Some(Err(()))` when nothing was there to read.
+    /// closed its end, `Some(Err(()))` when nothing was there to read
+    /// (or nothing came within the receive timeout).
     type Received = Option<Result<(usize, Vec<RawFd>, bool), ()>>;
 
-    /// Reads one request from the control socket (descriptor 0) into `buf`,
-    /// its descriptors close-on-exec; `flags` adds `MSG_DONTWAIT` or not.
+    /// Reads one request from the control socket `control` into `buf`, its
+    /// descriptors close-on-exec; `flags` adds `MSG_DONTWAIT` or not.
     #[allow(clippy::ptr_arg)] // nix's `recvmsg` takes the control buffer as a `Vec`
-    fn receive(buf: &mut [u8], space: &mut Vec<u8>, flags: MsgFlags) -> Received {
+    fn receive(control: RawFd, buf: &mut [u8], space: &mut Vec<u8>, flags: MsgFlags) -> Received {
         let mut iov = [IoSliceMut::new(buf)];
-        match recvmsg::<()>(0, &mut iov, Some(space), MsgFlags::MSG_CMSG_CLOEXEC | flags) {
+        match recvmsg::<()>(
+            control,
+            &mut iov,
+            Some(space),
+            MsgFlags::MSG_CMSG_CLOEXEC | flags,
+        ) {
             Ok(msg) => {
                 let mut received = Vec::new();
                 if let Ok(cmsgs) = msg.cmsgs() {
@@ -349,14 +454,15 @@ mod resident {
     }
 
     /// What the resident process and its children share: its own pid, the
-    /// handled signals, the mask from before, its signalfd and both ends of
-    /// the spares' notify pipe.
+    /// handled signals, the mask from before, its signalfd, both ends of
+    /// the spares' wake-up pipe and the pool.
     struct Resident {
         me: libc::pid_t,
         handled: libc::sigset_t,
         before: libc::sigset_t,
         signals: RawFd,
         notify: [RawFd; 2],
+        pool: &'static Pool,
     }
 
     impl Resident {
@@ -369,16 +475,19 @@ mod resident {
 
     /// Serves calls until the runner's end of the control socket closes or
     /// the runner dies, keeping `spares` pre-forked per-call supervisors
-    /// ([`spare`]) waiting on the control socket.
+    /// ([`spare`]) idle on the control socket.
     ///
     /// While at least one spare is idle, this process does not read the
     /// control socket at all (with `SOCK_SEQPACKET` each request goes to
     /// exactly one reader, a blocked spare); it only watches the socket for
-    /// the runner's hang-up, reaps, and forks a replacement each time a spare
-    /// says (a 4-byte pid on the notify pipe) that it took a call, or an
-    /// idle spare died. When no spare is idle (none configured, a fork
-    /// failed, or spares could not set themselves up) it reads requests
-    /// itself and forks a per-call supervisor for each.
+    /// the runner's hang-up, reaps, and forks spares while fewer than
+    /// `spares` are idle: at the start, when a spare that took a call left
+    /// fewer idle (it writes a byte on the wake-up pipe), or when an idle
+    /// spare died. Spares come back to the pool after their call, so under
+    /// steady load none is forked. When no spare is idle (none configured,
+    /// a fork failed, the pool is full, or spares could not set themselves
+    /// up) it reads requests itself and forks a per-call supervisor for
+    /// each, which serves that one call.
     ///
     /// # Safety
     /// Once, at the start of the process, with the control socket as
@@ -402,31 +511,60 @@ mod resident {
             if libc::pipe2(notify.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) != 0 {
                 libc::_exit(confine::SETUP_FAILED);
             }
+            let Some(pool) = Pool::map() else {
+                libc::_exit(confine::SETUP_FAILED);
+            };
+            pool.wanted.store(spares.min(MAX_SPARES), Ordering::SeqCst);
+            // Spares beyond the wanted number end after this long without a
+            // call (this process itself reads without waiting).
+            let retire = libc::timeval {
+                tv_sec: RETIRE_AFTER_SECONDS,
+                tv_usec: 0,
+            };
+            libc::setsockopt(
+                0,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&retire as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            );
             let resident = Resident {
                 me: libc::getpid(),
                 handled,
                 before,
                 signals,
                 notify,
+                pool,
             };
-            let mut wanted = spares.min(MAX_SPARES);
-            let mut idle: Vec<libc::pid_t> = Vec::with_capacity(MAX_SPARES);
+            // The live spares: pid and pool slot.
+            let mut live: Vec<(libc::pid_t, usize)> = Vec::new();
+            let mut used = vec![false; MAX_POOL];
             let mut buf = vec![0u8; confine::MAX_REQUEST];
             let mut space = nix::cmsg_space!([RawFd; 4]);
             loop {
-                while idle.len() < wanted {
+                while pool.idle() < pool.wanted() {
+                    let Some(slot) = used.iter().position(|u| !u) else {
+                        break;
+                    };
+                    pool.back(slot);
                     match libc::fork() {
-                        0 => spare(&resident, &mut buf, &mut space),
-                        pid if pid > 0 => idle.push(pid),
-                        // Serve the calls itself until a fork works again.
-                        _ => break,
+                        0 => spare(&resident, slot, &mut buf, &mut space),
+                        pid if pid > 0 => {
+                            used[slot] = true;
+                            live.push((pid, slot));
+                        }
+                        _ => {
+                            // Serve the calls itself until a fork works again.
+                            pool.ended(slot);
+                            break;
+                        }
                     }
                 }
                 let mut fds = [
                     libc::pollfd {
                         fd: 0,
                         // With an idle spare, only the hang-up is watched.
-                        events: if idle.is_empty() { libc::POLLIN } else { 0 },
+                        events: if pool.idle() == 0 { libc::POLLIN } else { 0 },
                         revents: 0,
                     },
                     libc::pollfd {
@@ -447,20 +585,17 @@ mod resident {
                     libc::_exit(confine::SETUP_FAILED);
                 }
                 if fds[2].revents != 0 {
-                    let mut taken = [0u8; 4 * MAX_SPARES];
-                    let n = libc::read(notify[0], taken.as_mut_ptr().cast(), taken.len());
-                    for pid in taken[..n.max(0) as usize].chunks_exact(4) {
-                        let pid = libc::pid_t::from_ne_bytes(pid.try_into().unwrap_or_default());
-                        idle.retain(|&p| p != pid);
-                    }
+                    // Only a wake-up: the pool says what changed.
+                    let mut bytes = [0u8; 64];
+                    while libc::read(notify[0], bytes.as_mut_ptr().cast(), bytes.len()) > 0 {}
                 }
                 if fds[1].revents != 0 {
-                    take_signals(signals, runner, &mut idle, &mut wanted);
+                    take_signals(signals, runner, pool, &mut live, &mut used);
                 }
                 if fds[0].revents == 0 {
                     continue;
                 }
-                if !idle.is_empty() {
+                if pool.idle() > 0 {
                     // Hang-up (or an error) with spares waiting: the runner
                     // closed its end.
                     if fds[0].revents & libc::POLLIN == 0 {
@@ -468,29 +603,36 @@ mod resident {
                     }
                     continue;
                 }
-                let Some(got) = receive(&mut buf, &mut space, MsgFlags::MSG_DONTWAIT) else {
+                let Some(got) = receive(0, &mut buf, &mut space, MsgFlags::MSG_DONTWAIT) else {
                     libc::_exit(0);
                 };
                 let Ok((len, received, whole)) = got else {
                     continue;
                 };
-                start_call(&resident, &buf[..len], &received, whole);
+                start_call(&resident, &buf[..len], &received, whole, None);
                 close_all(&received);
             }
         }
     }
 
-    /// A pre-forked per-call supervisor: the child subreaper, killed by the
-    /// kernel (`SIGKILL` death signal) if the resident process dies while it
-    /// waits, blocked in `recvmsg` on the control socket for the next call.
-    /// When it takes one it tells the resident process (its pid on the
-    /// notify pipe), ties itself to it the way every per-call supervisor is
-    /// ([`confine::arm`]: [`confine::PARENT_DIED`], and an exit when the
-    /// resident process is already gone: the runner then reads the closed
-    /// status socket as a lost supervisor) and serves the call exactly as a
-    /// freshly forked one ([`run_call`]). It serves one call and exits.
+    /// A pre-forked per-call supervisor in pool slot `slot`: the child
+    /// subreaper, killed by the kernel (`SIGKILL` death signal) if the
+    /// resident process dies while it is idle, blocked in `recvmsg` on the
+    /// control socket for the next call. When it takes one it counts itself
+    /// out of the idle spares (waking the resident process when fewer than
+    /// the wanted number are left), ties itself to the resident process the
+    /// way every per-call supervisor is ([`confine::arm`]:
+    /// [`confine::PARENT_DIED`], and an exit when the resident process is
+    /// already gone: the runner then reads the closed status socket as a
+    /// lost supervisor) and serves the call exactly as a freshly forked one
+    /// ([`run_call`]). Then it puts back what the call changed (descriptors
+    /// 0–2 on `/dev/null`, the working directory, the environment, the
+    /// `SIGKILL` death signal), and goes back to the pool; it ends instead
+    /// when the resident process is gone, when a stop signal arrived, or
+    /// when it is a spare beyond the wanted number and no call came for
+    /// [`RETIRE_AFTER_SECONDS`].
     #[allow(clippy::ptr_arg)] // passed on to `receive`
-    unsafe fn spare(resident: &Resident, buf: &mut [u8], space: &mut Vec<u8>) -> ! {
+    unsafe fn spare(resident: &Resident, slot: usize, buf: &mut [u8], space: &mut Vec<u8>) -> ! {
         // SAFETY: raw system calls in this single-threaded process.
         unsafe {
             if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0
@@ -500,33 +642,94 @@ mod resident {
                 libc::_exit(confine::SETUP_FAILED);
             }
             // Of the resident process's descriptors only the write end of
-            // the notify pipe is kept (close-on-exec, closed once written).
+            // the wake-up pipe is kept (close-on-exec). The control socket
+            // moves above the standard descriptors, which hold /dev/null
+            // between calls, so the descriptors a request brings are never
+            // 0, 1 or 2.
             let notify = resident.notify[1];
             close_all(&[resident.signals, resident.notify[0]]);
-            let (len, received, whole) = loop {
-                match receive(buf, space, MsgFlags::empty()) {
-                    None => libc::_exit(0),
-                    Some(Ok(got)) => break got,
-                    Some(Err(())) => {}
+            let control = libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3);
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+            let home = libc::open(
+                c".".as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            );
+            let signals = libc::signalfd(
+                -1,
+                &resident.handled,
+                libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+            );
+            if control < 0 || null < 0 || home < 0 || signals < 0 || !standard_on(null) {
+                libc::_exit(confine::SETUP_FAILED);
+            }
+            let original = environ;
+            let mut stack = vec![0u8; FUNCTION_STACK];
+            loop {
+                let (len, received, whole) = loop {
+                    match receive(control, buf, space, MsgFlags::empty()) {
+                        None => libc::_exit(0),
+                        Some(Ok(got)) => break got,
+                        Some(Err(())) if resident.pool.retire(slot) => libc::_exit(0),
+                        Some(Err(())) => {}
+                    }
+                };
+                if resident.pool.take(slot) < resident.pool.wanted() {
+                    libc::write(notify, [1u8].as_ptr().cast(), 1);
                 }
-            };
-            let me = libc::getpid().to_ne_bytes();
-            libc::write(notify, me.as_ptr().cast(), me.len());
-            libc::close(notify);
-            start_call(resident, &buf[..len], &received, whole);
-            libc::_exit(0)
+                let served = start_call(
+                    resident,
+                    &buf[..len],
+                    &received,
+                    whole,
+                    Some((signals, &mut stack)),
+                );
+                close_all(&received);
+                environ = original;
+                if !served
+                    || !standard_on(null)
+                    || libc::fchdir(home) != 0
+                    || stop_pending(signals)
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                    || libc::getppid() != resident.me
+                {
+                    libc::_exit(0);
+                }
+                resident.pool.back(slot);
+            }
         }
     }
 
+    /// Puts `/dev/null` (descriptor `null`) on descriptors 0, 1 and 2,
+    /// closing what was there (a call's pipes).
+    unsafe fn standard_on(null: RawFd) -> bool {
+        // SAFETY: dup2 of descriptors this process owns.
+        unsafe { (0..3).all(|fd| libc::dup2(null, fd) == fd) }
+    }
+
+    /// Reads the signals left pending after a call: whether one of them
+    /// asks this process to stop (anything but `SIGCHLD`, and
+    /// [`confine::PARENT_DIED`] only once the resident process is gone).
+    unsafe fn stop_pending(signals: RawFd) -> bool {
+        let mut stop = false;
+        // SAFETY: reads of the signalfd.
+        unsafe {
+            while let Some(sig) = confine::next_signal(signals) {
+                stop |= sig != libc::SIGCHLD && sig != confine::PARENT_DIED;
+            }
+        }
+        stop
+    }
+
     /// Reads the pending signals: reaps finished children (an idle spare
-    /// among them is replaced, or no longer wanted when it could not set
-    /// itself up), and ends this process on a stop signal or when the
-    /// runner died.
+    /// among them leaves the idle count, and the wanted number drops when
+    /// it could not set itself up), and ends this process on a stop signal
+    /// or when the runner died.
     unsafe fn take_signals(
         signals: RawFd,
         runner: libc::pid_t,
-        idle: &mut Vec<libc::pid_t>,
-        wanted: &mut usize,
+        pool: &Pool,
+        live: &mut Vec<(libc::pid_t, usize)>,
+        used: &mut [bool],
     ) {
         // SAFETY: reads of the signalfd, waitpid on a stack integer.
         unsafe {
@@ -539,13 +742,17 @@ mod resident {
                             if pid <= 0 {
                                 break;
                             }
-                            if idle.contains(&pid) {
-                                idle.retain(|&p| p != pid);
-                                if libc::WIFEXITED(st)
-                                    && libc::WEXITSTATUS(st) == confine::SETUP_FAILED
-                                {
-                                    *wanted = wanted.saturating_sub(1);
-                                }
+                            let Some(at) = live.iter().position(|&(p, _)| p == pid) else {
+                                continue;
+                            };
+                            let (_, slot) = live.swap_remove(at);
+                            pool.ended(slot);
+                            used[slot] = false;
+                            if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == confine::SETUP_FAILED
+                            {
+                                let wanted = pool.wanted();
+                                pool.wanted
+                                    .store(wanted.saturating_sub(1), Ordering::SeqCst);
                             }
                         }
                     }
@@ -557,19 +764,27 @@ mod resident {
         }
     }
 
-    /// Serves one request: in a spare (not the resident process itself)
-    /// directly, otherwise in a per-call supervisor forked for it; or
+    /// Serves one request: in a spare (`spare`: its signalfd and the
+    /// function's start stack) directly, returning whether the spare may
+    /// serve another; otherwise (in the resident process itself) in a
+    /// per-call supervisor forked for it, which serves this call only. Or
     /// reports why not.
-    unsafe fn start_call(resident: &Resident, request: &[u8], received: &[RawFd], whole: bool) {
+    unsafe fn start_call(
+        resident: &Resident,
+        request: &[u8],
+        received: &[RawFd],
+        whole: bool,
+        spare: Option<(RawFd, &mut [u8])>,
+    ) -> bool {
         let &[input, output, errors, status] = received else {
             if let Some(&status) = received.get(3) {
                 report(status, confine::REPORT_BAD_REQUEST, 0);
             }
-            return;
+            return true;
         };
         let Some(request) = confine::decode_request(request).filter(|_| whole) else {
             report(status, confine::REPORT_BAD_REQUEST, 0);
-            return;
+            return true;
         };
         // Null-terminated arrays of the strings (each ends with its NUL).
         let pointers = |strings: &[&[u8]]| -> Vec<*const c_char> {
@@ -593,17 +808,20 @@ mod resident {
         // SAFETY: fork of this single-threaded process; the child only
         // makes system calls and never returns.
         unsafe {
-            if libc::getpid() != resident.me {
-                run_call(call())
+            if let Some((signals, stack)) = spare {
+                return run_call(call(), Some(signals), stack);
             }
             match libc::fork() {
                 0 => {
                     resident.leave();
-                    run_call(call())
+                    let mut stack = vec![0u8; FUNCTION_STACK];
+                    run_call(call(), None, &mut stack);
+                    libc::_exit(0)
                 }
                 pid if pid < 0 => report(status, confine::REPORT_START_FAILED, last_errno()),
                 _ => {}
             }
+            true
         }
     }
 
@@ -619,29 +837,34 @@ mod resident {
         envp: *const *const c_char,
     }
 
-    /// The per-call supervisor: starts the function, supervises it and
-    /// reports on the status socket.
-    unsafe fn run_call(call: Call<'_>) -> ! {
+    /// The per-call supervisor's work: starts the function (its stdio on
+    /// descriptors 0–2, on `stack` between its clone and its `exec`),
+    /// supervises it (with `signals`, a signalfd of the handled signals, or
+    /// one of its own) and reports on the status socket. Returns whether
+    /// this process may serve another call: not when its own set-up failed
+    /// or the resident supervisor died.
+    unsafe fn run_call(call: Call<'_>, signals: Option<RawFd>, stack: &mut [u8]) -> bool {
         let [input, output, errors, status] = call.fds;
-        let failed = |errno: i32| -> ! {
-            report(status, confine::REPORT_START_FAILED, errno);
-            // SAFETY: the process ends.
-            unsafe { libc::_exit(0) }
-        };
         // SAFETY: raw system calls in this single-threaded process.
         unsafe {
             if confine::arm(call.resident).is_err() {
-                failed(last_errno());
+                report(status, confine::REPORT_START_FAILED, last_errno());
+                return false;
             }
-            // The control socket (descriptor 0) is replaced by the stdin.
+            // Descriptors 0–2 (the control socket or /dev/null) are
+            // replaced by the function's pipes.
             if libc::dup2(input, 0) < 0 || libc::dup2(output, 1) < 0 || libc::dup2(errors, 2) < 0 {
-                failed(last_errno());
+                report(status, confine::REPORT_START_FAILED, last_errno());
+                return false;
             }
             close_all(&[input, output, errors]);
             if let Some(cwd) = call.cwd
                 && libc::chdir(cwd) != 0
             {
-                failed(last_errno());
+                let errno = last_errno();
+                close_all(&[0, 1, 2]);
+                report(status, confine::REPORT_START_FAILED, errno);
+                return true;
             }
             environ = call.envp;
             let mut start = Start {
@@ -650,8 +873,7 @@ mod resident {
                 argv: call.argv,
                 errno: 0,
             };
-            let mut stack = vec![0u8; FUNCTION_STACK];
-            let top = (stack.as_mut_ptr() as usize + FUNCTION_STACK) & !15;
+            let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
             let function = libc::clone(
                 super::start_function,
                 top as *mut libc::c_void,
@@ -659,25 +881,28 @@ mod resident {
                 (&mut start as *mut Start).cast(),
             );
             let clone_errno = last_errno();
-            drop(stack);
             // The pipes belong to the function.
             close_all(&[0, 1, 2]);
             if function < 0 {
-                failed(clone_errno);
+                report(status, confine::REPORT_START_FAILED, clone_errno);
+                return true;
             }
             let errno = std::ptr::read_volatile(&start.errno);
             if errno != 0 {
                 let mut st = 0;
                 libc::waitpid(function, &mut st, 0);
-                failed(errno);
+                report(status, confine::REPORT_START_FAILED, errno);
+                return true;
             }
             // Nothing to report when the resident supervisor died: the
             // runner reads the end of the socket as that.
-            if let Some(st) = confine::supervise_call(call.resident, function, call.handled, status)
-            {
-                report(status, confine::REPORT_EXITED, st);
+            match confine::supervise_call(call.resident, function, call.handled, signals, status) {
+                Some(st) => {
+                    report(status, confine::REPORT_EXITED, st);
+                    true
+                }
+                None => false,
             }
-            libc::_exit(0)
         }
     }
 }

@@ -239,14 +239,17 @@ pub(crate) unsafe fn supervise(
 /// supervisor `resident` (its parent), or for the runner to close its end
 /// of the call's status socket `status_fd` (the call was dropped: timeout,
 /// output over the limit, client cancel), then kills and reaps every
-/// descendant ([`end_tree`]). Returns the function's wait status (SIGKILL
-/// when it was stopped before it exited), or `None` when the resident
-/// supervisor died first (the call has no status to report then).
+/// descendant ([`end_tree`]). The handled signals are read from `signals`
+/// (a non-blocking signalfd of `handled` the caller keeps), or from one
+/// made for this call. Returns the function's wait status (SIGKILL when it
+/// was stopped before it exited), or `None` when the resident supervisor
+/// died first (the call has no status to report then).
 #[allow(dead_code)] // used by the supervisor program
 pub(crate) unsafe fn supervise_call(
     resident: libc::pid_t,
     function: libc::pid_t,
     handled: &libc::sigset_t,
+    signals: Option<libc::c_int>,
     status_fd: libc::c_int,
 ) -> Option<libc::c_int> {
     let mut status: Option<libc::c_int> = None;
@@ -254,7 +257,9 @@ pub(crate) unsafe fn supervise_call(
     // SAFETY: raw system calls on stack values.
     unsafe {
         // Without a signalfd, the signals are polled for every 10 ms.
-        let signals = libc::signalfd(-1, handled, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        let own = signals.is_none();
+        let signals = signals
+            .unwrap_or_else(|| libc::signalfd(-1, handled, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK));
         'wait: loop {
             reap(function, &mut status);
             if status.is_some() {
@@ -304,7 +309,7 @@ pub(crate) unsafe fn supervise_call(
                 }
             }
         }
-        if signals >= 0 {
+        if own && signals >= 0 {
             libc::close(signals);
         }
         let status = end_tree(function, status);
