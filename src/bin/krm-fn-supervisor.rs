@@ -27,8 +27,8 @@
 //! Resident mode (the default): `krm-fn-supervisor --resident RUNNER_PID
 //! [SPARES]`, started once by the runner with its control socket as
 //! descriptor 0, serves every call, keeping `SPARES` (default 0, at most
-//! [`resident::MAX_SPARES`]) pre-forked per-call supervisors waiting for
-//! the next call (see [`resident`]).
+//! [`resident::MAX_SPARES`]) pre-forked per-call supervisors idle for the
+//! next call; each serves call after call (see [`resident`]).
 //!
 //! `no_main`: the C runtime calls [`main`] directly, skipping the Rust
 //! runtime's start-up (which would, among other things, set SIGPIPE to be
@@ -681,7 +681,7 @@ mod resident {
                     &buf[..len],
                     &received,
                     whole,
-                    Some((signals, &mut stack)),
+                    Some((signals, control, &mut stack)),
                 );
                 close_all(&received);
                 environ = original;
@@ -764,8 +764,8 @@ mod resident {
         }
     }
 
-    /// Serves one request: in a spare (`spare`: its signalfd and the
-    /// function's start stack) directly, returning whether the spare may
+    /// Serves one request: in a spare (`spare`: its signalfd, its copy of
+    /// the control socket and the function's start stack) directly, returning whether the spare may
     /// serve another; otherwise (in the resident process itself) in a
     /// per-call supervisor forked for it, which serves this call only. Or
     /// reports why not.
@@ -774,7 +774,7 @@ mod resident {
         request: &[u8],
         received: &[RawFd],
         whole: bool,
-        spare: Option<(RawFd, &mut [u8])>,
+        spare: Option<(RawFd, RawFd, &mut [u8])>,
     ) -> bool {
         let &[input, output, errors, status] = received else {
             if let Some(&status) = received.get(3) {
@@ -808,14 +808,14 @@ mod resident {
         // SAFETY: fork of this single-threaded process; the child only
         // makes system calls and never returns.
         unsafe {
-            if let Some((signals, stack)) = spare {
-                return run_call(call(), Some(signals), stack);
+            if let Some((signals, control, stack)) = spare {
+                return run_call(call(), Some(signals), control, stack);
             }
             match libc::fork() {
                 0 => {
                     resident.leave();
                     let mut stack = vec![0u8; FUNCTION_STACK];
-                    run_call(call(), None, &mut stack);
+                    run_call(call(), None, -1, &mut stack);
                     libc::_exit(0)
                 }
                 pid if pid < 0 => report(status, confine::REPORT_START_FAILED, last_errno()),
@@ -840,10 +840,17 @@ mod resident {
     /// The per-call supervisor's work: starts the function (its stdio on
     /// descriptors 0–2, on `stack` between its clone and its `exec`),
     /// supervises it (with `signals`, a signalfd of the handled signals, or
-    /// one of its own) and reports on the status socket. Returns whether
+    /// one of its own; `control`, a spare's copy of the control socket or
+    /// -1, is closed as soon as the resident supervisor is found gone) and
+    /// reports on the status socket. Returns whether
     /// this process may serve another call: not when its own set-up failed
     /// or the resident supervisor died.
-    unsafe fn run_call(call: Call<'_>, signals: Option<RawFd>, stack: &mut [u8]) -> bool {
+    unsafe fn run_call(
+        call: Call<'_>,
+        signals: Option<RawFd>,
+        control: RawFd,
+        stack: &mut [u8],
+    ) -> bool {
         let [input, output, errors, status] = call.fds;
         // SAFETY: raw system calls in this single-threaded process.
         unsafe {
@@ -896,7 +903,14 @@ mod resident {
             }
             // Nothing to report when the resident supervisor died: the
             // runner reads the end of the socket as that.
-            match confine::supervise_call(call.resident, function, call.handled, signals, status) {
+            match confine::supervise_call(
+                call.resident,
+                function,
+                call.handled,
+                signals,
+                control,
+                status,
+            ) {
                 Some(st) => {
                     report(status, confine::REPORT_EXITED, st);
                     true

@@ -27,8 +27,9 @@
 //! The function itself runs in its own process group with
 //! `PR_SET_PDEATHSIG(SIGKILL)` tied to the supervisor.
 //!
-//! The supervisor is normally a process forked for the call by the resident
-//! `krm-fn-supervisor --resident` (`src/bin/krm-fn-supervisor.rs`, which
+//! The supervisor is normally a per-call process of the resident
+//! `krm-fn-supervisor --resident`'s pool (forked ahead of time and serving
+//! one call at a time, call after call; `src/bin/krm-fn-supervisor.rs`, which
 //! includes this file), one long-lived process the runner starts once with
 //! `posix_spawn` and sends each call to over a Unix socket (the protocol is
 //! below, [`MAX_REQUEST`]); there it waits with [`supervise_call`], which
@@ -241,15 +242,19 @@ pub(crate) unsafe fn supervise(
 /// output over the limit, client cancel), then kills and reaps every
 /// descendant ([`end_tree`]). The handled signals are read from `signals`
 /// (a non-blocking signalfd of `handled` the caller keeps), or from one
-/// made for this call. Returns the function's wait status (SIGKILL when it
-/// was stopped before it exited), or `None` when the resident supervisor
-/// died first (the call has no status to report then).
+/// made for this call. When the resident supervisor died, `control` (the
+/// caller's copy of its control socket, or -1) is closed at once, before
+/// the tree is ended, so that the runner finds the socket closed instead of
+/// sending a request no one will read. Returns the function's wait status
+/// (SIGKILL when it was stopped before it exited), or `None` when the
+/// resident supervisor died first (the call has no status to report then).
 #[allow(dead_code)] // used by the supervisor program
 pub(crate) unsafe fn supervise_call(
     resident: libc::pid_t,
     function: libc::pid_t,
     handled: &libc::sigset_t,
     signals: Option<libc::c_int>,
+    control: libc::c_int,
     status_fd: libc::c_int,
 ) -> Option<libc::c_int> {
     let mut status: Option<libc::c_int> = None;
@@ -311,6 +316,9 @@ pub(crate) unsafe fn supervise_call(
         }
         if own && signals >= 0 {
             libc::close(signals);
+        }
+        if lost && control >= 0 {
+            libc::close(control);
         }
         let status = end_tree(function, status);
         (!lost).then_some(status)

@@ -531,15 +531,17 @@ async fn run_resident(
     request: &[u8],
 ) -> Result<ProcessOutput, ProcessError> {
     use super::confine::{REPORT_BYTES, REPORT_EXITED, REPORT_START_FAILED, decode_report};
-    use nix::fcntl::OFlag;
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
     use nix::unistd::pipe2;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsRawFd, OwnedFd};
     use tokio::net::unix::pipe;
 
     let (input_theirs, input) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (stdout, stdout_theirs) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (stderr, stderr_theirs) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let (status, status_theirs) = super::resident::seqpacket_pair()?;
+    // Both ends non-blocking: the supervisor only polls its end and sends
+    // one report into the empty buffer.
+    let (status, status_theirs) = super::resident::seqpacket_pair(true)?;
     let fds = [
         input_theirs.as_raw_fd(),
         stdout_theirs.as_raw_fd(),
@@ -570,10 +572,17 @@ async fn run_resident(
     };
     // Only the supervisor's copies remain.
     drop((input_theirs, stdout_theirs, stderr_theirs, status_theirs));
-    let input = pipe::Sender::from_owned_fd(input)?;
-    let stdout = pipe::Receiver::from_owned_fd(stdout)?;
-    let stderr = pipe::Receiver::from_owned_fd(stderr)?;
-    super::resident::set_nonblocking(&status)?;
+    // Our ends of the pipes made non-blocking here, the function's ends
+    // staying blocking (tokio's checked constructors would ask the kernel
+    // for the type and flags of each again).
+    let nonblocking =
+        |fd: &OwnedFd| fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(io::Error::from);
+    nonblocking(&input)?;
+    nonblocking(&stdout)?;
+    nonblocking(&stderr)?;
+    let input = pipe::Sender::from_owned_fd_unchecked(input)?;
+    let stdout = pipe::Receiver::from_owned_fd_unchecked(stdout)?;
+    let stderr = pipe::Receiver::from_owned_fd_unchecked(stderr)?;
     let status = super::resident::register(status, tokio::io::Interest::READABLE)?;
     let wait = async {
         let mut report = [0u8; REPORT_BYTES + 1];

@@ -1,7 +1,9 @@
 //! The runner's side of the resident supervisor: one long-lived
 //! `krm-fn-supervisor --resident RUNNER_PID` process per supervisor program,
-//! started with the server (or on first use), which forks a per-call supervisor for each call
-//! (see `src/bin/krm-fn-supervisor.rs` and the protocol in `super::confine`).
+//! started with the server (or on first use), whose pool of per-call
+//! supervisors (forked ahead of time, each serving call after call) takes
+//! the calls (see `src/bin/krm-fn-supervisor.rs` and the protocol in
+//! `super::confine`).
 //!
 //! The control socket is shared by every call without a lock: each request
 //! is one `SOCK_SEQPACKET` message, sent whole or not at all. A resident
@@ -12,6 +14,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nix::errno::Errno;
@@ -27,18 +30,28 @@ use tokio::io::unix::AsyncFd;
 pub(crate) struct Resident {
     /// The runner's end of the control socket (non-blocking).
     control: OwnedFd,
+    /// Set once the process has ended (it was waited for): a request is
+    /// then not sent to it, since a per-call supervisor still ending its
+    /// call's tree could hold the other end for a moment and take the
+    /// request down with it.
+    ended: Arc<AtomicBool>,
 }
 
 /// The resident supervisor of each program path in use (normally one).
 static RESIDENTS: Mutex<Vec<(PathBuf, Arc<Resident>)>> = Mutex::new(Vec::new());
 
-/// A connected pair of `SOCK_SEQPACKET` Unix sockets, close-on-exec.
-pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A connected pair of `SOCK_SEQPACKET` Unix sockets, close-on-exec, both
+/// non-blocking when `nonblocking` says so.
+pub(crate) fn seqpacket_pair(nonblocking: bool) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut flags = SockFlag::SOCK_CLOEXEC;
+    if nonblocking {
+        flags |= SockFlag::SOCK_NONBLOCK;
+    }
     Ok(socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
         None,
-        SockFlag::SOCK_CLOEXEC,
+        flags,
     )?)
 }
 
@@ -102,7 +115,14 @@ pub(crate) fn start(program: &Path) -> io::Result<()> {
 fn current(program: &Path) -> io::Result<Arc<Resident>> {
     let mut all = RESIDENTS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, r)) = all.iter().find(|(p, _)| p == program) {
-        return Ok(r.clone());
+        if !r.ended.load(Ordering::SeqCst) {
+            return Ok(r.clone());
+        }
+        tracing::warn!(
+            supervisor = %program.display(),
+            "the resident function supervisor had ended; starting a new one"
+        );
+        all.retain(|(p, _)| p != program);
     }
     let r = Arc::new(Resident::start(program)?);
     all.push((program.to_path_buf(), r.clone()));
@@ -162,7 +182,7 @@ impl Resident {
     /// control socket as stdin, in its own process group (a terminal's
     /// Ctrl-C reaches the runner, which ends calls its own way).
     fn start(program: &Path) -> io::Result<Self> {
-        let (ours, theirs) = seqpacket_pair()?;
+        let (ours, theirs) = seqpacket_pair(false)?;
         set_nonblocking(&ours)?;
         let mut command = tokio::process::Command::new(program);
         command
@@ -178,13 +198,19 @@ impl Resident {
         tracing::debug!(pid = process.id(), supervisor = %program.display(), "resident function supervisor started");
         // Waited for as soon as it ends, so that it never stays a zombie;
         // its pid is this process's own until then.
+        let ended = Arc::new(AtomicBool::new(false));
+        let mark = ended.clone();
         tokio::spawn(async move {
             let mut process = process;
             let status = process.wait().await;
+            mark.store(true, Ordering::SeqCst);
             drop(own);
             tracing::debug!(?status, "the resident function supervisor ended");
         });
-        Ok(Self { control: ours })
+        Ok(Self {
+            control: ours,
+            ended,
+        })
     }
 
     /// Sends one request; waits (without blocking the thread) while the
@@ -229,5 +255,24 @@ mod tests {
                 "{warning}"
             );
         }
+    }
+
+    /// A resident supervisor whose process has ended (here a program that
+    /// refuses `--resident` and exits at once) is replaced by the next
+    /// call's look-up instead of being sent the request: one of its
+    /// per-call supervisors could still hold the other end of its control
+    /// socket while it ends its call's tree, and the request would be lost
+    /// with it.
+    #[tokio::test]
+    async fn an_ended_resident_supervisor_is_replaced_before_a_request_is_sent() {
+        let program = Path::new("/bin/false");
+        let first = current(program).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !first.ended.load(Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < deadline, "not waited for");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let next = current(program).unwrap();
+        assert!(!Arc::ptr_eq(&first, &next), "the ended one was kept");
     }
 }
