@@ -278,7 +278,7 @@ fn parse_count(text: &[u8]) -> Option<usize> {
 ///   in it: no child, no descriptor, working directory, environment, death
 ///   signal or pending signal), so under load no process is forked per
 ///   call at all. Spares beyond `SPARES` that get no call for
-///   [`RETIRE_AFTER_SECONDS`] end.
+///   [`resident::RETIRE_AFTER_SECONDS`] end.
 mod resident {
     use std::ffi::c_char;
     use std::io::IoSliceMut;
