@@ -443,6 +443,49 @@ async fn a_spare_serves_call_after_call_and_keeps_nothing_of_the_last() {
     );
 }
 
+/// A function can change its supervisor from outside (same user:
+/// `renice`, `prlimit`, `taskset` on its parent); that supervisor then ends
+/// after the call instead of passing the change on: the calls after it run
+/// with the nice value, open-file limit and CPUs of those before it, under
+/// other supervisors.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_supervisor_a_function_changed_serves_no_more_calls() {
+    let (_dir, _copy, c) = resident_of_its_own().await;
+    let report = "echo $PPID; cut -d' ' -f19 /proc/self/stat; ulimit -n; grep Cpus_allowed_list /proc/self/status";
+    let values = |out: ProcessOutput| {
+        let text = String::from_utf8(out.stdout.to_vec()).unwrap();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        assert_eq!(
+            lines.len(),
+            4,
+            "{text} {:?}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (lines[0].clone(), lines[1..].to_vec())
+    };
+    let (_, before) = values(run(&c, &sh(report), b"").await.unwrap());
+    let out = run(
+        &c,
+        &sh("renice -n 7 -p $PPID >/dev/null; prlimit --pid $PPID --nofile=100:100; taskset -p 1 $PPID >/dev/null; echo $PPID"),
+        b"",
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.exit, ExitReason::Code(0), "{out:?}");
+    let changed = String::from_utf8(out.stdout.to_vec())
+        .unwrap()
+        .trim()
+        .to_string();
+    for i in 0..8 {
+        let (parent, after) = values(run(&c, &sh(report), b"").await.unwrap());
+        assert_ne!(
+            parent, changed,
+            "call {i}: the changed supervisor served again"
+        );
+        assert_eq!(after, before, "call {i}");
+    }
+}
+
 /// Spares beyond the 2 the resident supervisor keeps idle (those that
 /// served a burst of calls) end once no call came for them for 5 seconds,
 /// so the pool shrinks back after load.

@@ -628,9 +628,10 @@ mod resident {
     /// ([`run_call`]). Then it puts back what the call changed (descriptors
     /// 0–2 on `/dev/null`, the working directory, the environment, the
     /// `SIGKILL` death signal), and goes back to the pool; it ends instead
-    /// when the resident process is gone, when a stop signal arrived, or
-    /// when it is a spare beyond the wanted number and no call came for
-    /// [`RETIRE_AFTER_SECONDS`].
+    /// when the resident process is gone, when a stop signal arrived, when
+    /// its own resource limits, nice value or CPU affinity changed
+    /// ([`Own`]), or when it is a spare beyond the wanted number and no
+    /// call came for [`RETIRE_AFTER_SECONDS`].
     #[allow(clippy::ptr_arg)] // passed on to `receive`
     unsafe fn spare(resident: &Resident, slot: usize, buf: &mut [u8], space: &mut Vec<u8>) -> ! {
         // SAFETY: raw system calls in this single-threaded process.
@@ -663,6 +664,7 @@ mod resident {
                 libc::_exit(confine::SETUP_FAILED);
             }
             let original = environ;
+            let own = Own::read();
             let mut stack = vec![0u8; FUNCTION_STACK];
             loop {
                 let (len, received, whole) = loop {
@@ -689,6 +691,7 @@ mod resident {
                     || !standard_on(null)
                     || libc::fchdir(home) != 0
                     || stop_pending(signals)
+                    || Own::read() != own
                     || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
                     || libc::getppid() != resident.me
                 {
@@ -696,6 +699,47 @@ mod resident {
                 }
                 resident.pool.back(slot);
             }
+        }
+    }
+
+    /// What a spare passes on to every function it starts and a function
+    /// running as the same user could change from outside (`prlimit`,
+    /// `renice`, `taskset` on its parent): the resource limits, the nice
+    /// value and the CPU affinity. A spare whose own changed during a call
+    /// ends instead of serving another (a lowered hard limit could not be
+    /// raised back without privilege).
+    #[derive(PartialEq)]
+    struct Own {
+        limits: [(libc::rlim_t, libc::rlim_t); 16],
+        nice: libc::c_int,
+        cpus: [u64; 16],
+    }
+
+    impl Own {
+        fn read() -> Own {
+            let mut own = Own {
+                limits: [(0, 0); 16],
+                nice: 0,
+                cpus: [0; 16],
+            };
+            // SAFETY: reads into values of this function.
+            unsafe {
+                for (resource, limit) in own.limits.iter_mut().enumerate() {
+                    let mut l: libc::rlimit = std::mem::zeroed();
+                    if libc::getrlimit(resource as _, &mut l) == 0 {
+                        *limit = (l.rlim_cur, l.rlim_max);
+                    }
+                }
+                *libc::__errno_location() = 0;
+                own.nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+                libc::syscall(
+                    libc::SYS_sched_getaffinity,
+                    0,
+                    std::mem::size_of_val(&own.cpus),
+                    own.cpus.as_mut_ptr(),
+                );
+            }
+            own
         }
     }
 
