@@ -536,23 +536,21 @@ mod resident {
                 notify,
                 pool,
             };
-            // The live spares: pid and pool slot.
+            // The live spares: pid and pool slot (a slot is free for a new
+            // spare once its last one was reaped).
             let mut live: Vec<(libc::pid_t, usize)> = Vec::new();
-            let mut used = vec![false; MAX_POOL];
             let mut buf = vec![0u8; confine::MAX_REQUEST];
             let mut space = nix::cmsg_space!([RawFd; 4]);
             loop {
                 while pool.idle() < pool.wanted() {
-                    let Some(slot) = used.iter().position(|u| !u) else {
+                    let Some(slot) = (0..MAX_POOL).find(|&s| live.iter().all(|&(_, l)| l != s))
+                    else {
                         break;
                     };
                     pool.back(slot);
                     match libc::fork() {
                         0 => spare(&resident, slot, &mut buf, &mut space),
-                        pid if pid > 0 => {
-                            used[slot] = true;
-                            live.push((pid, slot));
-                        }
+                        pid if pid > 0 => live.push((pid, slot)),
                         _ => {
                             // Serve the calls itself until a fork works again.
                             pool.ended(slot);
@@ -590,7 +588,7 @@ mod resident {
                     while libc::read(notify[0], bytes.as_mut_ptr().cast(), bytes.len()) > 0 {}
                 }
                 if fds[1].revents != 0 {
-                    take_signals(signals, runner, pool, &mut live, &mut used);
+                    take_signals(signals, runner, pool, &mut live);
                 }
                 if fds[0].revents == 0 {
                     continue;
@@ -690,7 +688,7 @@ mod resident {
                 if !served
                     || !standard_on(null)
                     || libc::fchdir(home) != 0
-                    || stop_pending(signals)
+                    || stop_pending(signals, resident.me)
                     || Own::read() != own
                     || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
                     || libc::getppid() != resident.me
@@ -710,8 +708,10 @@ mod resident {
     /// raised back without privilege).
     #[derive(PartialEq)]
     struct Own {
+        /// Soft and hard limit of each of Linux's 16 resources (`RLIMIT_*`).
         limits: [(libc::rlim_t, libc::rlim_t); 16],
         nice: libc::c_int,
+        /// The affinity mask: 1,024 CPUs (`CPU_SETSIZE`), 64 per word.
         cpus: [u64; 16],
     }
 
@@ -730,7 +730,6 @@ mod resident {
                         *limit = (l.rlim_cur, l.rlim_max);
                     }
                 }
-                *libc::__errno_location() = 0;
                 own.nice = libc::getpriority(libc::PRIO_PROCESS, 0);
                 libc::syscall(
                     libc::SYS_sched_getaffinity,
@@ -751,14 +750,15 @@ mod resident {
     }
 
     /// Reads the signals left pending after a call: whether one of them
-    /// asks this process to stop (anything but `SIGCHLD`, and
-    /// [`confine::PARENT_DIED`] only once the resident process is gone).
-    unsafe fn stop_pending(signals: RawFd) -> bool {
+    /// asks this process to stop ([`confine::stops`]: anything but
+    /// `SIGCHLD`, and [`confine::PARENT_DIED`] only once the resident
+    /// process `resident` is gone).
+    unsafe fn stop_pending(signals: RawFd, resident: libc::pid_t) -> bool {
         let mut stop = false;
-        // SAFETY: reads of the signalfd.
+        // SAFETY: reads of the signalfd; `stops` only asks for the parent.
         unsafe {
             while let Some(sig) = confine::next_signal(signals) {
-                stop |= sig != libc::SIGCHLD && sig != confine::PARENT_DIED;
+                stop |= confine::stops(sig, resident);
             }
         }
         stop
@@ -773,7 +773,6 @@ mod resident {
         runner: libc::pid_t,
         pool: &Pool,
         live: &mut Vec<(libc::pid_t, usize)>,
-        used: &mut [bool],
     ) {
         // SAFETY: reads of the signalfd, waitpid on a stack integer.
         unsafe {
@@ -791,7 +790,6 @@ mod resident {
                             };
                             let (_, slot) = live.swap_remove(at);
                             pool.ended(slot);
-                            used[slot] = false;
                             if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == confine::SETUP_FAILED
                             {
                                 let wanted = pool.wanted();

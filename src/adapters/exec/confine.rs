@@ -345,7 +345,7 @@ pub(crate) unsafe fn next_signal(signals: libc::c_int) -> Option<libc::c_int> {
 /// and [`PARENT_DIED`] only once this process was re-parented away from
 /// `parent`.
 #[allow(dead_code)] // used by the supervisor program
-unsafe fn stops(sig: libc::c_int, parent: libc::pid_t) -> bool {
+pub(crate) unsafe fn stops(sig: libc::c_int, parent: libc::pid_t) -> bool {
     match sig {
         libc::SIGCHLD => false,
         // SAFETY: getppid has no memory effect.
