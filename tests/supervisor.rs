@@ -444,14 +444,14 @@ async fn a_spare_serves_call_after_call_and_keeps_nothing_of_the_last() {
 }
 
 /// A function can change its supervisor from outside (same user:
-/// `renice`, `prlimit`, `taskset` on its parent); that supervisor then ends
-/// after the call instead of passing the change on: the calls after it run
-/// with the nice value, open-file limit and CPUs of those before it, under
-/// other supervisors.
+/// `renice`, `prlimit`, `chrt`, `taskset` on its parent); that supervisor
+/// then ends after the call instead of passing the change on: the calls
+/// after it run with the nice value, scheduling policy, open-file limit and
+/// CPUs of those before it, under other supervisors. Each change alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_supervisor_a_function_changed_serves_no_more_calls() {
     let (_dir, _copy, c) = resident_of_its_own().await;
-    let report = "echo $PPID; cut -d' ' -f19 /proc/self/stat; ulimit -n; grep Cpus_allowed_list /proc/self/status";
+    let report = "echo $PPID; cut -d' ' -f19,41 /proc/self/stat; ulimit -n; grep Cpus_allowed_list /proc/self/status";
     let values = |out: ProcessOutput| {
         let text = String::from_utf8(out.stdout.to_vec()).unwrap();
         let lines: Vec<String> = text.lines().map(str::to_string).collect();
@@ -464,26 +464,83 @@ async fn a_supervisor_a_function_changed_serves_no_more_calls() {
         (lines[0].clone(), lines[1..].to_vec())
     };
     let (_, before) = values(run(&c, &sh(report), b"").await.unwrap());
-    let out = run(
-        &c,
-        &sh("renice -n 7 -p $PPID >/dev/null; prlimit --pid $PPID --nofile=100:100; taskset -p 1 $PPID >/dev/null; echo $PPID"),
-        b"",
-    )
-    .await
-    .unwrap();
-    assert_eq!(out.exit, ExitReason::Code(0), "{out:?}");
-    let changed = String::from_utf8(out.stdout.to_vec())
+    for change in [
+        "renice -n 7 -p $PPID >/dev/null",
+        "prlimit --pid $PPID --nofile=100:100",
+        "chrt --idle -p 0 $PPID",
+        "taskset -p 1 $PPID >/dev/null",
+    ] {
+        let out = run(&c, &sh(&format!("{change} && echo $PPID")), b"")
+            .await
+            .unwrap();
+        assert_eq!(out.exit, ExitReason::Code(0), "{change}: {out:?}");
+        let changed = String::from_utf8(out.stdout.to_vec())
+            .unwrap()
+            .trim()
+            .to_string();
+        for i in 0..4 {
+            let (parent, after) = values(run(&c, &sh(report), b"").await.unwrap());
+            assert_ne!(
+                parent, changed,
+                "{change}, call {i}: the changed supervisor served again"
+            );
+            assert_eq!(after, before, "{change}, call {i}");
+        }
+    }
+}
+
+/// The scheduling policy of the process that runs `cut` in a function (a
+/// child of the function's shell, which inherits it): field 41 of its
+/// `/proc/<pid>/stat`.
+async fn function_policy(c: &Confinement) -> String {
+    let out = run(c, &sh("cut -d' ' -f41 /proc/self/stat"), b"")
+        .await
+        .unwrap();
+    assert_eq!(out.exit, ExitReason::Code(0), "{c:?}: {out:?}");
+    String::from_utf8(out.stdout.to_vec())
         .unwrap()
         .trim()
-        .to_string();
-    for i in 0..8 {
-        let (parent, after) = values(run(&c, &sh(report), b"").await.unwrap());
-        assert_ne!(
-            parent, changed,
-            "call {i}: the changed supervisor served again"
-        );
-        assert_eq!(after, before, "call {i}");
+        .to_string()
+}
+
+/// Every way runs the function, and what it starts, under `SCHED_BATCH`
+/// (policy 3) when the runner runs under the normal policy, while the
+/// runner itself stays under it (0).
+#[tokio::test]
+async fn every_way_runs_the_function_as_batch_work() {
+    for c in every_way() {
+        assert_eq!(function_policy(&c).await, "3", "{c:?}");
     }
+    // SAFETY: a query of this thread's policy.
+    assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+}
+
+/// A runner started under another policy (`SCHED_IDLE` here, 5) passes it
+/// on unchanged, whichever way: `SCHED_BATCH` would raise it.
+#[test]
+fn a_runner_under_another_policy_passes_it_on() {
+    std::thread::spawn(|| {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sets this thread's own policy; the thread ends here.
+        assert_eq!(
+            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) },
+            0
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // A resident supervisor of its own, started from this thread.
+            let (_dir, _copy, resident) = resident_of_its_own().await;
+            let [_, program, in_process] = every_way();
+            for c in [resident, program, in_process] {
+                assert_eq!(function_policy(&c).await, "5", "{c:?}");
+            }
+        });
+    })
+    .join()
+    .unwrap();
 }
 
 /// Spares beyond the 2 the resident supervisor keeps idle (those that

@@ -702,15 +702,18 @@ mod resident {
 
     /// What a spare passes on to every function it starts and a function
     /// running as the same user could change from outside (`prlimit`,
-    /// `renice`, `taskset` on its parent): the resource limits, the nice
-    /// value and the CPU affinity. A spare whose own changed during a call
-    /// ends instead of serving another (a lowered hard limit could not be
-    /// raised back without privilege).
+    /// `renice`, `chrt`, `taskset` on its parent): the resource limits, the
+    /// scheduling policy with its nice value, priority and time slice, and
+    /// the CPU affinity. A spare whose own changed during a call ends
+    /// instead of serving another (a lowered hard limit could not be raised
+    /// back without privilege, nor `SCHED_IDLE` left for a policy it had).
     #[derive(PartialEq)]
     struct Own {
         /// Soft and hard limit of each of Linux's 16 resources (`RLIMIT_*`).
         limits: [(libc::rlim_t, libc::rlim_t); 16],
-        nice: libc::c_int,
+        /// Policy, its flags, nice value, static priority and time slice
+        /// (nanoseconds) of `sched_getattr`.
+        scheduling: (u32, u64, i32, u32, u64),
         /// The affinity mask: 1,024 CPUs (`CPU_SETSIZE`), 64 per word.
         cpus: [u64; 16],
     }
@@ -719,7 +722,7 @@ mod resident {
         fn read() -> Own {
             let mut own = Own {
                 limits: [(0, 0); 16],
-                nice: 0,
+                scheduling: (0, 0, 0, 0, 0),
                 cpus: [0; 16],
             };
             // SAFETY: reads into values of this function.
@@ -730,7 +733,23 @@ mod resident {
                         *limit = (l.rlim_cur, l.rlim_max);
                     }
                 }
-                own.nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+                let mut attr: libc::sched_attr = std::mem::zeroed();
+                if libc::syscall(
+                    libc::SYS_sched_getattr,
+                    0,
+                    &mut attr as *mut libc::sched_attr,
+                    std::mem::size_of::<libc::sched_attr>() as libc::c_uint,
+                    0,
+                ) == 0
+                {
+                    own.scheduling = (
+                        attr.sched_policy,
+                        attr.sched_flags,
+                        attr.sched_nice,
+                        attr.sched_priority,
+                        attr.sched_runtime,
+                    );
+                }
                 libc::syscall(
                     libc::SYS_sched_getaffinity,
                     0,
