@@ -520,9 +520,10 @@ async fn every_way_runs_the_function_as_batch_work() {
 #[test]
 fn a_runner_under_another_policy_passes_it_on() {
     std::thread::spawn(|| {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: sets this thread's own policy; the thread ends here.
+        // SAFETY: an all-zero value is priority 0.
+        let param: libc::sched_param = unsafe { std::mem::zeroed() };
         assert_eq!(
+            // SAFETY: sets this thread's own policy; the thread ends here.
             unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) },
             0
         );

@@ -326,7 +326,7 @@ mod resident {
 
     /// Seconds a spare beyond the wanted number of idle ones waits for a
     /// call before it ends (`SO_RCVTIMEO` on the control socket).
-    pub(super) const RETIRE_AFTER_SECONDS: libc::time_t = 5;
+    pub(super) const RETIRE_AFTER_SECONDS: u16 = 5;
 
     /// A pool slot's state ([`Pool::states`]).
     const FREE: u8 = 0;
@@ -518,7 +518,7 @@ mod resident {
             // Spares beyond the wanted number end after this long without a
             // call (this process itself reads without waiting).
             let retire = libc::timeval {
-                tv_sec: RETIRE_AFTER_SECONDS,
+                tv_sec: RETIRE_AFTER_SECONDS.into(),
                 tv_usec: 0,
             };
             libc::setsockopt(
@@ -712,7 +712,8 @@ mod resident {
         /// Soft and hard limit of each of Linux's 16 resources (`RLIMIT_*`).
         limits: [(libc::rlim_t, libc::rlim_t); 16],
         /// Policy, its flags, nice value, static priority and time slice
-        /// (nanoseconds) of `sched_getattr`.
+        /// (nanoseconds) of `sched_getattr` (without it: policy and nice
+        /// value only).
         scheduling: (u32, u64, i32, u32, u64),
         /// The affinity mask: 1,024 CPUs (`CPU_SETSIZE`), 64 per word.
         cpus: [u64; 16],
@@ -749,6 +750,11 @@ mod resident {
                         attr.sched_priority,
                         attr.sched_runtime,
                     );
+                } else {
+                    // Without `sched_getattr` (a seccomp filter): the
+                    // policy and the nice value alone.
+                    own.scheduling.0 = libc::sched_getscheduler(0) as u32;
+                    own.scheduling.2 = libc::getpriority(libc::PRIO_PROCESS, 0);
                 }
                 libc::syscall(
                     libc::SYS_sched_getaffinity,

@@ -177,7 +177,9 @@ pub(crate) fn run_as_batch() {
     // SAFETY: system calls on this process and a value of this function.
     unsafe {
         if libc::sched_getscheduler(0) == libc::SCHED_OTHER {
-            let param = libc::sched_param { sched_priority: 0 };
+            // Priority 0, the only one of SCHED_BATCH (the C libraries
+            // differ in the struct's other fields, all unused here).
+            let param: libc::sched_param = std::mem::zeroed();
             libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
         }
     }
