@@ -7,8 +7,8 @@
 //! server allocates for the call counts (decode and encode buffers, the
 //! function's output, the input check), so this is an upper bound on the
 //! payload's copies. Target: at most 2. Prints the median of 5 calls per
-//! size. The server runs with glibc's mmap threshold fixed (see `run`), so
-//! that freed buffers leave RSS.
+//! size. The server runs with mimalloc's purge delay at 0 and glibc's mmap
+//! threshold fixed (see `run`), so that freed buffers leave RSS.
 //!
 //! Needs the catalog functions (`scripts/install-catalog-functions.sh`) and
 //! Linux's `/proc`. Run: `cargo bench --bench payload_copies`.
@@ -57,10 +57,12 @@ async fn run() {
     let image = common::catalog_image("set-namespace");
     let config = format!("--config={}", catalog.join("config.yaml").display());
     let functions = format!("--functions={}", catalog.join("bin").display());
-    // glibc serves every allocation of 128 KiB or more with its own mmap
-    // and returns it at free (a fixed threshold also turns off glibc's
-    // raising of it after a free), so RSS follows the large buffers
-    // instead of the heap's high-water mark.
+    // Freed memory leaves RSS at once, so RSS follows the large buffers
+    // instead of the heap's high-water mark: mimalloc (the server's
+    // allocator) purges freed pages with no delay instead of after 10 ms;
+    // glibc, for a server built without it, serves every allocation of 128
+    // KiB or more with its own mmap and returns it at free (a fixed
+    // threshold also turns off glibc's raising of it after a free).
     let server = common::Runner::start_with_env(
         &[
             &config,
@@ -69,7 +71,10 @@ async fn run() {
             "--log-level=0",
             "--max-request-body-size=16777216",
         ],
-        &[("MALLOC_MMAP_THRESHOLD_", "131072")],
+        &[
+            ("MALLOC_MMAP_THRESHOLD_", "131072"),
+            ("MIMALLOC_PURGE_DELAY", "0"),
+        ],
     );
     let pid = server.pid();
     let mut client = server.client().await;

@@ -489,6 +489,27 @@ async fn a_supervisor_a_function_changed_serves_no_more_calls() {
     }
 }
 
+/// Output far beyond the room reserved for it from the input's size (a
+/// 1-byte input, a 1 MiB output: the limit exactly) is read whole, every
+/// way; one byte more is the output limit's error.
+#[tokio::test]
+async fn output_beyond_the_reserved_room_is_read_whole_up_to_the_limit() {
+    let limit = LIMITS.max_output_bytes;
+    for c in every_way() {
+        let out = run(&c, &sh(&format!("head -c {limit} /dev/zero")), b"x")
+            .await
+            .unwrap();
+        assert_eq!(out.exit, ExitReason::Code(0), "{c:?}");
+        assert_eq!(out.stdout.len(), limit, "{c:?}");
+        assert!(out.stdout.iter().all(|&b| b == 0), "{c:?}");
+        let over = run(&c, &sh(&format!("head -c {} /dev/zero", limit + 1)), b"x").await;
+        assert!(
+            matches!(over, Err(ProcessError::OutputTooLarge { limit: l, .. }) if l == limit),
+            "{c:?}: {over:?}"
+        );
+    }
+}
+
 /// The scheduling policy of the process that runs `cut` in a function (a
 /// child of the function's shell, which inherits it): field 41 of its
 /// `/proc/<pid>/stat`.

@@ -423,6 +423,12 @@ fn output(status: std::process::ExitStatus, out: Vec<u8>, err: Vec<u8>) -> Proce
     }
 }
 
+/// Bytes of stdout room reserved before a call's output is read, beyond
+/// the input's size and a quarter of it (the results a function adds,
+/// changed fields). Room never written is address space only: it adds
+/// nothing to the resident size.
+const OUTPUT_HEADROOM: usize = 16 << 10;
+
 /// Writes `stdin` to `input` while reading `stdout` and `stderr` (each
 /// capped at the limit) and waiting for `wait`, the supervisor's report that
 /// the function and every descendant are gone; output still open
@@ -443,6 +449,17 @@ where
     E: AsyncRead + Unpin,
 {
     let limit = limits.max_output_bytes;
+    // A function writes back the ResourceList it was given, changed: room
+    // for that from the start, so stdout is read in as few reads as the
+    // pipe allows and, unless the output outgrows it, never moved (an
+    // empty Vec grows from 32 bytes, one read and one move per doubling).
+    let mut out = Vec::with_capacity(
+        stdin
+            .len()
+            .saturating_add(stdin.len() / 4)
+            .saturating_add(OUTPUT_HEADROOM)
+            .min(limit.saturating_add(1)),
+    );
     let write_stdin = async move {
         if let Some(mut pipe) = input {
             match pipe.write_all(&stdin).await {
@@ -453,7 +470,6 @@ where
         }
         Ok::<(), ProcessError>(())
     };
-    let mut out = Vec::new();
     let mut err = Vec::new();
     let (exited, on_exit) = tokio::sync::oneshot::channel::<()>();
     let io = async {
