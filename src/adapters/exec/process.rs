@@ -427,7 +427,7 @@ fn output(status: std::process::ExitStatus, out: Vec<u8>, err: Vec<u8>) -> Proce
 /// the input's size and a quarter of it (the results a function adds,
 /// changed fields). Room never written is address space only: it adds
 /// nothing to the resident size.
-const OUTPUT_HEADROOM: usize = 16 << 10;
+const OUTPUT_HEADROOM: usize = 4 << 10;
 
 /// Writes `stdin` to `input` while reading `stdout` and `stderr` (each
 /// capped at the limit) and waiting for `wait`, the supervisor's report that
