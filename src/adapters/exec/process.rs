@@ -425,8 +425,8 @@ fn output(status: std::process::ExitStatus, out: Vec<u8>, err: Vec<u8>) -> Proce
 
 /// Bytes of stdout room reserved before a call's output is read, beyond
 /// the input's size and a quarter of it (the results a function adds,
-/// changed fields). Room never written is address space only: it adds
-/// nothing to the resident size.
+/// changed fields). Room never written costs next to no memory for large
+/// buffers, whose pages are only mapped in when written.
 const OUTPUT_HEADROOM: usize = 4 << 10;
 
 /// Writes `stdin` to `input` while reading `stdout` and `stderr` (each
