@@ -627,8 +627,8 @@ mod resident {
     /// 0–2 on `/dev/null`, the working directory, the environment, the
     /// `SIGKILL` death signal), and goes back to the pool; it ends instead
     /// when the resident process is gone, when a stop signal arrived, when
-    /// its own resource limits, nice value or CPU affinity changed
-    /// ([`Own`]), or when it is a spare beyond the wanted number and no
+    /// its own resource limits, scheduling (policy, nice value, priority,
+    /// time slice) or CPU affinity changed ([`Own`]), or when it is a spare beyond the wanted number and no
     /// call came for [`RETIRE_AFTER_SECONDS`].
     #[allow(clippy::ptr_arg)] // passed on to `receive`
     unsafe fn spare(resident: &Resident, slot: usize, buf: &mut [u8], space: &mut Vec<u8>) -> ! {

@@ -173,7 +173,7 @@ pub(crate) unsafe fn enter_function(
 /// process may leave for `SCHED_BATCH`) is not raised, and a real-time
 /// policy an operator chose is kept. A refusal (a seccomp filter, for
 /// example) is ignored: the function runs under the policy it had.
-pub(crate) fn run_as_batch() {
+fn run_as_batch() {
     // SAFETY: system calls on this process and a value of this function.
     unsafe {
         if libc::sched_getscheduler(0) == libc::SCHED_OTHER {
