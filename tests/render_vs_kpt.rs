@@ -147,8 +147,46 @@ const DUPLICATE_KEY: &str = "kpt quirk (kyaml reads a function's output as yaml.
     error names the key and its line) and the render fails, writing only the Kptfile status, \
     as for any failed step (asserted in `validator_output_duplicate_key`)";
 
+const NULL_ITEMS: &str = "kpt quirk (kyaml decodes `items: null` as an empty list): a function \
+    output with `items: null` removes every object, so kpt deletes every file of the package, \
+    its Kptfile included, and exits 0; `items` must list the objects the function keeps, so we \
+    fail the step and write nothing, as for an output without `items` (`items: []` still \
+    removes every object; asserted in `output_null_items`)";
+
 /// Reviewed differences from kpt v1.0.0-beta.54. Each must still occur.
 const KNOWN_DIFFERENCES: &[Known] = &[
+    Known {
+        package: "output-items-null",
+        aspect: Aspect::Exit,
+        file: "",
+        marker: "",
+        class: Class::Quirk,
+        reason: NULL_ITEMS,
+    },
+    Known {
+        package: "output-items-null",
+        aspect: Aspect::Files,
+        file: "Kptfile",
+        marker: "only we have this file",
+        class: Class::Quirk,
+        reason: NULL_ITEMS,
+    },
+    Known {
+        package: "output-items-null",
+        aspect: Aspect::Files,
+        file: "app.yaml",
+        marker: "only we have this file",
+        class: Class::Quirk,
+        reason: NULL_ITEMS,
+    },
+    Known {
+        package: "output-items-null",
+        aspect: Aspect::Results,
+        file: "results.yaml",
+        marker: "[0].items: kpt [{",
+        class: Class::Quirk,
+        reason: NULL_ITEMS,
+    },
     Known {
         package: "legacy-results",
         aspect: Aspect::Bytes,
@@ -1672,6 +1710,49 @@ fn subpackage_order() {
     own_package_with("subpackage-order", 0, &|_, code| assert_eq!(code, 0));
 }
 
+/// Asserts that `pkg` still holds its Kptfile, and `app.yaml` as staged.
+fn package_untouched(pkg: &Path, name: &str) {
+    assert_eq!(
+        std::fs::read(pkg.join("app.yaml")).ok(),
+        std::fs::read(own_source(name).join("app.yaml")).ok(),
+        "{name}: app.yaml was changed or removed"
+    );
+    assert!(
+        pkg.join("Kptfile").is_file(),
+        "{name}: the Kptfile was removed"
+    );
+}
+
+/// A function whose output ResourceList has no `items` key fails its step
+/// and nothing is written, as with kpt (which reads the whole list as one
+/// object without `metadata.name`).
+#[test]
+fn output_without_items() {
+    own_package_with("output-items-absent", 1, &|pkg, code| {
+        assert_eq!(code, 1, "an output without items must fail the render");
+        package_untouched(pkg, "output-items-absent");
+    });
+}
+
+/// `items: null` is refused too (kpt takes it as an empty list and deletes
+/// every file of the package, Kptfile included: listed).
+#[test]
+fn output_null_items() {
+    own_package_with("output-items-null", 0, &|pkg, code| {
+        assert_eq!(code, 1, "an output with items: null must fail the render");
+        package_untouched(pkg, "output-items-null");
+    });
+}
+
+/// `items: []` removes every object, the Kptfile included, as with kpt.
+#[test]
+fn output_empty_items() {
+    own_package_with("output-items-empty", 0, &|pkg, code| {
+        assert_eq!(code, 0);
+        assert!(!pkg.join("app.yaml").exists());
+    });
+}
+
 /// Results in older SDKs' spellings (`resourceRef.metadata`,
 /// `field.suggestedValue`) reach results.yaml and the Kptfile status
 /// migrated, as kpt migrates them.
@@ -1713,7 +1794,8 @@ fn builtin_set_namespace_matches_the_binary_under_kpt() {
 
 /// `-o stdout`, `-o unwrap` and `-o DIR` on a package with subpackages, one with
 /// comments and generated/deleted resources, one with non-KRM files (which
-/// `-o DIR` leaves out, as kpt does), and one that fails.
+/// `-o DIR` leaves out, as kpt does), and two that fail (a function's
+/// failure, a function output without `items`).
 #[test]
 fn out_of_place_outputs() {
     let mut diffs = Vec::new();
@@ -1724,6 +1806,7 @@ fn out_of_place_outputs() {
         ("multi-doc-comments", 0),
         ("generator", 0),
         ("mutator-fail", 1),
+        ("output-items-absent", 1),
         ("doc-markers", 0),
         ("crlf", 0),
         ("hidden-links", 0),

@@ -60,6 +60,18 @@ pub enum ResourceListError {
     /// A YAML object whose kind is something else.
     #[error("expected kind ResourceList, got kind {0:?}")]
     WrongKind(String),
+    /// A function's output without an `items` field
+    /// ([`ResourceList::check_output_items`]).
+    #[error(
+        "the ResourceList has no `items` field: a function's output lists the objects it keeps there (`items: []` removes them all)"
+    )]
+    NoItems,
+    /// A function's output whose `items` is null
+    /// ([`ResourceList::check_output_items`]).
+    #[error(
+        "the ResourceList's `items` is null, not a list of objects (write `items: []` to remove every object)"
+    )]
+    NullItems,
 }
 
 impl ResourceList {
@@ -172,6 +184,29 @@ impl ResourceList {
             return Ok(parsed.0);
         }
         Self::parse(bytes)
+    }
+
+    /// Checks that a function's output, `bytes` (a ResourceList that
+    /// [`ResourceList::parse`] reads), has an `items` field holding a list
+    /// (`items: []` included): the output replaces every object the
+    /// function got, so an output that does not say which objects it keeps
+    /// must not be read as one that keeps none (that would delete every
+    /// file of a package, its Kptfile included).
+    ///
+    /// kpt fails an output without `items` too (kyaml reads the whole list
+    /// as one object, which has no `metadata.name`); it reads `items: null`
+    /// as an empty list and deletes every file, which we refuse.
+    ///
+    /// Errors: [`ResourceListError::NoItems`], [`ResourceListError::NullItems`],
+    /// or as [`ResourceList::parse`] for bytes that are no ResourceList.
+    pub fn check_output_items(bytes: &[u8]) -> Result<(), ResourceListError> {
+        let top: serde_json::Map<String, Value> =
+            codec::from_yaml_slice(bytes).map_err(ResourceListError::Syntax)?;
+        match top.get("items") {
+            None => Err(ResourceListError::NoItems),
+            Some(Value::Null) => Err(ResourceListError::NullItems),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Checks that `bytes` are a single YAML object of kind `ResourceList`
@@ -993,5 +1028,32 @@ results:
     fn null_items_read_as_empty() {
         let rl = ResourceList::parse(b"kind: ResourceList\nitems:\n").unwrap();
         assert!(rl.items.is_empty());
+    }
+
+    #[test]
+    fn a_function_output_must_list_its_items() {
+        let check = ResourceList::check_output_items;
+        assert_eq!(
+            check(b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\n"),
+            Err(ResourceListError::NoItems)
+        );
+        assert_eq!(
+            check(b"kind: ResourceList\nitems: null\n"),
+            Err(ResourceListError::NullItems)
+        );
+        assert_eq!(
+            check(b"kind: ResourceList\nitems:\n"),
+            Err(ResourceListError::NullItems)
+        );
+        assert_eq!(check(b"kind: ResourceList\nitems: []\n"), Ok(()));
+        assert_eq!(
+            check(b"{\"kind\": \"ResourceList\", \"items\": []}"),
+            Ok(())
+        );
+        let message = ResourceListError::NoItems.to_string();
+        assert!(
+            message.contains("no `items`") && message.contains("items: []"),
+            "{message}"
+        );
     }
 }

@@ -138,7 +138,8 @@ impl FunctionCall {
     /// its syntax and left null). The output's `stderr` is empty (the
     /// runtime sets it).
     ///
-    /// Errors: the output is not a ResourceList.
+    /// Errors: the output is not a ResourceList, or has no `items` list
+    /// ([`ResourceList::check_output_items`]: `items` missing or null).
     pub fn read_output(
         self,
         stdout: &[u8],
@@ -160,6 +161,10 @@ impl FunctionCall {
             Some(sent) => ResourceList::parse_output_taking(stdout, sent, &mut take)?,
             None => (ResourceList::parse(stdout)?, None),
         };
+        // An output that names no objects keeps none only when it says so.
+        if resource_list.items.is_empty() {
+            ResourceList::check_output_items(stdout)?;
+        }
         Ok(FunctionOutput {
             resource_list,
             stderr: String::new(),

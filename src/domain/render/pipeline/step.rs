@@ -17,7 +17,7 @@ use crate::domain::render::error::StepError;
 use crate::domain::render::kptfile::{Function, check_all_krm};
 use crate::domain::render::results::{StepKind, StepRecord, StructuredResult};
 use crate::domain::render::source::{CallSources, DocKey, ObjectText, root_keys};
-use crate::domain::resource_list::{OutputItem, ResourceList};
+use crate::domain::resource_list::{OutputItem, ResourceList, ResourceListError};
 use crate::ports::{FunctionCall, FunctionTarget};
 
 /// One step of a package's pipeline, ready to call: where it sits and what
@@ -166,6 +166,17 @@ impl Renderer<'_> {
                 // says which, so results.yaml and the Kptfile status tell.
                 record.ran = true;
                 record.results = vec![refusal_result(&e)];
+                return fail(self, ctx, record, StepError::Runtime(e));
+            }
+            Err(
+                e @ EvalError::BadOutput {
+                    source: ResourceListError::NoItems | ResourceListError::NullItems,
+                    ..
+                },
+            ) => {
+                // An output that does not list the objects it keeps fails
+                // kpt's output check, like output that is not KRM: the step
+                // is not recorded as run (kpt lists no result for it).
                 return fail(self, ctx, record, StepError::Runtime(e));
             }
             Err(e) if e.is_not_found() => {
