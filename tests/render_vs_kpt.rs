@@ -1657,6 +1657,43 @@ fn anchors_tags() {
     });
 }
 
+/// An anchor or a tag on a key whose value is a block sequence on the
+/// next lines (`env: &env` then `- a`, at the key's indentation or deeper;
+/// `tagged: !!seq`) reads, and the objects are rendered as kpt renders
+/// them, anchors and tags kept.
+#[test]
+fn anchored_sequences() {
+    own_package_with("anchored-sequences", 0, &|pkg, code| {
+        assert_eq!(code, 0);
+        file_holds(
+            &pkg.join("compact.yaml"),
+            &[
+                "  namespace: anchored
+",
+                "  env: &env
+  - a
+",
+                "  tagged: !!seq
+  - c
+",
+            ],
+        );
+        file_holds(
+            &pkg.join("wide.yaml"),
+            &[
+                "  env: &env
+    - a
+",
+                "  tagged: !!seq
+    - c
+",
+                "  again: *env
+",
+            ],
+        );
+    });
+}
+
 /// D8: a CRLF file keeps CRLF on every line, inserted lines and `---`
 /// included (kpt writes LF: listed).
 #[test]

@@ -410,7 +410,13 @@ impl<'a> Builder<'a> {
                 let mut values = Vec::new();
                 // First item's dash and last item's end (kept without the tree too).
                 let mut span: Option<(usize, usize)> = None;
-                let mut cursor = if flow { range.end } else { after };
+                // A block sequence's first dash comes after its anchor and
+                // tag, which may stand on the line before (`key: &a` then `- x`).
+                let mut cursor = match (flow, props) {
+                    (true, _) => range.end,
+                    (false, true) => skip_properties(self.text, after),
+                    (false, false) => after,
+                };
                 loop {
                     if matches!(self.peek()?.0, Event::SequenceEnd) {
                         let (_, end_range) = self.next()?;
@@ -601,6 +607,21 @@ pub fn skip_blank(text: &str, from: usize) -> usize {
             _ => return i,
         }
         line_start = false;
+    }
+    i
+}
+
+/// The first position at or after `from` past the blanks, comments, anchor
+/// (`&name`) and tag (`!!seq`, `!local`, `!<uri>`) that come before a node;
+/// only blanks and comments are skipped when there are no properties.
+fn skip_properties(text: &str, from: usize) -> usize {
+    let bytes = text.as_bytes();
+    let mut i = skip_blank(text, from);
+    while matches!(bytes.get(i), Some(b'&' | b'!')) {
+        while i < bytes.len() && !matches!(bytes[i], b' ' | b'\t' | b'\r' | b'\n') {
+            i += 1;
+        }
+        i = skip_blank(text, i);
     }
     i
 }
@@ -890,6 +911,35 @@ data:
         assert!(YamlDoc::parse(deep).is_err());
         assert!(YamlDoc::parse("a: 1\n---\nb: 2\n").is_err());
         assert_eq!(YamlDoc::parse("# only\n").unwrap().value(), &Value::Null);
+    }
+
+    /// A block sequence after an anchor or a tag on its key's line (at
+    /// the key's indentation or deeper, with a comment between) is read,
+    /// its items' dashes where they are.
+    #[test]
+    fn block_sequences_after_properties() {
+        for text in [
+            "env: &env\n- a\n- b\nref: *env\n",
+            "env: &env\n  - a\n  - b\nref: *env\n",
+            "env: !!seq\n- a\n- b\n",
+            "env: &env !!seq # note\n  # before the first item\n  - a\n  - b\n",
+            "- &s\n  - a\n  - b\n- *s\n",
+        ] {
+            let doc = YamlDoc::parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            let codec: Value = super::super::from_yaml_str(text).unwrap();
+            assert_eq!(doc.value(), &codec, "{text:?}");
+            let seq = match &doc.root().unwrap().kind {
+                Kind::Map { entries, .. } => &entries[0].value,
+                Kind::Seq { items, .. } => &items[0].node,
+                _ => panic!("{text:?}"),
+            };
+            let Kind::Seq { items, .. } = &seq.kind else {
+                panic!("{text:?}: {seq:?}")
+            };
+            let dashes: Vec<&str> = items.iter().map(|i| doc.slice(i.dash..i.end())).collect();
+            assert_eq!(dashes, ["- a", "- b"], "{text:?}");
+            assert!(seq.props, "{text:?}");
+        }
     }
 
     #[test]
