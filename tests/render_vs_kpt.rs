@@ -1657,6 +1657,44 @@ fn anchors_tags() {
     });
 }
 
+/// A comment after a block scalar's header (`k: | # note`) stays once when
+/// a function changes the scalar's text — also after another render (it
+/// was written once more by each render).
+#[test]
+fn block_scalar_comments() {
+    own_package_with("block-scalar-comments", 0, &|pkg, code| {
+        assert_eq!(code, 0);
+        let first = std::fs::read_to_string(pkg.join("notes.yaml")).unwrap();
+        file_holds(
+            &pkg.join("notes.yaml"),
+            &[
+                "  literal: | # on a literal\n    changed\n",
+                "- | # on an item\n  changed\n",
+            ],
+        );
+        let again = render(Tool::Ours, pkg, pkg, &pkg.join("../again"), &[]);
+        assert_eq!(again.code, 0, "{}", again.stderr);
+        let second = std::fs::read_to_string(pkg.join("notes.yaml")).unwrap();
+        assert_eq!(first, second, "a second render changed the file");
+    });
+}
+
+/// A function turning a keep (`|+`) block scalar into a strip (`|-`) one
+/// drops the trailing blank lines that were its content.
+#[test]
+fn block_scalar_chomping() {
+    own_package_with("block-scalar-chomping", 0, &|pkg, code| {
+        assert_eq!(code, 0);
+        file_holds(
+            &pkg.join("chomping.yaml"),
+            &[
+                "  literal: |-\n    body\n  next: value\n",
+                "- |-\n  body\n- value\n",
+            ],
+        );
+    });
+}
+
 /// An anchor or a tag on a key whose value is a block sequence on the
 /// next lines (`env: &env` then `- a`, at the key's indentation or deeper;
 /// `tagged: !!seq`) reads, and the objects are rendered as kpt renders

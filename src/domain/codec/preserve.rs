@@ -1362,15 +1362,27 @@ fn block_end(doc: &YamlDoc, node: &Node) -> usize {
 }
 
 /// `text` (a value written after `key: ` or `- `) with `comment` on its
-/// first line: after a `|`/`>` block's header, else at the end.
+/// first line: after a `|`/`>` block's header (unless the header, taken
+/// from a function's text, has its own comment), else at the end.
 fn with_line_comment(text: &str, comment: Option<&str>) -> String {
     let Some(c) = comment else {
         return text.to_string();
     };
     match text.split_once('\n') {
+        Some((header, _)) if text.starts_with(['|', '>']) && header_has_comment(header) => {
+            text.to_string()
+        }
         Some((header, rest)) if text.starts_with(['|', '>']) => format!("{header} {c}\n{rest}"),
         _ => format!("{text} {c}"),
     }
+}
+
+/// True when a block scalar's header line (`|2- # note`) ends with a comment.
+fn header_has_comment(header: &str) -> bool {
+    header[1..]
+        .trim_start_matches(|c: char| c.is_ascii_digit() || c == '+' || c == '-')
+        .trim_start()
+        .starts_with('#')
 }
 
 /// New text for a value.

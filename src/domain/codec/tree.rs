@@ -45,7 +45,9 @@ pub struct Node {
     /// bracket, a block mapping's first key, a block sequence's first dash.
     pub start: usize,
     /// One past the node's last character (a block scalar ends after its
-    /// last content character; line breaks after a node are not part of it).
+    /// last content character — with keep chomping, `|+`, at the end of its
+    /// last blank line, whose line breaks are content; the line break after
+    /// a node is not part of it).
     pub end: usize,
     /// What the node is.
     pub kind: Kind,
@@ -553,14 +555,32 @@ impl<'a> Builder<'a> {
         let header_end = self.text[start..]
             .find('\n')
             .map_or(self.text.len(), |n| start + n);
+        let code_end = header_end_without_comment(self.text, start, header_end);
         let mut end = span.end.min(bytes.len());
         while end > header_end && matches!(bytes[end - 1], b' ' | b'\t' | b'\n' | b'\r') {
             end -= 1;
         }
-        (
-            start,
-            end.max(header_end_without_comment(self.text, start, header_end)),
-        )
+        let end = end.max(code_end);
+        if !self.text[start..code_end].contains('+') {
+            return (start, end);
+        }
+        // Keep chomping (`|+`): the blank lines after the last content line
+        // are content too; the node ends on the last of them.
+        let mut last = end;
+        let mut at = self.text[end..].find('\n').map(|n| end + n);
+        while let Some(line_break) = at {
+            let next = self.text[line_break + 1..]
+                .find('\n')
+                .map(|n| line_break + 1 + n);
+            match next {
+                Some(n) if self.text[line_break + 1..n].trim().is_empty() => {
+                    last = n;
+                    at = Some(n);
+                }
+                _ => break,
+            }
+        }
+        (start, last)
     }
 }
 

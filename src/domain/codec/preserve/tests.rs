@@ -449,3 +449,41 @@ fn a_function_s_text_in_another_key_order_does_not_stand_in_for_the_value() {
     );
     assert!(out.contains("  added:\n    b: 2\n    a: 1\n"), "{out}");
 }
+
+/// A comment on a block scalar's header is written once when the function
+/// rewrote the scalar with the comment (its text is taken), and kept when
+/// it dropped it.
+#[test]
+fn a_block_scalar_header_comment_is_written_once() {
+    let base = "data:\n  k: | # note\n    body\nlist:\n- | # on an item\n  body\n";
+    let source = "data:\n  k: | # note\n    changed\nlist:\n- | # on an item\n  changed\n";
+    assert_eq!(
+        merged(base, source, None),
+        "data:\n  k: | # note\n    changed\nlist:\n- | # on an item\n  changed\n"
+    );
+    let dropped = "data:\n  k: |\n    changed\nlist:\n- |\n  changed\n";
+    assert_eq!(merged(base, dropped, None), source);
+}
+
+/// The blank lines of a keep (`|+`) block scalar are its content: they go
+/// with it when it is rewritten, and come with a function's `|+` text.
+#[test]
+fn a_keep_block_scalar_s_blank_lines_go_with_it() {
+    let base = "a: |+\n  body\n\n\nb: x\nc:\n- |+\n  body\n\n- y\n";
+    assert_eq!(
+        merged(base, "a: |-\n  body\nb: x\nc:\n- |-\n  body\n- y\n", None),
+        "a: |-\n  body\nb: x\nc:\n- |-\n  body\n- y\n"
+    );
+    assert_eq!(
+        merged("a: |-\n  body\nb: x\n", "a: |+\n  new\n\n\nb: x\n", None),
+        "a: |+\n  new\n\n\nb: x\n"
+    );
+    let doc = YamlDoc::parse(base).unwrap();
+    let Some(Kind::Map { entries, .. }) = doc.root().map(|r| &r.kind) else {
+        panic!()
+    };
+    assert_eq!(
+        doc.slice(entries[0].value.start..entries[0].value.end),
+        "|+\n  body\n\n"
+    );
+}
