@@ -174,19 +174,15 @@ pub fn merge(
         return Ok(text);
     }
     let seq = SeqIndent::of(base.text());
-    // A document with anchors, aliases, tags or merge keys is edited too:
-    // nodes whose value did not change keep their text (anchors and aliases
-    // included), and the result is read back whole (`edits_read_as` leaves
-    // such documents to `reads_as`), so an edit that would change what an
-    // alias or merge key reads is never taken.
+    // A document with anchors, aliases, tags or merge keys is edited too,
+    // first keeping them (the edit goes inside anchored nodes; aliases and
+    // merge keys stay, reading what the edited anchors hold), then, when
+    // that does not read as the target, with the changed nodes written out
+    // whole. Nodes whose value did not change keep their text either way,
+    // and the result is read back whole (`edits_read_as` leaves such
+    // documents to `reads_as`), so an edit that would change what an alias
+    // or merge key reads is never taken.
     if let Some(root) = base.root() {
-        let mut ed = Editor {
-            b: base,
-            seq,
-            comments,
-            out: Vec::new(),
-            commented: Vec::new(),
-        };
         let src_root = source.and_then(|s| {
             s.root().map(|r| Src {
                 doc: s,
@@ -197,14 +193,29 @@ pub fn merge(
                 body: None,
             })
         });
-        let ok = ed
-            .value_at(Slot::Root, root, base.value(), target, src_root)
-            .is_ok();
-        if ok
-            && let Some(text) = apply(base.text(), &mut ed.out)
-            && (edits_read_as(base, root, &ed.out, target) || reads_as(&text, target))
-        {
-            return Ok(text);
+        let tries: &[bool] = if base.is_opaque() {
+            &[true, false]
+        } else {
+            &[false]
+        };
+        for &keep_aliases in tries {
+            let mut ed = Editor {
+                b: base,
+                seq,
+                comments,
+                keep_aliases,
+                out: Vec::new(),
+                commented: Vec::new(),
+            };
+            let ok = ed
+                .value_at(Slot::Root, root, base.value(), target, src_root)
+                .is_ok();
+            if ok
+                && let Some(text) = apply(base.text(), &mut ed.out)
+                && (edits_read_as(base, root, &ed.out, target) || reads_as(&text, target))
+            {
+                return Ok(text);
+            }
         }
     }
     #[cfg(test)]
@@ -334,6 +345,7 @@ pub(crate) fn merge_by_walk(base: &YamlDoc, target: &Value) -> Option<String> {
         b: base,
         seq: SeqIndent::of(base.text()),
         comments: false,
+        keep_aliases: false,
         out: Vec::new(),
         commented: Vec::new(),
     };
@@ -596,6 +608,11 @@ struct Editor<'a> {
     seq: SeqIndent,
     /// The source has comments the base lacks: carry them over.
     comments: bool,
+    /// Keep anchors, aliases and merge keys (a document that has them):
+    /// edit inside anchored collections, leave aliases and merge keys as
+    /// they are, and leave keys a merge key brings in to it; the caller
+    /// reads the result back whole to see that they read the target.
+    keep_aliases: bool,
     out: Vec<Splice>,
     /// Starts of lines whose comment an edit already set.
     commented: Vec<usize>,
@@ -676,7 +693,11 @@ impl<'a> Editor<'a> {
             }
             return Ok(());
         }
-        if node.props {
+        if self.keep_aliases && node.kind == Kind::Alias {
+            // It reads what its anchor holds once that is edited.
+            return Ok(());
+        }
+        if node.props && !(self.keep_aliases && is_block_collection(node)) {
             return self.replace(slot, node, new, src);
         }
         let mark = self.out.len();
@@ -723,12 +744,18 @@ impl<'a> Editor<'a> {
             let e = es.iter().find(|e| e.name == name)?;
             Some((d, e, get(m, name)?))
         };
-        if entries.iter().all(|e| !has(new, &e.name)) {
+        // With aliases kept, a merge key (`<<: *base`) stays as written.
+        let keep_aliases = self.keep_aliases;
+        let merge_key = |e: &Entry| keep_aliases && e.name == "<<";
+        if entries.iter().all(|e| merge_key(e) || !has(new, &e.name)) {
             // Nothing of the old mapping stays: replace it whole.
             return Err(Unsupported);
         }
         let mut removed_until = 0;
         for (i, e) in entries.iter().enumerate() {
+            if merge_key(e) {
+                continue;
+            }
             if e.key.props || !matches!(e.key.kind, Kind::Scalar { .. }) {
                 return Err(Unsupported);
             }
@@ -750,6 +777,14 @@ impl<'a> Editor<'a> {
                 // A key moved up onto a dash line takes no comment lines.
                 let moved = line_start(t, e.key.start) < removed_until;
                 self.carry_comments(e, sd, x, !touched, !moved);
+            }
+        }
+        if entries.iter().any(merge_key) {
+            // A key a merge key brought in goes only with it (the whole
+            // mapping is then written out).
+            let written = |k: &String| entries.iter().any(|e| &e.name == k);
+            if old.keys().any(|k| !written(k) && !has(new, k)) {
+                return Err(Unsupported);
             }
         }
         let added: Vec<(&String, &Value)> = new.iter().filter(|(k, _)| !has(old, k)).collect();

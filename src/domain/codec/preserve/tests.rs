@@ -487,3 +487,38 @@ fn a_keep_block_scalar_s_blank_lines_go_with_it() {
         "|+\n  body\n\n"
     );
 }
+
+/// Edits of a document with anchors, aliases and merge keys keep them:
+/// the change goes inside the anchored node, aliases and merge keys stay
+/// where they are, reading the edited anchor.
+#[test]
+fn anchors_aliases_and_merge_keys_stay_through_an_edit() {
+    let text = "base: &base\n  a: one\n  b: two\nref: *base\nmerged:\n  <<: *base\n  c: three\nname: &n old\nsame: *n\n";
+    let out = patch(text, |v| {
+        for path in [&["base", "a"][..], &["ref", "a"], &["merged", "a"]] {
+            v[path[0]][path[1]] = "uno".into();
+        }
+        v["merged"]["c"] = "tres".into();
+        v["name"] = "new".into();
+        v["same"] = "new".into();
+    });
+    assert_eq!(
+        out,
+        "base: &base\n  a: uno\n  b: two\nref: *base\nmerged:\n  <<: *base\n  c: tres\nname: &n new\nsame: *n\n"
+    );
+}
+
+/// An edit that aliases cannot express — one copy of an aliased value
+/// changed, a key a merge key brings in removed — writes the changed
+/// values out (their content is right, the aliases there are gone).
+#[test]
+fn edits_aliases_cannot_express_write_the_values_out() {
+    let text = "base: &base\n  a: one\nref: *base\nmerged:\n  <<: *base\n  c: three\n";
+    let out = patch(text, |v| v["ref"]["a"] = "uno".into());
+    assert!(out.contains("base: &base\n  a: one\n"), "{out}");
+    assert!(!out.contains("ref: *base"), "{out}");
+    let out = patch(text, |v| {
+        v["merged"].as_object_mut().unwrap().remove("a");
+    });
+    assert!(!out.contains("<<"), "{out}");
+}
