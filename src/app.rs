@@ -73,6 +73,8 @@ pub struct RuntimeSettings {
     pub exec_env: Vec<(String, String)>,
     /// `--max-concurrent-functions`, `--max-queued-functions`.
     pub slots: crate::adapters::exec::FunctionSlots,
+    /// `--sandbox-allow`: sandbox layers every exec function may do without.
+    pub sandbox_allow: crate::adapters::exec::SandboxAllow,
 }
 
 /// The wired evaluator chain plus start-up warnings to log.
@@ -354,10 +356,9 @@ pub async fn start_runtimes(
     let mut chain = EvaluatorChain::new();
     if enabled("exec") {
         // Missing binaries are reported by the watch, also for later changes.
-        let exec = ExecEvaluator::with_catalog(
-            watch.catalog(),
-            ExecSettings::new(settings.max_message_bytes, &settings.exec_env),
-        );
+        let mut exec_settings = ExecSettings::new(settings.max_message_bytes, &settings.exec_env);
+        exec_settings.sandbox.allow = settings.sandbox_allow;
+        let exec = ExecEvaluator::with_catalog(watch.catalog(), exec_settings);
         chain = chain.with("exec", Arc::new(exec));
         crate::adapters::exec::process::start_resident();
     }
@@ -443,6 +444,7 @@ pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError
         warnings.extend(dupes);
         let mut exec_settings = ExecSettings::new(settings.max_message_bytes, &settings.exec_env);
         exec_settings.slots = settings.slots.clone();
+        exec_settings.sandbox.allow = settings.sandbox_allow;
         let exec = ExecEvaluator::new(table, exec_settings);
         warnings.extend(exec.check_binaries());
         tracing::info!(images = exec.image_count(), "exec runtime ready");
@@ -478,6 +480,8 @@ pub struct RenderRuntimeSettings {
     pub admission_policy: Option<PathBuf>,
     /// `--plain-http-registry`: registries reached over plain HTTP when listing tags.
     pub plain_http_registries: Vec<String>,
+    /// `--sandbox-allow`: sandbox layers every exec function may do without.
+    pub sandbox_allow: crate::adapters::exec::SandboxAllow,
 }
 
 /// `render`'s wired function runtime and the tag lister for `tag` constraints.
@@ -531,6 +535,7 @@ fn render_chain(args: &RenderRuntimeSettings) -> anyhow::Result<RuntimeChain> {
             default_image_prefix: args.image_prefix.clone(),
             exec_env: Vec::new(),
             slots: Default::default(),
+            sandbox_allow: args.sandbox_allow,
         })?;
         for warning in &runtime.warnings {
             tracing::warn!("{warning}");
@@ -544,7 +549,10 @@ fn render_chain(args: &RenderRuntimeSettings) -> anyhow::Result<RuntimeChain> {
     }
     Ok(chain.with(
         "exec",
-        Arc::new(ExecCommandRuntime::inheriting(args.max_message_bytes)),
+        Arc::new(
+            ExecCommandRuntime::inheriting(args.max_message_bytes)
+                .with_sandbox_allow(args.sandbox_allow),
+        ),
     ))
 }
 
@@ -692,6 +700,7 @@ pub fn build_wrapper_evaluator(
     max_message_bytes: usize,
     exec_env: &[(String, String)],
     slots: crate::adapters::exec::FunctionSlots,
+    sandbox_allow: crate::adapters::exec::SandboxAllow,
 ) -> Result<WrapperEvaluator, EmptyEntrypoint> {
     let mut env = exec_env.to_vec();
     if let Ok(path) = std::env::var("PATH") {
@@ -702,6 +711,7 @@ pub fn build_wrapper_evaluator(
         settings.work_dir = dir;
     }
     settings.slots = slots;
+    settings.sandbox = crate::adapters::exec::Sandbox::wrapper(sandbox_allow);
     WrapperEvaluator::new(entrypoint, settings)
 }
 

@@ -36,6 +36,7 @@ fn spec(program: impl Into<PathBuf>, args: &[&str]) -> ProcessSpec {
         args: args.iter().map(OsString::from).collect(),
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         cwd: Some(std::env::temp_dir()),
+        sandbox: Default::default(),
     }
 }
 

@@ -2,15 +2,18 @@
 //! process for krm-fn-runner and its wrapper server.
 //!
 //! Usage (by the runner, not by hand):
-//! `krm-fn-supervisor RUNNER_PID TOKEN PROGRAM [ARG...]`, with the function's
-//! stdin, stdout and stderr as descriptors 0, 1 and 2 and the function's
-//! environment and working directory as its own.
+//! `krm-fn-supervisor RUNNER_PID TOKEN SANDBOX PROGRAM [ARG...]`, with the
+//! function's stdin, stdout and stderr as descriptors 0, 1 and 2 and the
+//! function's environment and working directory as its own; `SANDBOX` is
+//! the call's sandbox spec in hexadecimal (`src/adapters/exec/layers.rs`),
+//! or `-` for none.
 //!
 //! The runner starts it with `posix_spawn` (`std::process::Command` without
 //! a `pre_exec` hook: a `vfork`-style clone that copies none of the
 //! runner's memory). It then sets up the confinement described in
 //! `src/adapters/exec/confine.rs` (child subreaper, death signal tied to
-//! `RUNNER_PID`), starts the function with a `vfork`-style clone
+//! `RUNNER_PID`), prepares the call's sandbox layers, starts the function
+//! with a `vfork`-style clone
 //! (`CLONE_VM | CLONE_VFORK`, on a stack of its own: nothing is copied),
 //! which `execvp`s `PROGRAM` with `PROGRAM ARG...` as its argv, keeps none
 //! of the function's descriptors once the function has started, and exits
@@ -44,6 +47,10 @@ const MAX_TOKEN: usize = 32;
 #[allow(dead_code)]
 #[path = "../adapters/exec/confine.rs"]
 mod confine;
+
+#[allow(dead_code)]
+#[path = "../adapters/exec/layers.rs"]
+mod layers;
 
 /// Writes the start-failure report for `token` and `errno` to stderr and
 /// exits with [`confine::START_FAILED_CODE`].
@@ -85,7 +92,7 @@ fn last_errno() -> i32 {
 }
 
 fn usage() -> ! {
-    let text = b"usage: krm-fn-supervisor RUNNER_PID TOKEN PROGRAM [ARG...]\n\
+    let text = b"usage: krm-fn-supervisor RUNNER_PID TOKEN SANDBOX PROGRAM [ARG...]\n\
         \x20      krm-fn-supervisor --resident RUNNER_PID [SPARES]\n\
         krm-fn-runner starts this program for each function it runs; it is not meant to be run by hand.\n";
     // SAFETY: a write from a static buffer, then the process ends.
@@ -117,14 +124,15 @@ pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int 
             _ => usage(),
         }
     }
-    if argc < 4 {
+    if argc < 5 {
         usage();
     }
-    // SAFETY: argv[1] and argv[2] are valid C strings (argc ≥ 4).
-    let (runner, token) = unsafe {
+    // SAFETY: argv[1] to argv[3] are valid C strings (argc ≥ 5).
+    let (runner, token, sandbox) = unsafe {
         (
             CStr::from_ptr(*argv.add(1)).to_bytes(),
             CStr::from_ptr(*argv.add(2)).to_bytes(),
+            CStr::from_ptr(*argv.add(3)).to_bytes(),
         )
     };
     let Some(runner) = parse_pid(runner) else {
@@ -133,7 +141,10 @@ pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int 
     if token.is_empty() || token.len() > MAX_TOKEN {
         usage();
     }
-    // SAFETY: raw system calls on stack values; `argv + 3` is the
+    let Some(sandbox) = parse_hex(sandbox) else {
+        usage();
+    };
+    // SAFETY: raw system calls on stack values; `argv + 4` is the
     // null-terminated argv of the function.
     unsafe {
         // Nothing but the function's three pipes is for this process.
@@ -144,13 +155,16 @@ pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int 
         if confine::arm(runner).is_err() {
             start_failed(token, last_errno());
         }
+        let layers = layers::prepare(&sandbox)
+            .unwrap_or_else(|e| start_failed(token, e.raw_os_error().unwrap_or(libc::EPERM)));
         // The function starts with a `vfork`-style clone on a stack of its
         // own: this process waits until the function has `exec`ed or
         // failed, and nothing is copied.
         let mut start = Start {
             supervisor: libc::getpid(),
             before,
-            argv: argv.add(3),
+            layers: &layers,
+            argv: argv.add(4),
             errno: 0,
         };
         let mut stack = vec![0u8; FUNCTION_STACK];
@@ -217,21 +231,23 @@ struct Start {
     supervisor: libc::pid_t,
     /// The signal mask the function starts with.
     before: libc::sigset_t,
+    /// The call's sandbox layers, prepared before the clone.
+    layers: *const layers::Prepared,
     /// The function's null-terminated argv; `argv[0]` is the program.
     argv: *const *const c_char,
     /// Set when the function could not start: the `errno`.
     errno: i32,
 }
 
-/// The function's side of the clone: its own process group and death
-/// signal, then `execvp`. Only returns (by `_exit`) when the program could
+/// The function's side of the clone: its own process group, death signal
+/// and sandbox layers, then `execvp`. Only returns (by `_exit`) when the program could
 /// not be started, with the reason in [`Start::errno`].
 extern "C" fn start_function(start: *mut libc::c_void) -> c_int {
     // SAFETY: `start` is the parent's `Start`, which waits (CLONE_VFORK)
     // until this exits or execs; only system calls follow.
     unsafe {
         let start = &mut *start.cast::<Start>();
-        let errno = match confine::enter_function(start.supervisor, &start.before) {
+        let errno = match confine::enter_function(start.supervisor, &start.before, &*start.layers) {
             Ok(()) => {
                 libc::execvp(*start.argv, start.argv);
                 last_errno()
@@ -241,6 +257,20 @@ extern "C" fn start_function(start: *mut libc::c_void) -> c_int {
         std::ptr::write_volatile(&mut start.errno, errno);
         libc::_exit(confine::START_FAILED_CODE)
     }
+}
+
+/// The bytes of `text` in hexadecimal (two digits a byte), empty for `-`.
+fn parse_hex(text: &[u8]) -> Option<Vec<u8>> {
+    if text == b"-" {
+        return Some(Vec::new());
+    }
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    let digit = |d: u8| (d as char).to_digit(16).map(|v| v as u8);
+    text.chunks(2)
+        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
 }
 
 /// A process id in decimal.
@@ -287,7 +317,7 @@ mod resident {
 
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
-    use super::{FUNCTION_STACK, Start, confine, last_errno, reset_internal_signals};
+    use super::{FUNCTION_STACK, Start, confine, last_errno, layers, reset_internal_signals};
 
     unsafe extern "C" {
         static mut environ: *const *const c_char;
@@ -514,6 +544,11 @@ mod resident {
             let Some(pool) = Pool::map() else {
                 libc::_exit(confine::SETUP_FAILED);
             };
+            // Compiled once here, before any spare is forked: every
+            // per-call supervisor shares them.
+            for (syscalls, network) in [(true, true), (true, false), (false, true)] {
+                layers::filter(syscalls, network);
+            }
             pool.wanted.store(spares.min(MAX_SPARES), Ordering::SeqCst);
             // Spares beyond the wanted number end after this long without a
             // call (this process itself reads without waiting).
@@ -868,6 +903,7 @@ mod resident {
             handled: &resident.handled,
             before: &resident.before,
             fds: [input, output, errors, status],
+            sandbox: request.sandbox,
             cwd: request.cwd.map(|c| c.as_ptr().cast()),
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
@@ -899,6 +935,8 @@ mod resident {
         before: &'a libc::sigset_t,
         /// The function's stdin, stdout and stderr, and the status socket.
         fds: [RawFd; 4],
+        /// The call's sandbox spec.
+        sandbox: &'a [u8],
         cwd: Option<*const c_char>,
         argv: *const *const c_char,
         envp: *const *const c_char,
@@ -940,10 +978,23 @@ mod resident {
                 report(status, confine::REPORT_START_FAILED, errno);
                 return true;
             }
+            let layers = match layers::prepare(call.sandbox) {
+                Ok(layers) => layers,
+                Err(e) => {
+                    close_all(&[0, 1, 2]);
+                    report(
+                        status,
+                        confine::REPORT_START_FAILED,
+                        e.raw_os_error().unwrap_or(libc::EPERM),
+                    );
+                    return true;
+                }
+            };
             environ = call.envp;
             let mut start = Start {
                 supervisor: libc::getpid(),
                 before: *call.before,
+                layers: &layers,
                 argv: call.argv,
                 errno: 0,
             };

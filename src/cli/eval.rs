@@ -48,6 +48,8 @@ pub struct EvalArgs {
     /// Verbosity 0–5 (1 = warnings only).
     #[arg(long, default_value_t = 1)]
     pub log_level: u8,
+    #[command(flatten)]
+    pub sandbox: super::sandbox::SandboxArgs,
 }
 
 /// Reads stdin, evaluates, prints the output ResourceList to stdout and the
@@ -66,6 +68,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         default_image_prefix: args.default_image_prefix.clone(),
         exec_env: parse_exec_env(&args.exec_env)?,
         slots: Default::default(),
+        sandbox_allow: args.sandbox.sandbox_allow,
     };
     let evaluator = match build_eval_evaluator(
         args.address.as_deref(),

@@ -12,6 +12,7 @@ mod eval;
 mod limits;
 pub mod probe;
 mod render;
+mod sandbox;
 mod serve;
 mod simulate;
 pub mod wrapper;

@@ -39,6 +39,8 @@ pub struct RenderArgs {
     /// Allow `exec:` functions (local binaries).
     #[arg(long)]
     pub allow_exec: bool,
+    #[command(flatten)]
+    pub sandbox: super::sandbox::SandboxArgs,
     /// Prefix for short image names.
     #[arg(long, env = "KPT_IMAGE_PREFIX", default_value = DEFAULT_IMAGE_PREFIX)]
     pub image_prefix: String,
@@ -112,6 +114,7 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         max_message_bytes: args.max_message_size,
         admission_policy: args.admission_policy.clone(),
         plain_http_registries: args.plain_http_registries.clone(),
+        sandbox_allow: args.sandbox.sandbox_allow,
     }) {
         Ok(r) => r,
         Err(e) => return fail(&e),

@@ -56,6 +56,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub limits: super::limits::LimitArgs,
     #[command(flatten)]
+    pub sandbox: super::sandbox::SandboxArgs,
+    #[command(flatten)]
     pub pod: PodSettings,
 }
 
@@ -144,6 +146,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         default_image_prefix: args.default_image_prefix.clone(),
         exec_env: parse_exec_env(&args.exec_env)?,
         slots: args.limits.slots(),
+        sandbox_allow: args.sandbox.sandbox_allow,
     };
     let pod_settings = PodSettings {
         wrapper_image: std::env::var("WRAPPER_SERVER_IMAGE").ok(),

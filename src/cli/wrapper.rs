@@ -46,6 +46,8 @@ pub struct WrapperArgs {
     /// Bounds on function processes, requests and connections.
     #[command(flatten)]
     pub limits: super::limits::LimitArgs,
+    #[command(flatten)]
+    pub sandbox: super::sandbox::SandboxArgs,
     /// Arguments a pod template puts before the flags; ignored.
     #[arg(hide = true)]
     pub ignored: Vec<String>,
@@ -62,6 +64,7 @@ pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
         args.max_request_body_size,
         &super::serve::parse_exec_env(&args.exec_env)?,
         args.limits.slots(),
+        args.sandbox.sandbox_allow,
     )?;
     crate::adapters::exec::process::start_resident();
     let server = super::bind("wrapper-server", args.listen.as_deref(), args.port).await?;

@@ -7,6 +7,7 @@
 //!   images:
 //!   - ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5
 //!   - ghcr.io/kptdev/krm-functions-catalog/set-namespace:latest
+//!   sandbox: {allow: [network]}        # ours: layers this function may do without
 //! ```
 //! Lookup is by exact image string, as in Porch; in addition, an image that
 //! matches no entry exactly is tried once more after kpt's short-name
@@ -27,6 +28,7 @@ use serde::Deserialize;
 use super::codec;
 use super::codec::keys::{Shape, ignored_key_warnings};
 use super::image::resolve_image;
+use super::sandbox::{SandboxAllow, SandboxSpec};
 
 /// The keys of `config.yaml` (Porch's `configuration` and `function` types).
 const FORMAT: Shape = Shape::Map(&[(
@@ -34,6 +36,7 @@ const FORMAT: Shape = Shape::Map(&[(
     Shape::Seq(&Shape::Map(&[
         ("function", Shape::Any),
         ("images", Shape::Any),
+        ("sandbox", Shape::Map(&[("allow", Shape::Any)])),
     ])),
 )]);
 
@@ -45,6 +48,10 @@ pub struct ExecFunction {
     /// Image strings served by this binary.
     #[serde(default)]
     pub images: Vec<String>,
+    /// Sandbox layers this function may do without (an extension of ours;
+    /// Porch has no sandbox).
+    #[serde(default)]
+    pub sandbox: Option<SandboxSpec>,
 }
 
 /// The parsed `config.yaml`.
@@ -94,6 +101,11 @@ impl ExecConfig {
                 "functions[{i}].function is empty: name the binary file inside --functions"
             )));
         }
+        for (i, f) in cfg.functions.iter().enumerate() {
+            if let Some(Err(e)) = f.sandbox.as_ref().map(SandboxSpec::to_allow) {
+                return Err(err(format!("functions[{i}].sandbox.allow: {e}")));
+            }
+        }
         Ok(cfg)
     }
 
@@ -103,7 +115,15 @@ impl ExecConfig {
         let mut exact = HashMap::new();
         let mut warnings = Vec::new();
         for f in &self.functions {
-            let path = functions_dir.join(&f.function);
+            let binary = ExecBinary {
+                path: functions_dir.join(&f.function),
+                // Checked by `parse`.
+                allow: f
+                    .sandbox
+                    .as_ref()
+                    .and_then(|s| s.to_allow().ok())
+                    .unwrap_or_default(),
+            };
             for image in &f.images {
                 if exact.contains_key(image) {
                     warnings.push(format!(
@@ -112,7 +132,7 @@ impl ExecConfig {
                     ));
                     continue;
                 }
-                exact.insert(image.clone(), path.clone());
+                exact.insert(image.clone(), binary.clone());
             }
         }
         (
@@ -130,9 +150,10 @@ impl ExecConfig {
 /// ([`FunctionConfigStore`](super::function_config::FunctionConfigStore),
 /// read live by the adapter that watches them).
 pub trait BinaryCatalog: Send + Sync + std::fmt::Debug {
-    /// The binary for `image`, or `None` when the exec runtime does not
-    /// serve it (the evaluator then answers NotFound).
-    fn binary_for(&self, image: &str) -> Option<PathBuf>;
+    /// The binary for `image` and the sandbox layers it may do without, or
+    /// `None` when the exec runtime does not serve it (the evaluator then
+    /// answers NotFound).
+    fn binary_for(&self, image: &str) -> Option<ExecBinary>;
     /// Every distinct binary path, sorted (for start-up checks).
     fn binaries(&self) -> Vec<PathBuf>;
     /// Number of configured entries (images for `config.yaml`, objects for
@@ -147,8 +168,8 @@ pub trait BinaryCatalog: Send + Sync + std::fmt::Debug {
 }
 
 impl BinaryCatalog for ExecTable {
-    fn binary_for(&self, image: &str) -> Option<PathBuf> {
-        self.lookup(image).map(Path::to_path_buf)
+    fn binary_for(&self, image: &str) -> Option<ExecBinary> {
+        self.entry(image).cloned()
     }
     fn binaries(&self) -> Vec<PathBuf> {
         ExecTable::binaries(self)
@@ -166,8 +187,8 @@ impl BinaryCatalog for ExecTable {
 
 #[cfg(feature = "pod-cache")]
 impl BinaryCatalog for super::function_config::FunctionConfigStore {
-    fn binary_for(&self, image: &str) -> Option<PathBuf> {
-        super::function_config::FunctionConfigStore::binary_for(self, image)
+    fn binary_for(&self, image: &str) -> Option<ExecBinary> {
+        super::function_config::FunctionConfigStore::binary_entry(self, image)
     }
     fn binaries(&self) -> Vec<PathBuf> {
         super::function_config::FunctionConfigStore::binaries(self)
@@ -180,25 +201,39 @@ impl BinaryCatalog for super::function_config::FunctionConfigStore {
     }
 }
 
-/// The exec evaluator's lookup table: image string → binary path.
+/// A binary that serves an image, and the sandbox layers it may do without.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecBinary {
+    /// The binary's path.
+    pub path: PathBuf,
+    /// The layers its entry turns off (`sandbox.allow`).
+    pub allow: SandboxAllow,
+}
+
+/// The exec evaluator's lookup table: image string → binary.
 #[derive(Debug, Clone, Default)]
 pub struct ExecTable {
-    exact: HashMap<String, PathBuf>,
+    exact: HashMap<String, ExecBinary>,
     default_prefix: String,
 }
 
 impl ExecTable {
-    /// The binary for `image`: exact match first, then the kpt-resolved form.
+    /// The binary's path for `image`: exact match first, then the
+    /// kpt-resolved form.
     pub fn lookup(&self, image: &str) -> Option<&Path> {
+        self.entry(image).map(|b| b.path.as_path())
+    }
+
+    /// The binary for `image`, with its sandbox settings ([`ExecTable::lookup`]).
+    pub fn entry(&self, image: &str) -> Option<&ExecBinary> {
         self.exact
             .get(image)
             .or_else(|| self.exact.get(&resolve_image(image, &self.default_prefix)))
-            .map(PathBuf::as_path)
     }
 
     /// Every distinct binary path, sorted (for start-up checks).
     pub fn binaries(&self) -> Vec<&Path> {
-        let mut v: Vec<&Path> = self.exact.values().map(PathBuf::as_path).collect();
+        let mut v: Vec<&Path> = self.exact.values().map(|b| b.path.as_path()).collect();
         v.sort();
         v.dedup();
         v
@@ -240,6 +275,29 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_names_the_sandbox_layers_it_may_do_without() {
+        let cfg = ExecConfig::parse(
+            b"functions:\n- function: a\n  images: [x]\n  sandbox: {allow: [network]}\n- function: b\n  images: [y]\n",
+            "c",
+        )
+        .unwrap();
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        let (table, _) = cfg.table(Path::new("/fns"), DEFAULT_IMAGE_PREFIX);
+        assert!(table.entry("x").unwrap().allow.network);
+        assert_eq!(table.entry("y").unwrap().allow, SandboxAllow::default());
+        let e = ExecConfig::parse(
+            b"functions:\n- function: a\n  images: [x]\n  sandbox: {allow: [net]}\n",
+            "c",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("functions[0].sandbox.allow: unknown sandbox layer \"net\""),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_files_are_named() {
         let e = ExecConfig::parse(b"functions: {oops", "/etc/c.yaml").unwrap_err();
         assert!(
@@ -266,7 +324,7 @@ mod tests {
         let cfg =
             ExecConfig::parse(b"functions:\n- function: a\n  image: [x]\n", "c.yaml").unwrap();
         assert_eq!(cfg.functions[0].images, Vec::<String>::new());
-        assert!(cfg.warnings[0].contains("line 3 column 3: unknown key \"image\" in functions[0] (did you mean \"images\"?); valid keys: function, images"), "{:?}", cfg.warnings);
+        assert!(cfg.warnings[0].contains("line 3 column 3: unknown key \"image\" in functions[0] (did you mean \"images\"?); valid keys: function, images, sandbox"), "{:?}", cfg.warnings);
         assert!(
             ExecConfig::parse(CFG.as_bytes(), "c")
                 .unwrap()

@@ -11,6 +11,7 @@
 //!   image: set-namespace                 # the function's name
 //!   prefixes: ["", ghcr.io/kptdev/krm-functions-catalog]   # "" = --default-image-prefix
 //!   binaryExecutor: {tags: [v0.4.2], path: set-namespace}  # relative to --functions
+//!   #   sandbox: {allow: [network]}      # ours: sandbox layers the binary may do without
 //!   podExecutor:
 //!     tags: [v0.4.1]                     # empty: every tag
 //!     timeToLive: 30m
@@ -57,10 +58,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, PodSecurityContext, ResourceRequirements};
 use serde::{Deserialize, Serialize};
 
+use super::exec_config::ExecBinary;
 use super::image::{resolve_image, split_reference};
 use super::pod_cache::PodCacheConfigEntry;
 use super::pod_cache::config::{check_pool, check_whole_numbers, parse_go_duration};
 use super::pod_cache::template::{ContainerOverrides, TemplateOverrides};
+use super::sandbox::{SandboxAllow, SandboxSpec};
 
 /// The API group of `FunctionConfig` and `ServiceTemplate`.
 pub const GROUP: &str = "config.porch.kpt.dev";
@@ -200,6 +203,9 @@ pub struct BinaryExecutor {
     /// Absolute, or relative to `--functions`.
     #[serde(default)]
     pub path: String,
+    /// Sandbox layers the binary may do without (an extension of ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSpec>,
 }
 
 /// One `FunctionConfig` object as the store takes it.
@@ -222,7 +228,7 @@ struct Rule {
     function: String,
     /// Repositories, in the order given (the first one names warm-up images).
     repositories: Vec<String>,
-    binary: Option<(BTreeSet<String>, PathBuf)>,
+    binary: Option<(BTreeSet<String>, PathBuf, SandboxAllow)>,
     pod: Option<PodRule>,
 }
 
@@ -373,10 +379,19 @@ fn compile(
         if b.tags.is_empty() {
             problems.push("spec.binaryExecutor.tags is empty: list the tags the binary serves".into());
         }
+        let allow = match b.sandbox.as_ref().map(SandboxSpec::to_allow) {
+            Some(Err(e)) => {
+                problems.push(format!("spec.binaryExecutor.sandbox.allow: {e}"));
+                SandboxAllow::default()
+            }
+            Some(Ok(allow)) => allow,
+            None => SandboxAllow::default(),
+        };
         (!b.path.trim().is_empty()).then(|| {
             (
                 b.tags.iter().cloned().collect::<BTreeSet<_>>(),
                 functions_dir.join(b.path.trim()),
+                allow,
             )
         })
     });
@@ -558,9 +573,18 @@ impl FunctionConfigStore {
     /// object's `binaryExecutor.path` when its tags list the image's tag or
     /// digest. `None` otherwise (the exec runtime answers NotFound).
     pub fn binary_for(&self, image: &str) -> Option<PathBuf> {
+        self.binary_entry(image).map(|b| b.path)
+    }
+
+    /// [`FunctionConfigStore::binary_for`] with the sandbox layers the
+    /// object's `binaryExecutor.sandbox.allow` turns off.
+    pub fn binary_entry(&self, image: &str) -> Option<ExecBinary> {
         let (rule, r) = self.rule_for(image)?;
-        let (tags, path) = rule.binary.as_ref()?;
-        r.listed_in(tags.iter()).then(|| path.clone())
+        let (tags, path, allow) = rule.binary.as_ref()?;
+        r.listed_in(tags.iter()).then(|| ExecBinary {
+            path: path.clone(),
+            allow: *allow,
+        })
     }
 
     /// The pod settings for `image`: the configuring object's `podExecutor`
@@ -598,7 +622,7 @@ impl FunctionConfigStore {
     pub fn binaries(&self) -> Vec<PathBuf> {
         let set: BTreeSet<PathBuf> = self
             .applied_rules()
-            .filter_map(|r| r.binary.as_ref().map(|(_, p)| p.clone()))
+            .filter_map(|r| r.binary.as_ref().map(|(_, p, _)| p.clone()))
             .collect();
         set.into_iter().collect()
     }

@@ -17,6 +17,7 @@ pub mod pod_cache;
 pub mod registry;
 pub mod render;
 pub mod resource_list;
+pub mod sandbox;
 #[cfg(feature = "pod-cache")]
 pub mod simulation;
 pub mod start_limit;

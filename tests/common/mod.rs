@@ -181,6 +181,12 @@ impl Runner {
         Self::spawn(cmd, &args)
     }
 
+    /// Starts the server `cmd` (a prepared command: program, subcommand,
+    /// environment, a `pre_exec` hook) with `args`, as [`Runner::start`].
+    pub fn start_command(cmd: Command, args: &[&str]) -> Runner {
+        Self::spawn(cmd, args)
+    }
+
     /// As [`Runner::start_wrapper`], with extra environment variables.
     pub fn start_wrapper_with_env(args: &[&str], env: &[(&str, &str)]) -> Runner {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_wrapper-server"));

@@ -136,10 +136,17 @@ pub(crate) unsafe fn tie_to(parent: libc::pid_t) -> io::Result<()> {
 /// In the function process just forked from `supervisor`: its own process
 /// group, death with the supervisor (exits with [`SETUP_FAILED`] when the
 /// supervisor is already gone), the signal mask `before` the supervisor
-/// blocked its own, and the batch scheduling policy ([`run_as_batch`]).
+/// blocked its own, the batch scheduling policy ([`run_as_batch`]), and
+/// last the sandbox `layers` the supervisor prepared for this call
+/// ([`super::layers::enter`]: no new privileges, Landlock, the syscall
+/// filter).
+///
+/// Errors: a failed set-up call, or a layer the kernel refused; the
+/// function is then not started.
 pub(crate) unsafe fn enter_function(
     supervisor: libc::pid_t,
     before: &libc::sigset_t,
+    layers: &super::layers::Prepared,
 ) -> io::Result<()> {
     // SAFETY: raw system calls on values.
     unsafe {
@@ -152,8 +159,8 @@ pub(crate) unsafe fn enter_function(
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, before, std::ptr::null_mut());
         run_as_batch();
+        super::layers::enter(layers)
     }
-    Ok(())
 }
 
 /// Puts this process (a function about to `exec`) under `SCHED_BATCH`
@@ -190,13 +197,17 @@ fn run_as_batch() {
 /// available (it costs a copy-on-write copy of the whole runner per call).
 ///
 /// Called from `Command::pre_exec`, with `runner` the runner's process id
-/// read before spawning. Returns `Ok(())` only in the function process
-/// (which the caller then `exec`s); the supervisor never returns.
+/// read before spawning and `layers` the call's sandbox, prepared before
+/// spawning. Returns `Ok(())` only in the function process (which the
+/// caller then `exec`s); the supervisor never returns.
 ///
 /// # Safety
 /// Only in a `pre_exec` closure: it forks and runs the supervisor loop with
 /// async-signal-safe calls only.
-pub(crate) unsafe fn become_supervisor(runner: libc::pid_t) -> io::Result<()> {
+pub(crate) unsafe fn become_supervisor(
+    runner: libc::pid_t,
+    layers: &super::layers::Prepared,
+) -> io::Result<()> {
     // SAFETY: raw system calls on stack values, in a single-threaded child.
     unsafe {
         let (handled, before) = block_handled()?;
@@ -207,7 +218,7 @@ pub(crate) unsafe fn become_supervisor(runner: libc::pid_t) -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
         if function == 0 {
-            return enter_function(supervisor, &before);
+            return enter_function(supervisor, &before, layers);
         }
         // The supervisor keeps no descriptor: the pipes belong to the
         // function, and std's exec-error pipe must close so spawn returns.
@@ -629,21 +640,25 @@ pub(crate) fn decode_report(bytes: &[u8]) -> Option<(u32, i32)> {
 }
 
 /// A request: `argc` and `envc` (little-endian `u32`), a byte saying
-/// whether a working directory follows, then NUL-terminated strings: the
-/// working directory, `argv` (`argv[0]` is the program, looked up in the
-/// environment's `PATH`) and the environment's `NAME=VALUE` entries.
-/// Returns `None` when a string holds a NUL byte.
+/// whether a working directory follows, the length of the call's sandbox
+/// spec (little-endian `u32`, `super::layers::Spec`) and the spec, then
+/// NUL-terminated strings: the working directory, `argv` (`argv[0]` is the
+/// program, looked up in the environment's `PATH`) and the environment's
+/// `NAME=VALUE` entries. Returns `None` when a string holds a NUL byte.
 pub(crate) fn encode_request<'a>(
     cwd: Option<&[u8]>,
+    sandbox: &[u8],
     argv: &[&'a [u8]],
     env: &[&'a [u8]],
 ) -> Option<Vec<u8>> {
     let strings = cwd.iter().chain(argv).chain(env);
-    let size: usize = 9 + strings.clone().map(|s| s.len() + 1).sum::<usize>();
+    let size: usize = 13 + sandbox.len() + strings.clone().map(|s| s.len() + 1).sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&(argv.len() as u32).to_le_bytes());
     out.extend_from_slice(&(env.len() as u32).to_le_bytes());
     out.push(cwd.is_some() as u8);
+    out.extend_from_slice(&(sandbox.len() as u32).to_le_bytes());
+    out.extend_from_slice(sandbox);
     for s in strings {
         if s.contains(&0) {
             return None;
@@ -666,7 +681,9 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Option<DecodedRequest<'_>> {
         1 => true,
         _ => return None,
     };
-    let mut rest = &bytes[9..];
+    let sandbox_len = u32::from_le_bytes(bytes.get(9..13)?.try_into().ok()?) as usize;
+    let sandbox = bytes.get(13..13usize.checked_add(sandbox_len)?)?;
+    let mut rest = &bytes[13 + sandbox_len..];
     let mut next = || {
         let end = rest.iter().position(|&b| b == 0)?;
         let (s, tail) = rest.split_at(end + 1);
@@ -682,7 +699,12 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Option<DecodedRequest<'_>> {
     if next().is_some() || !rest.is_empty() {
         return None;
     }
-    Some(DecodedRequest { cwd, argv, env })
+    Some(DecodedRequest {
+        cwd,
+        sandbox,
+        argv,
+        env,
+    })
 }
 
 /// A request read by [`decode_request`]; each string ends with its NUL.
@@ -690,6 +712,8 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Option<DecodedRequest<'_>> {
 pub(crate) struct DecodedRequest<'a> {
     /// The working directory, if any.
     pub(crate) cwd: Option<&'a [u8]>,
+    /// The call's sandbox spec (`super::layers::Spec`; empty: none).
+    pub(crate) sandbox: &'a [u8],
     /// The function's argv.
     pub(crate) argv: Vec<&'a [u8]>,
     /// The function's environment, `NAME=VALUE` entries.
@@ -718,17 +742,24 @@ mod tests {
 
     #[test]
     fn requests_and_reports_read_back() {
-        let bytes = encode_request(Some(b"/tmp"), &[b"cat", b"-"], &[b"PATH=/bin"]).unwrap();
+        let bytes = encode_request(
+            Some(b"/tmp"),
+            b"\x02r/usr\0",
+            &[b"cat", b"-"],
+            &[b"PATH=/bin"],
+        )
+        .unwrap();
         let r = decode_request(&bytes).unwrap();
         assert_eq!(r.cwd, Some(&b"/tmp\0"[..]));
+        assert_eq!(r.sandbox, b"\x02r/usr\0");
         assert_eq!(r.argv, [&b"cat\0"[..], b"-\0"]);
         assert_eq!(r.env, [&b"PATH=/bin\0"[..]]);
-        let bytes = encode_request(None, &[b"cat"], &[]).unwrap();
+        let bytes = encode_request(None, b"", &[b"cat"], &[]).unwrap();
         assert!(decode_request(&bytes).unwrap().cwd.is_none());
-        assert!(encode_request(None, &[b"c\0at"], &[]).is_none());
+        assert!(encode_request(None, b"", &[b"c\0at"], &[]).is_none());
         assert!(decode_request(&bytes[..bytes.len() - 1]).is_none());
         assert!(decode_request(&[&bytes[..], b"x\0"].concat()).is_none());
-        assert!(decode_request(&encode_request(None, &[], &[]).unwrap()).is_none());
+        assert!(decode_request(&encode_request(None, b"", &[], &[]).unwrap()).is_none());
         assert!(decode_request(b"\xff\xff\xff\xff").is_none());
         assert_eq!(decode_report(&encode_report(1, -2)), Some((1, -2)));
         assert_eq!(decode_report(b"short"), None);

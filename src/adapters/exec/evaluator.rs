@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use tracing::Instrument;
 
 use super::process::{self, ProcessError, ProcessLimits, ProcessSpec};
+use super::sandbox::{Sandbox, SandboxAllow};
 use super::slots::FunctionSlots;
 use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{
@@ -39,12 +40,20 @@ pub struct ExecSettings {
     /// (`--max-concurrent-functions`, `--max-queued-functions`); shared by
     /// every clone of these settings.
     pub slots: FunctionSlots,
+    /// The sandbox every function starts in ([`Sandbox::exec`] unless set).
+    pub sandbox: Sandbox,
 }
 
 impl ExecSettings {
     /// Runs `program args…` on `request`'s ResourceList with these settings
-    /// (environment, working directory, output cap) and the request's
-    /// timeout; shared by the exec and wrapper evaluators.
+    /// (environment, working directory, output cap, sandbox with the layers
+    /// `allow` turns off besides the settings' own) and the request's
+    /// timeout; shared by the exec and wrapper evaluators and `render`'s
+    /// `exec:` steps.
+    ///
+    /// With Landlock on, the function runs in a scratch directory of its
+    /// own (its working directory, `HOME` and `TMPDIR`, the one place it may
+    /// write), removed once the call's processes are gone.
     ///
     /// The call first takes one of [`ExecSettings::slots`] and waits for
     /// their start limiter; its timeout covers both waits and the run. Once
@@ -59,13 +68,37 @@ impl ExecSettings {
         program: &Path,
         args: &[OsString],
         request: &EvaluationRequest,
+        allow: SandboxAllow,
     ) -> Result<process::ProcessOutput, EvalError> {
-        let spec = ProcessSpec {
+        let path = self
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_os_str());
+        let sandbox = self
+            .sandbox
+            .call(program, path, allow)
+            .map_err(|source| EvalError::Io {
+                context: format!(
+                    "Failed to execute function {:?}: cannot make its scratch directory",
+                    request.image
+                ),
+                source: std::sync::Arc::new(source),
+            })?;
+        let mut spec = ProcessSpec {
             program: program.to_path_buf(),
             args: args.to_vec(),
             env: self.env.clone(),
             cwd: Some(self.work_dir.clone()),
+            sandbox: sandbox.spec.clone(),
         };
+        if let Some(scratch) = &sandbox.scratch {
+            let dir = scratch.path().as_os_str().to_os_string();
+            spec.env.retain(|(k, _)| k != "HOME" && k != "TMPDIR");
+            spec.env.push(("HOME".into(), dir.clone()));
+            spec.env.push(("TMPDIR".into(), dir));
+            spec.cwd = Some(scratch.path().to_path_buf());
+        }
         let started = std::time::Instant::now();
         let slot = match request.timeout {
             Some(t) => tokio::time::timeout(t, self.slots.acquire())
@@ -95,6 +128,8 @@ impl ExecSettings {
             }
             None => run.await,
         };
+        // The scratch directory goes once the call's processes are gone.
+        drop(sandbox);
         result.map_err(|e| process_error(&request.image, e))
     }
 
@@ -103,6 +138,7 @@ impl ExecSettings {
     pub fn new(max_message_bytes: usize, extra_env: &[(String, String)]) -> Self {
         // Chosen (and logged) once, when the first settings are made.
         process::Confinement::current();
+        super::sandbox::support();
         let tmp = std::env::temp_dir();
         let mut env: Vec<(OsString, OsString)> = vec![
             ("PATH".into(), FUNCTION_PATH.into()),
@@ -118,6 +154,7 @@ impl ExecSettings {
             env,
             work_dir: tmp,
             slots: FunctionSlots::default(),
+            sandbox: Sandbox::exec(SandboxAllow::default(), &[]),
         }
     }
 }
@@ -210,10 +247,10 @@ impl FunctionEvaluator for ExecEvaluator {
     /// stdout.
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let image = request.image.as_str();
-        let Some(path) = self.catalog.binary_for(image) else {
+        let Some(binary) = self.catalog.binary_for(image) else {
             return Err(EvalError::not_found(image));
         };
-        let path = path.as_path();
+        let path = binary.path.as_path();
         if let Some(problem) = binary_problem(path) {
             return Err(EvalError::NotFound {
                 image: image.to_string(),
@@ -228,7 +265,7 @@ impl FunctionEvaluator for ExecEvaluator {
         tracing::info!(image = %logged, binary = %path.display(), "Evaluating in executable mode");
         let out = self
             .settings
-            .run(path, &[], &request)
+            .run(path, &[], &request, binary.allow)
             .instrument(spans::function_run("exec", image))
             .await?;
         if out.exit != ExitReason::Code(0) {

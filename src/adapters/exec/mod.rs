@@ -2,12 +2,15 @@
 
 mod confine;
 pub mod evaluator;
+mod layers;
 pub mod process;
 mod reap;
 mod resident;
+pub mod sandbox;
 pub mod slots;
 pub mod wrapper;
 
 pub use evaluator::{ExecEvaluator, ExecSettings};
+pub use sandbox::{Sandbox, SandboxAllow};
 pub use slots::FunctionSlots;
 pub use wrapper::WrapperEvaluator;

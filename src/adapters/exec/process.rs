@@ -42,7 +42,8 @@ use crate::domain::evaluation::{EvalError, ExitReason, FunctionFailure, Payload}
 pub enum Confinement {
     /// The runner starts the `krm-fn-supervisor` program at this path with
     /// `posix_spawn` (a `vfork`-style clone: nothing of the runner is
-    /// copied) as `krm-fn-supervisor RUNNER_PID TOKEN PROGRAM ARG...`, and
+    /// copied) as `krm-fn-supervisor RUNNER_PID TOKEN SANDBOX PROGRAM
+    /// ARG...` (SANDBOX: the call's sandbox spec in hexadecimal, or `-`), and
     /// that program supervises the function (TOKEN: 16 random hex digits
     /// per call, which mark its report of a function it could not start).
     Program(PathBuf),
@@ -200,7 +201,7 @@ fn executable(path: &Path) -> Result<(), String> {
 }
 
 /// What to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessSpec {
     /// The executable (absolute path, or a name looked up in the spec's `PATH`).
     pub program: PathBuf,
@@ -210,6 +211,9 @@ pub struct ProcessSpec {
     pub env: Vec<(OsString, OsString)>,
     /// Working directory; the runner's own when `None`.
     pub cwd: Option<PathBuf>,
+    /// The sandbox layers the function enters before its `exec`
+    /// (`super::sandbox::Sandbox` makes them; the default is none).
+    pub sandbox: super::sandbox::LayerSpec,
 }
 
 /// Bounds on one run.
@@ -349,14 +353,30 @@ pub async fn run_confined(
         Confinement::Program(supervisor) | Confinement::Resident(supervisor) => {
             // No `pre_exec`: std spawns it with `posix_spawn`.
             let mut cmd = Command::new(supervisor);
-            cmd.arg(runner.to_string()).arg(&token).arg(&spec.program);
+            let sandbox = spec.sandbox.bytes();
+            let sandbox = if sandbox.is_empty() {
+                "-".to_string()
+            } else {
+                sandbox.iter().map(|b| format!("{b:02x}")).collect()
+            };
+            cmd.arg(runner.to_string())
+                .arg(&token)
+                .arg(sandbox)
+                .arg(&spec.program);
             cmd
         }
         Confinement::InProcess => {
             let mut cmd = Command::new(&spec.program);
+            // Made ready here, before the fork: it allocates.
+            let layers = super::layers::prepare(spec.sandbox.bytes()).map_err(|source| {
+                ProcessError::Spawn {
+                    program: spec.program.clone(),
+                    source,
+                }
+            })?;
             // SAFETY: `become_supervisor` uses only async-signal-safe system calls.
             unsafe {
-                cmd.pre_exec(move || super::confine::become_supervisor(runner));
+                cmd.pre_exec(move || super::confine::become_supervisor(runner, &layers));
             }
             cmd
         }
@@ -524,8 +544,8 @@ fn resident_request(spec: &ProcessSpec) -> Result<Option<Vec<u8>>, ProcessError>
         .collect();
     let env: Vec<&[u8]> = env.iter().map(Vec::as_slice).collect();
     let cwd = spec.cwd.as_ref().map(|c| c.as_os_str().as_bytes());
-    let request =
-        super::confine::encode_request(cwd, &argv, &env).ok_or_else(|| ProcessError::Spawn {
+    let request = super::confine::encode_request(cwd, spec.sandbox.bytes(), &argv, &env)
+        .ok_or_else(|| ProcessError::Spawn {
             program: spec.program.clone(),
             source: io::Error::new(
                 io::ErrorKind::InvalidInput,

@@ -79,7 +79,7 @@ impl FunctionEvaluator for WrapperEvaluator {
         spans::claim("wrapper");
         let out = self
             .settings
-            .run(&self.program, &self.args, &request)
+            .run(&self.program, &self.args, &request, Default::default())
             .instrument(spans::function_run("wrapper", image))
             .await?;
         let stdout = out.stdout.clone();

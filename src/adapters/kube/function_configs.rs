@@ -86,8 +86,8 @@ impl Drop for FunctionConfigWatch {
 struct LiveCatalog(watch::Receiver<Arc<FunctionConfigStore>>);
 
 impl BinaryCatalog for LiveCatalog {
-    fn binary_for(&self, image: &str) -> Option<std::path::PathBuf> {
-        self.0.borrow().binary_for(image)
+    fn binary_for(&self, image: &str) -> Option<crate::domain::exec_config::ExecBinary> {
+        self.0.borrow().binary_entry(image)
     }
     fn binaries(&self) -> Vec<std::path::PathBuf> {
         self.0.borrow().binaries()

@@ -28,7 +28,9 @@ impl ExecCommandRuntime {
     }
 
     /// As kpt does: functions inherit this process's environment and
-    /// working directory; stdout and stderr are each capped at
+    /// working directory (but for `HOME` and `TMPDIR`, and the working
+    /// directory itself, which are the call's scratch directory while
+    /// Landlock is on); stdout and stderr are each capped at
     /// `max_message_bytes`.
     pub fn inheriting(max_message_bytes: usize) -> Self {
         let mut settings = ExecSettings::new(max_message_bytes, &[]);
@@ -37,6 +39,13 @@ impl ExecCommandRuntime {
             settings.work_dir = cwd;
         }
         Self::new(settings)
+    }
+
+    /// The same runtime with the sandbox layers in `allow` off for every
+    /// function (`--sandbox-allow`).
+    pub fn with_sandbox_allow(mut self, allow: crate::adapters::exec::SandboxAllow) -> Self {
+        self.settings.sandbox.allow = allow;
+        self
     }
 
     fn program(&self, word: &str) -> PathBuf {
@@ -74,7 +83,10 @@ impl FunctionRuntime for ExecCommandRuntime {
         })?;
         let mut request = EvaluationRequest::new(command.clone(), bytes.into_bytes());
         request.timeout = call.timeout;
-        let out = self.settings.run(&program, &args, &request).await?;
+        let out = self
+            .settings
+            .run(&program, &args, &request, Default::default())
+            .await?;
         if out.exit != ExitReason::Code(0) {
             let failure = out.into_failure(command.clone()).await?;
             return Err(EvalError::FunctionFailed(Box::new(failure)));
