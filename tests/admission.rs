@@ -77,8 +77,10 @@ fn setup(dir: &Path) -> (PathBuf, PathBuf) {
             label,
             &format!("#!/bin/sh\ntouch '{}'\nexec cat\n", marker.display()),
         );
+        // The marker is written next to the script, outside the scratch
+        // directory the sandbox lets a function write.
         config.push_str(&format!(
-            "- function: {}\n  images:\n  - {image}\n",
+            "- function: {}\n  images:\n  - {image}\n  sandbox: {{allow: [filesystem]}}\n",
             path.display()
         ));
     }

@@ -264,7 +264,7 @@ fn parse_hex(text: &[u8]) -> Option<Vec<u8>> {
     if text == b"-" {
         return Some(Vec::new());
     }
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let digit = |d: u8| (d as char).to_digit(16).map(|v| v as u8);

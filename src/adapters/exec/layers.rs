@@ -55,6 +55,10 @@ pub(crate) const DEVICE: u8 = b'd';
 /// lacks (best effort), and the runner warns at start about what that is.
 const ABI: landlock::ABI = landlock::ABI::V6;
 
+/// A Landlock rule of a spec: its kind ([`READ`], [`WRITE`], [`DEVICE`])
+/// and its path's bytes.
+pub(crate) type Rule<'a> = (u8, &'a [u8]);
+
 /// One call's layers: a byte of layer bits, then each rule as its kind
 /// byte and its path, NUL-terminated. Empty: no layer.
 pub(crate) struct Spec;
@@ -78,7 +82,7 @@ impl Spec {
 
     /// The layer bits and rules of `bytes`, each path without its NUL;
     /// `None` when `bytes` is not a spec (an empty one is no layer).
-    pub(crate) fn decode(bytes: &[u8]) -> Option<(u8, Vec<(u8, &[u8])>)> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<(u8, Vec<Rule<'_>>)> {
         let Some((&layers, mut rest)) = bytes.split_first() else {
             return Some((0, Vec::new()));
         };
