@@ -431,7 +431,9 @@ fn local_eval_keeps_the_function_log_apart_and_refuses_what_the_server_refuses()
     std::fs::write(
         cwd.join("config.yaml"),
         format!(
-            "functions:\n- function: {}\n  images: [example.com/fail:v1]\n",
+            // The marker is written next to the script, outside the
+            // scratch directory the sandbox lets a function write.
+            "functions:\n- function: {}\n  images: [example.com/fail:v1]\n  sandbox: {{allow: [filesystem]}}\n",
             cwd.join("fail").display()
         ),
     )

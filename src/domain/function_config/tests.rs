@@ -84,6 +84,40 @@ fn binaries_serve_exactly_their_tags_under_their_prefixes() {
 }
 
 #[test]
+fn a_binary_executor_names_the_sandbox_layers_it_may_do_without() {
+    let mut s = store();
+    s.apply(object(
+        "fetch",
+        "2026-01-01T00:00:00Z",
+        serde_json::json!({"image": "fetch", "binaryExecutor": {"tags": ["v1"], "path": "fetch",
+            "sandbox": {"allow": ["network", "filesystem"]}}}),
+    ));
+    s.apply(object(
+        "plain",
+        "2026-01-01T00:00:00Z",
+        serde_json::json!({"image": "plain", "binaryExecutor": {"tags": ["v1"], "path": "plain"}}),
+    ));
+    s.apply(object(
+        "typo",
+        "2026-01-01T00:00:00Z",
+        serde_json::json!({"image": "typo", "binaryExecutor": {"tags": ["v1"], "path": "typo",
+            "sandbox": {"allow": ["net"]}}}),
+    ));
+    let fetch = s.binary_entry("fetch:v1").unwrap();
+    assert_eq!(fetch.allow.names(), ["filesystem", "network"]);
+    assert_eq!(
+        s.binary_entry("plain:v1").unwrap().allow,
+        SandboxAllow::default()
+    );
+    assert!(s.binary_entry("typo:v1").is_none());
+    let why = s.outcome("typo").unwrap().unwrap_err();
+    assert!(
+        why.contains("spec.binaryExecutor.sandbox.allow: unknown sandbox layer \"net\""),
+        "{why}"
+    );
+}
+
+#[test]
 fn prefixes_match_the_whole_repository() {
     let s = head_store();
     for image in [
