@@ -195,21 +195,14 @@ fn outcome(resource_list: &[u8]) -> String {
 
 /// A process's nice value, scheduling policy and open-file limits.
 fn state(pid: u32) -> (String, String, String) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
+    let fields = common::stat_fields(pid).unwrap();
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
     let nofile = limits
         .lines()
         .find(|l| l.starts_with("Max open files"))
         .unwrap()
         .to_string();
-    // After the command: nice is field 16, policy field 38.
-    (fields[16].to_string(), fields[38].to_string(), nofile)
+    (fields[16].clone(), fields[38].clone(), nofile)
 }
 
 /// Checks one result: refused with every layer on, done with its layer off.
@@ -243,6 +236,28 @@ async fn call(runner: &Runner, image: &str, attempt: &str) -> String {
     outcome(&reply.resource_list)
 }
 
+/// Every attack on `runner` (the server `way`) is refused, the call
+/// succeeding, and neither the runner nor its resident supervisor changes,
+/// nor is a file written next to the function.
+async fn refuses_every_attack(way: &str, runner: &Runner, hostile: &Path, listeners: &Listeners) {
+    let supervisor = resident_of(runner.pid());
+    write_victims(hostile, runner.pid(), supervisor, listeners);
+    let before = (state(runner.pid()), state(supervisor));
+    for (attempt, _) in CASES {
+        let result = call(runner, "example.com/hostile:v1", attempt).await;
+        check(way, attempt, None, &result);
+    }
+    assert_eq!(
+        (state(runner.pid()), state(supervisor)),
+        before,
+        "{way}: the runner or its supervisor changed"
+    );
+    assert!(
+        !hostile.with_file_name("written-by-the-function").exists(),
+        "{way}: a file was written outside the scratch directory"
+    );
+}
+
 /// `serve`: every attack refused, the runner and its resident supervisor
 /// unchanged; each attack done with its layer allowed in the function's
 /// `config.yaml` entry.
@@ -256,22 +271,7 @@ async fn serve_refuses_every_attack_and_each_layer_is_what_refuses_it() {
         &format!("--config={}", config.display()),
         "--disable-runtimes=pod",
     ]);
-    let supervisor = resident_of(runner.pid());
-    write_victims(&hostile, runner.pid(), supervisor, &listeners);
-    let before = (state(runner.pid()), state(supervisor));
-    for (attempt, _) in CASES {
-        let result = call(&runner, "example.com/hostile:v1", attempt).await;
-        check("serve", attempt, None, &result);
-    }
-    assert_eq!(
-        (state(runner.pid()), state(supervisor)),
-        before,
-        "the runner or its supervisor changed"
-    );
-    assert!(
-        !hostile.with_file_name("written-by-the-function").exists(),
-        "a file was written outside the scratch directory"
-    );
+    refuses_every_attack("serve", &runner, &hostile, &listeners).await;
     for (attempt, layer) in CASES {
         let image = format!("example.com/hostile-{layer}:v1");
         let result = call(&runner, &image, attempt).await;
@@ -287,14 +287,7 @@ async fn the_wrapper_server_refuses_every_attack() {
     let dir = tempfile::tempdir().unwrap();
     let (hostile, _) = functions(dir.path());
     let runner = Runner::start_wrapper(&["--", hostile.to_str().unwrap()]);
-    let supervisor = resident_of(runner.pid());
-    write_victims(&hostile, runner.pid(), supervisor, &listeners);
-    let before = (state(runner.pid()), state(supervisor));
-    for (attempt, _) in CASES {
-        let result = call(&runner, "example.com/hostile:v1", attempt).await;
-        check("wrapper", attempt, None, &result);
-    }
-    assert_eq!((state(runner.pid()), state(supervisor)), before);
+    refuses_every_attack("wrapper", &runner, &hostile, &listeners).await;
     let relaxed = Runner::start_wrapper(&[
         "--sandbox-allow=filesystem",
         "--",

@@ -402,6 +402,20 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// The fields of `/proc/PID/stat` after the command name (the state is
+/// field 0, the parent field 1, the nice value field 16, the scheduling
+/// policy field 38); `None` once the process is gone.
+pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(
+        stat.rsplit(')')
+            .next()?
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
 /// True while process `pid` exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
