@@ -47,13 +47,17 @@ const TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 const REGISTRY_AUTH: &str = "/var/tmp/config-secret/.dockerconfigjson";
 
 /// The secret files, made where a deployment mounts them unless already
-/// there; what was made is removed when dropped.
+/// there; what was made is removed when dropped. One test holds them at a
+/// time (another would remove them under it).
 struct Secrets {
     made: Vec<PathBuf>,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Secrets {
     fn place() -> Secrets {
+        static HELD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let held = HELD.lock().unwrap_or_else(|e| e.into_inner());
         let mut made = Vec::new();
         for (path, text) in [
             (TOKEN, "eyJhbGciOiJSUzI1NiJ9.service-account-token"),
@@ -76,7 +80,10 @@ impl Secrets {
             std::fs::write(path, text).unwrap();
             made.push(if dir_existed { path.to_path_buf() } else { top });
         }
-        Secrets { made }
+        Secrets {
+            made,
+            _one_at_a_time: held,
+        }
     }
 }
 
