@@ -1758,6 +1758,30 @@ fn anchors_edited() {
     );
 }
 
+/// A step's `configMap` values reach the function as the Kptfile writes
+/// them (`1.50`, `0o17`, `0x1F`, `007`, `1e3`, `yes`; `~` as ""), in the
+/// root package and in a subpackage: the function copies them into a
+/// ConfigMap (they were re-typed: `1.5`, `15`, `31`, `7.0`, `1000.0`).
+#[test]
+fn config_map_text() {
+    own_package_holding(
+        "config-map-text",
+        &[
+            (
+                "received.yaml",
+                &[
+                    "  alpha: \"0o17\"\n",
+                    "  exponent: \"1e3\"\n",
+                    "  hex: \"0x1F\"\n",
+                    "  octal: \"007\"\n",
+                    "  zeta: \"1.50\"\n",
+                ],
+            ),
+            ("sub/received.yaml", &["  version: \"1.10\"\n"]),
+        ],
+    );
+}
+
 /// An anchor or a tag on a key whose value is a block sequence on the
 /// next lines (`env: &env` then `- a`, at the key's indentation or deeper;
 /// `tagged: !!seq`) reads, and the objects are rendered as kpt renders

@@ -212,6 +212,8 @@ async fn function_config_from_config_map_and_config_path_re_read() {
                 fc,
                 &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "function-input"}, "data": {"a": "x", "b": "3"}})
             );
+            let keys: Vec<&String> = fc["data"].as_object().unwrap().keys().collect();
+            assert_eq!(keys, ["b", "a"], "the Kptfile's key order");
             let mut items = call.resource_list.items.clone();
             for i in &mut items {
                 if ann::name(i) == "settings" {

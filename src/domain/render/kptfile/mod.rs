@@ -9,6 +9,7 @@
 //! message naming the version. `status` is kept as an untyped value: kpt
 //! writes it itself (§2.4) and its shape changed across kpt releases.
 
+mod config_text;
 mod unknown_fields;
 mod validate;
 
@@ -230,13 +231,19 @@ pub struct Function {
     /// Package-relative path of a file holding the functionConfig object.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub config_path: String,
-    /// Data of a `v1/ConfigMap` named `function-input` used as functionConfig.
+    /// Data of a `v1/ConfigMap` named `function-input` used as
+    /// functionConfig, in the Kptfile's key order. Values are the text the
+    /// Kptfile has ([`Pipeline::take_config_map_texts`]: `1.50`, `0x1F`,
+    /// `007` as written, as kpt's yaml.v3 decodes a scalar into a string)
+    /// when the render has the Kptfile's text; else numbers and booleans
+    /// as their text.
     #[serde(
         default,
-        deserialize_with = "string_map",
-        skip_serializing_if = "BTreeMap::is_empty"
+        deserialize_with = "ordered_string_map",
+        serialize_with = "serialize_pairs",
+        skip_serializing_if = "Vec::is_empty"
     )]
-    pub config_map: BTreeMap<String, String>,
+    pub config_map: Vec<(String, String)>,
     /// Identifier used in status output and by `kpt pkg update`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
@@ -337,8 +344,13 @@ impl Selector {
 /// text (Go's yaml.v3 decodes `3` into a string field as `"3"`), sequences
 /// and maps are refused with yaml.v3's wording.
 fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    let raw: Option<BTreeMap<String, Value>> = Option::deserialize(d)?;
-    let mut out = BTreeMap::new();
+    Ok(ordered_string_map(d)?.into_iter().collect())
+}
+
+/// [`string_map`] keeping the keys in the order they are written.
+fn ordered_string_map<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    let raw: Option<serde_json::Map<String, Value>> = Option::deserialize(d)?;
+    let mut out = Vec::new();
     for (k, v) in raw.unwrap_or_default() {
         let s = match &v {
             Value::Null => String::new(),
@@ -348,9 +360,22 @@ fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String
             }
             other => ann::scalar_text(other).unwrap_or_default(),
         };
-        out.insert(k, s);
+        out.push((k, s));
     }
     Ok(out)
+}
+
+/// Key/value pairs written as a mapping, in their order.
+fn serialize_pairs<S: serde::Serializer>(
+    pairs: &[(String, String)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(pairs.len()))?;
+    for (k, v) in pairs {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
 }
 
 /// Why a Kptfile could not be read.
@@ -565,7 +590,13 @@ mod tests {
         assert!(k.bfs_rendering());
         assert!(!k.save_on_render_failure());
         let p = k.pipeline();
-        assert_eq!(p.mutators[0].config_map["replicas"], "3");
+        assert_eq!(
+            p.mutators[0].config_map,
+            [
+                ("namespace".to_string(), "staging".to_string()),
+                ("replicas".to_string(), "3".to_string())
+            ]
+        );
         assert_eq!(p.validators[0].exec, "./check --strict");
         assert_eq!(p.validators[0].selectors[0].labels["app"], "web");
         assert!(p.validators[0].is_filtered());

@@ -7,8 +7,9 @@ use foldhash::HashMap;
 use serde_json::Value;
 
 use super::{Ctx, Failure, Node, Renderer};
-use crate::domain::render::annotations::{self as ann, clean_path};
+use crate::domain::render::annotations::{self as ann, clean_path, join_path};
 use crate::domain::render::error::RenderErrorKind;
+use crate::domain::render::kptfile::KPTFILE_NAME;
 use crate::domain::render::package::Package;
 
 impl Renderer<'_> {
@@ -20,7 +21,15 @@ impl Renderer<'_> {
         } else {
             format!("{}/{path}", self.options.package_root.trim_end_matches('/'))
         };
-        let pipeline = pkg.kptfile.pipeline();
+        let mut pipeline = pkg.kptfile.pipeline();
+        // `configMap` values as the Kptfile writes them, when its text is known.
+        if let Some(doc) = self
+            .sources
+            .as_deref()
+            .and_then(|s| s.get(&join_path(&[&path, KPTFILE_NAME]), 0))
+        {
+            pipeline.take_config_map_texts(doc);
+        }
         let invalid = pkg.kptfile.validate(|p| pkg.file_objects(p)).err();
         let own_files = pkg
             .resources
