@@ -1155,14 +1155,15 @@ fn check_against_known(packages: &[String], diffs: &[Difference]) {
 }
 
 /// Renders `src` (staged with `rewrite`) with both tools in place and
-/// compares; returns both exit codes and the directory holding our result
-/// (`<tempdir>/ours/pkg`; the tempdir lives as long as the returned guard).
+/// compares; returns both runs (kpt's, then ours) and the directory
+/// holding our result (`<tempdir>/ours/pkg`; the tempdir lives as long as
+/// the returned guard).
 fn compare_in_place(
     package: &str,
     src: &Path,
     rewrite: &dyn Fn(&str) -> String,
     diffs: &mut Vec<Difference>,
-) -> (i32, i32, tempfile::TempDir) {
+) -> (Run, Run, tempfile::TempDir) {
     let work = tempfile::tempdir().unwrap();
     let (kpt_dir, ours_dir) = (work.path().join("kpt/pkg"), work.path().join("ours/pkg"));
     stage(src, &kpt_dir, rewrite);
@@ -1185,7 +1186,7 @@ fn compare_in_place(
     compare_renders(
         package, &input, &kpt_dir, &kpt, &ours_dir, &ours, true, diffs,
     );
-    (kpt.code, ours.code, work)
+    (kpt, ours, work)
 }
 
 /// The builtin image our renders use in place of the set-namespace binary.
@@ -1429,13 +1430,13 @@ fn own_source(name: &str) -> PathBuf {
 /// `expected_exit` under kpt; `check_ours` then inspects our rendered copy.
 fn own_package_with(name: &str, expected_exit: i32, check_ours: &dyn Fn(&Path, i32)) {
     let mut diffs = Vec::new();
-    let (kpt_code, our_code, work) =
+    let (kpt, ours, work) =
         compare_in_place(name, &own_source(name), &substitute_catalog, &mut diffs);
     assert_eq!(
-        kpt_code, expected_exit,
+        kpt.code, expected_exit,
         "kpt's exit status for {name} is not the one the package is written for"
     );
-    check_ours(&work.path().join("ours/pkg"), our_code);
+    check_ours(&work.path().join("ours/pkg"), ours.code);
     check_against_known(&[name.to_string()], &diffs);
 }
 
@@ -1782,6 +1783,76 @@ fn config_map_text() {
     );
 }
 
+/// The lines of each `  Stderr:` block of a render's progress output, in
+/// order. kpt v1.0.0-beta.54 writes each line Go-quoted (`"text"`), and an
+/// empty last line for a final line break; newer kpt and we write the lines
+/// as they are: `quoted` reads kpt's form back.
+fn stderr_blocks(progress: &str, quoted: bool) -> Vec<Vec<String>> {
+    let mut blocks: Vec<Vec<String>> = Vec::new();
+    let mut inside = false;
+    for line in progress.lines() {
+        if line == "  Stderr:" {
+            blocks.push(Vec::new());
+            inside = true;
+            continue;
+        }
+        match (inside, line.strip_prefix("    ")) {
+            (true, Some(text)) => {
+                let text = if quoted {
+                    serde_json::from_str::<String>(text)
+                        .unwrap_or_else(|e| panic!("not a quoted line {text:?}: {e}"))
+                } else {
+                    text.to_string()
+                };
+                blocks.last_mut().unwrap().push(text);
+            }
+            _ => inside = false,
+        }
+    }
+    for block in &mut blocks {
+        if quoted && block.last().is_some_and(String::is_empty) {
+            block.pop();
+        }
+    }
+    blocks
+}
+
+/// What passing functions write to stderr is printed under their steps,
+/// line for line as kpt prints it (kpt's Go quoting aside: see
+/// [`stderr_blocks`]).
+#[test]
+fn function_stderr() {
+    let name = "function-stderr";
+    let mut diffs = Vec::new();
+    let (kpt, ours, _work) =
+        compare_in_place(name, &own_source(name), &substitute_catalog, &mut diffs);
+    assert_eq!(
+        (kpt.code, ours.code),
+        (0, 0),
+        "{}\n{}",
+        kpt.stderr,
+        ours.stderr
+    );
+    let kpt_blocks = stderr_blocks(&kpt.stderr, true);
+    assert_eq!(
+        kpt_blocks,
+        [
+            vec!["reading the package", "  two objects", "done"],
+            vec!["checked"]
+        ],
+        "kpt's Stderr blocks:\n{}",
+        kpt.stderr
+    );
+    assert_eq!(
+        stderr_blocks(&ours.stderr, false),
+        kpt_blocks,
+        "our Stderr blocks differ from kpt's\n--- kpt\n{}\n--- ours\n{}",
+        kpt.stderr,
+        ours.stderr
+    );
+    check_against_known(&[name.to_string()], &diffs);
+}
+
 /// An anchor or a tag on a key whose value is a block sequence on the
 /// next lines (`env: &env` then `- a`, at the key's indentation or deeper;
 /// `tagged: !!seq`) reads, and the objects are rendered as kpt renders
@@ -2043,7 +2114,8 @@ fn catalog_packages() {
     );
     let mut diffs = Vec::new();
     for (name, dir) in &cases {
-        let (kpt_code, _, _work) = compare_in_place(name, dir, &image_to_exec, &mut diffs);
+        let (kpt, _, _work) = compare_in_place(name, dir, &image_to_exec, &mut diffs);
+        let kpt_code = kpt.code;
         assert_eq!(
             kpt_code,
             catalog_expected_exit(dir),
@@ -2140,7 +2212,8 @@ fn kpt_e2e_packages() {
     );
     let mut diffs = Vec::new();
     for (name, dir, exit) in &cases {
-        let (kpt_code, _, _work) = compare_in_place(name, dir, &image_to_exec, &mut diffs);
+        let (kpt, _, _work) = compare_in_place(name, dir, &image_to_exec, &mut diffs);
+        let kpt_code = kpt.code;
         if let Some(exit) = exit {
             assert_eq!(
                 kpt_code, *exit,

@@ -285,14 +285,15 @@ impl RenderEvents for Printer {
                 text.push_str(&format!("    {r}\n"));
             }
         }
-        if record.failed() {
-            let stderr = record.stderr.trim_end();
-            if !stderr.is_empty() {
-                text.push_str("  Stderr:\n");
-                for line in stderr.lines() {
-                    text.push_str(&format!("    {line}\n"));
-                }
+        // kpt prints a function's stderr under the step, passed or failed.
+        let stderr = record.stderr.trim_end();
+        if !stderr.is_empty() {
+            text.push_str("  Stderr:\n");
+            for line in stderr.lines() {
+                text.push_str(&format!("    {line}\n"));
             }
+        }
+        if record.failed() {
             if let Some(e) = &record.execution_error {
                 text.push_str(&format!("  Error: {e}\n"));
             }
