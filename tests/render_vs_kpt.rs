@@ -1734,7 +1734,9 @@ fn block_scalar_chomping() {
 /// anchored scalar: anchors, aliases and merge keys stay as written, in
 /// their place (they were expanded into copies, and merge keys flattened
 /// with the key moved to the end); kpt's yaml.v3 tags the merge keys
-/// (listed).
+/// (listed). Changed values in a document with anchors keep the function's
+/// text (`'quoted-uno'` stays quoted, `~` stays `~`; they were written in
+/// our style).
 #[test]
 fn anchors_edited() {
     own_package_holding(
@@ -1746,6 +1748,8 @@ fn anchors_edited() {
                     "  base: &base\n    a: uno\n    b: two\n  ref: *base\n",
                     "  merged:\n    <<: *base\n    c: tres\n",
                     "  name: &name new\n  same: *name\n",
+                    "    quoted: 'quoted-uno' # kept quoted\n",
+                    "    flow: !!map {q: 'quoted-uno', n: ~}\n",
                 ],
             ),
             (

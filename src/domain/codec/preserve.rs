@@ -163,7 +163,7 @@ pub fn merge(
     source: Option<&YamlDoc>,
     target: &Value,
 ) -> Result<String, CodecError> {
-    let source = source.filter(|s| !s.is_opaque() && s.root().is_some());
+    let source = source.filter(|s| s.root().is_some());
     let comments = source.is_some_and(|s| has_new_comments(base, s));
     if same(base.value(), target) && !comments {
         return Ok(base.text().to_string());
@@ -684,7 +684,9 @@ impl<'a> Editor<'a> {
         new: &Value,
         src: Option<Src<'a>>,
     ) -> Edit {
-        let src = src.filter(|s| !s.node.props);
+        // A source node with properties lends its text (which starts after
+        // them) only where the base node has properties that stay.
+        let src = src.filter(|s| !s.node.props || (self.keep_aliases && node.props));
         if same(old, new) {
             if self.comments
                 && let Some(src) = src

@@ -522,3 +522,13 @@ fn edits_aliases_cannot_express_write_the_values_out() {
     });
     assert!(!out.contains("<<"), "{out}");
 }
+
+/// In a document with anchors, a changed value keeps the function's text
+/// (quoting, `~`, its comments), inside tagged and anchored mappings too.
+#[test]
+fn a_function_s_text_is_kept_in_documents_with_anchors() {
+    let base = "a: &a\n  q: 'one'\nb: *a\nt: !!map\n  q: 'one'\n  f: !!map {q: 'one', n: ~}\n";
+    let source =
+        "a: &a\n  q: 'uno' # changed\nb: *a\nt: !!map\n  q: 'uno'\n  f: !!map {q: 'uno', n: ~}\n";
+    assert_eq!(merged(base, source, None), source);
+}
