@@ -1857,6 +1857,16 @@ fn function_stderr() {
     check_against_known(&[name.to_string()], &diffs);
 }
 
+/// The sequence style kpt's reader records for each object (the
+/// `internal.config.kubernetes.io/seqindent` annotation functions get) is
+/// derived per document, as kyaml derives it: a function reporting it
+/// reports what it reports under kpt (it was the file's first document's
+/// style for every document).
+#[test]
+fn seqindent_per_document() {
+    own_package("seqindent-per-document", 0);
+}
+
 /// An anchor or a tag on a key whose value is a block sequence on the
 /// next lines (`env: &env` then `- a`, at the key's indentation or deeper;
 /// `tagged: !!seq`) reads, and the objects are rendered as kpt renders

@@ -298,8 +298,9 @@ impl PackageDir {
         let mut layouts = BTreeMap::new();
         for r in read {
             let (rel, layout, docs) = r?;
-            let seq = preserve::sequence_indent(&layout.text);
             for (index, doc) in docs {
+                // kyaml derives the sequence style of each document.
+                let seq = preserve::sequence_indent(doc.text());
                 let mut item = doc.value().clone();
                 for (k, v) in [
                     (ann::PATH, rel.clone()),

@@ -73,7 +73,13 @@ fn reads_objects_with_both_annotation_forms_and_skips_ignored_files() {
         ]
     );
     let web = &pkg.items()[4];
-    assert_eq!(ann::get(web, ann::SEQ_INDENT).as_deref(), Some("wide"));
+    // The sequence style is each document's own, as kyaml derives it: the
+    // ConfigMap has no sequence, the Service's is wide.
+    assert_eq!(ann::get(web, ann::SEQ_INDENT).as_deref(), Some("compact"));
+    assert_eq!(
+        ann::get(&pkg.items()[5], ann::SEQ_INDENT).as_deref(),
+        Some("wide")
+    );
     assert_eq!(ann::get(web, ann::LEGACY_PATH).as_deref(), Some("web.yaml"));
     assert_eq!(ann::get(web, ann::LEGACY_INDEX).as_deref(), Some("0"));
     let tree = pkg.package().unwrap();
