@@ -22,11 +22,12 @@ fn write_scripts(dir: &Path) {
         "fail",
         "#!/bin/sh\ncat >/dev/null\nprintf 'apiVersion: config.kubernetes.io/v1\\nkind: ResourceList\\nitems: []\\nresults:\\n- message: replicas must be positive\\n  severity: error\\n'\necho 'failed to evaluate function: error: function failure' >&2\nexit 1\n",
     );
-    // Records its own pid and a background grandchild's, then sleeps.
+    // Starts a background grandchild, then sleeps ([`sleeper_tree`] finds
+    // them: the function may write nothing outside its scratch directory).
     script(
         dir,
         "sleepy",
-        "#!/bin/sh\ncat >/dev/null\nsleep 300 &\necho \"$$ $!\" > \"$PID_FILE\"\nsleep 300\n",
+        "#!/bin/sh\ncat >/dev/null\nsleep 300 &\nsleep 300\n",
     );
     script(dir, "slow-ok", "#!/bin/sh\nsleep 1\ncat\n");
     script(dir, "flood", "#!/bin/sh\ncat >/dev/null\nexec yes krm\n");
@@ -41,14 +42,7 @@ fn bed(extra: &[&str]) -> Bed {
     let dir = tempfile::tempdir().unwrap();
     write_scripts(dir.path());
     let config = catalog_config_with(dir.path(), &["fail", "sleepy", "slow-ok", "flood"]);
-    let pid_file = format!("PID_FILE={}", dir.path().join("pids").display());
-    let mut args = vec![
-        "--config",
-        &config,
-        "--disable-runtimes=pod",
-        "--exec-env",
-        &pid_file,
-    ];
+    let mut args = vec!["--config", &config, "--disable-runtimes=pod"];
     args.extend_from_slice(extra);
     let runner = Runner::start(&args);
     Bed { dir, runner }
@@ -167,23 +161,48 @@ async fn deadline_exceeded(
     err
 }
 
+/// The `sleepy` function of `bed` once it runs: the shell and its two
+/// `sleep` children (one in the background), found in `/proc`.
+async fn sleeper_tree(bed: &Bed) -> Vec<u32> {
+    let marker = bed.dir.path().join("sleepy").display().to_string();
+    common::eventually(
+        "the sleeping function and its two sleeps",
+        Duration::from_secs(20),
+        || {
+            let found = match common::processes_matching(&marker)[..] {
+                [shell] => {
+                    let sleeps: Vec<u32> = common::children_of(shell)
+                        .into_iter()
+                        .filter(|&(pid, zombie)| {
+                            !zombie
+                                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                                    .is_ok_and(|c| c.starts_with(b"sleep\0"))
+                        })
+                        .map(|(pid, _)| pid)
+                        .collect();
+                    (sleeps.len() == 2).then(|| [vec![shell], sleeps].concat())
+                }
+                _ => None,
+            };
+            async move { found }
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn deadline_stops_the_function_and_its_children() {
     let bed = bed(&[]);
     let call = request("example.com/test/sleepy:v1", config_map_rl("a"));
-    deadline_exceeded(
-        &bed,
-        call,
-        Duration::from_millis(800),
-        Duration::from_secs(5),
-    )
-    .await;
-    let pids = std::fs::read_to_string(bed.dir.path().join("pids")).unwrap();
-    let pids: Vec<u32> = pids
-        .split_whitespace()
-        .map(|p| p.parse().unwrap())
-        .collect();
-    assert_eq!(pids.len(), 2, "function and grandchild pids");
+    let (_, pids) = tokio::join!(
+        deadline_exceeded(
+            &bed,
+            call,
+            Duration::from_millis(800),
+            Duration::from_secs(5),
+        ),
+        sleeper_tree(&bed)
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -448,12 +467,7 @@ async fn sigterm_stops_what_outlives_the_grace_period() {
             .evaluate_function(request("example.com/test/sleepy:v1", config_map_rl("a")))
             .await
     });
-    let pid_file = bed.dir.path().join("pids");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !pid_file.exists() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let pids = sleeper_tree(&bed).await;
     let started = Instant::now();
     let status = tokio::task::block_in_place(|| bed.runner.terminate(Duration::from_secs(10)));
     assert!(
@@ -462,9 +476,8 @@ async fn sigterm_stops_what_outlives_the_grace_period() {
     );
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(call.await.unwrap().is_err());
-    let pids = std::fs::read_to_string(pid_file).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    for p in pids.split_whitespace().map(|p| p.parse::<u32>().unwrap()) {
+    for p in pids {
         while alive(p) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -482,16 +495,7 @@ async fn start_sleeper(bed: &Bed) -> tokio::task::JoinHandle<Result<(), tonic::S
         call.set_timeout(Duration::from_secs(60));
         client.evaluate_function(call).await.map(drop)
     });
-    let pids = bed.dir.path().join("pids");
-    common::eventually(
-        "the sleeping function runs",
-        Duration::from_secs(20),
-        || {
-            let ok = pids.exists();
-            async move { ok.then_some(()) }
-        },
-    )
-    .await;
+    sleeper_tree(bed).await;
     sleeper
 }
 

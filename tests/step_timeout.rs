@@ -18,7 +18,10 @@ use common::{Runner, alive, catalog_dir, script};
 
 const HANG: &str = "example.com/test/hang:v1";
 
-/// A function that records its pid in `hang.pid` and never finishes.
+/// A function that records its pid in `hang.pid` and never finishes. The
+/// file is next to it, outside the scratch directory the sandbox lets a
+/// function write: its config entry and the `exec:` steps' render allow
+/// the `filesystem` layer (the sandbox is `tests/sandbox.rs`'s subject).
 fn hang_script(dir: &Path) -> PathBuf {
     script(
         dir,
@@ -36,7 +39,7 @@ fn config(dir: &Path) -> PathBuf {
     std::fs::write(
         &path,
         format!(
-            "functions:\n- function: {}\n  images:\n  - {HANG}\n",
+            "functions:\n- function: {}\n  images:\n  - {HANG}\n  sandbox: {{allow: [filesystem]}}\n",
             hang_script(dir).display()
         ),
     )
@@ -137,7 +140,15 @@ fn exec_steps_get_their_own_timeout_or_the_flags() {
             &format!("  - exec: {}\n{own}", hang.display()),
             "",
         );
-        let (out, results, took) = render(dir.path(), &pkg, &["--allow-exec".into(), flag.into()]);
+        let (out, results, took) = render(
+            dir.path(),
+            &pkg,
+            &[
+                "--allow-exec".into(),
+                "--sandbox-allow=filesystem".into(),
+                flag.into(),
+            ],
+        );
         check_timed_out(dir.path(), &pkg, &out, &results, took, "1s");
     }
 }
@@ -174,7 +185,11 @@ fn save_on_render_failure_keeps_the_mutators_work_after_a_timeout() {
         &format!("  - exec: {}\n    timeout: 1s\n", hang.display()),
         "  annotations:\n    kpt.dev/save-on-render-failure: \"true\"\n",
     );
-    let (out, results, _) = render(dir.path(), &pkg, &["--allow-exec".into()]);
+    let (out, results, _) = render(
+        dir.path(),
+        &pkg,
+        &["--allow-exec".into(), "--sandbox-allow=filesystem".into()],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(results.contains("timeout: 1.000s"), "{results}");
     let cm = std::fs::read_to_string(pkg.join("cm.yaml")).unwrap();

@@ -736,23 +736,6 @@ async fn futures_all<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
     out
 }
 
-/// The children of `pid` (from `/proc/<pid>/stat` of every process), with
-/// whether each is a zombie.
-fn children_of(pid: u32) -> Vec<(u32, bool)> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let child = e.file_name().to_str()?.parse::<u32>().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
-            let zombie = rest.next()? == "Z";
-            let parent: u32 = rest.next()?.parse().ok()?;
-            (parent == pid).then_some((child, zombie))
-        })
-        .collect()
-}
-
 /// `krm-fn-runner serve` as PID 1 of a new PID namespace (as in a
 /// container), with the environment `env`, serving the script `echo` (which
 /// copies its input) written into `dir`; returns it and its pid as seen
@@ -776,8 +759,8 @@ fn pid_1_server(dir: &Path, env: &[(String, String)]) -> (common::Runner, u32) {
     .map(String::from)
     .into();
     let runner = common::Runner::start_program(Path::new("unshare"), &args, env);
-    let [(server, _)] = children_of(runner.pid())[..] else {
-        panic!("{:?}", children_of(runner.pid()));
+    let [(server, _)] = common::children_of(runner.pid())[..] else {
+        panic!("{:?}", common::children_of(runner.pid()));
     };
     (runner, server)
 }
@@ -810,7 +793,7 @@ async fn a_server_that_is_pid_1_reaps_the_spares_of_a_killed_resident_supervisor
     let (runner, server) = pid_1_server(dir.path(), &[]);
     // The resident supervisor (`--resident 1 2`) and its 2 idle spares.
     let resident = common::eventually("the resident supervisor", Duration::from_secs(10), || {
-        let found = children_of(server).into_iter().find(|&(pid, _)| {
+        let found = common::children_of(server).into_iter().find(|&(pid, _)| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|c| String::from_utf8_lossy(&c).contains("--resident\x001\x00"))
         });
@@ -818,11 +801,16 @@ async fn a_server_that_is_pid_1_reaps_the_spares_of_a_killed_resident_supervisor
     })
     .await;
     assert!(
-        common::wait_until(Duration::from_secs(10), || children_of(resident).len() == 2),
+        common::wait_until(Duration::from_secs(10), || common::children_of(resident)
+            .len()
+            == 2),
         "{:?}",
-        children_of(resident)
+        common::children_of(resident)
     );
-    let spares: Vec<u32> = children_of(resident).into_iter().map(|(p, _)| p).collect();
+    let spares: Vec<u32> = common::children_of(resident)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(resident as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -834,16 +822,22 @@ async fn a_server_that_is_pid_1_reaps_the_spares_of_a_killed_resident_supervisor
             gone(&resident) && spares.iter().all(gone)
         }),
         "left behind by the server (pid, zombie): {:?}",
-        children_of(server)
+        common::children_of(server)
     );
     assert!(
-        children_of(server).iter().all(|&(_, zombie)| !zombie),
+        common::children_of(server)
+            .iter()
+            .all(|&(_, zombie)| !zombie),
         "{:?}",
-        children_of(server)
+        common::children_of(server)
     );
     echo(&runner, "after").await;
     assert!(common::alive(server));
-    assert!(children_of(server).iter().all(|&(_, zombie)| !zombie));
+    assert!(
+        common::children_of(server)
+            .iter()
+            .all(|&(_, zombie)| !zombie)
+    );
 }
 
 /// A server that is PID 1 reaps only the orphans it inherits, never the
@@ -869,10 +863,12 @@ async fn a_server_that_is_pid_1_keeps_the_exit_status_of_its_own_children() {
         }
         assert!(
             common::wait_until(Duration::from_secs(5), || {
-                children_of(server).iter().all(|&(_, zombie)| !zombie)
+                common::children_of(server)
+                    .iter()
+                    .all(|&(_, zombie)| !zombie)
             }),
             "{way}: {:?}",
-            children_of(server)
+            common::children_of(server)
         );
     }
 }

@@ -433,6 +433,23 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// The children of `pid` (from `/proc/<pid>/stat` of every process), with
+/// whether each is a zombie.
+pub fn children_of(pid: u32) -> Vec<(u32, bool)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let child = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+            let zombie = rest.next()? == "Z";
+            let parent: u32 = rest.next()?.parse().ok()?;
+            (parent == pid).then_some((child, zombie))
+        })
+        .collect()
+}
+
 /// Processes whose command line contains `marker` (NULs read as spaces),
 /// the functions' supervisors (`krm-fn-supervisor RUNNER_PID TOKEN PROGRAM
 /// …`, whose argv names the function) excepted.

@@ -15,6 +15,7 @@ import re
 import resource
 import socket
 import sys
+import tempfile
 import time
 
 text = sys.stdin.read()
@@ -53,14 +54,16 @@ def open_mem(pid):
 
 
 def write_outside():
-    # The one place it may write: its scratch directory (the working
-    # directory), which must work whatever else is refused.
+    # The one place it may write: its scratch directory (TMPDIR and HOME;
+    # the working directory too, but for render's and eval's `exec:` steps,
+    # which keep the render's), which must work whatever else is refused.
+    check = os.path.join(tempfile.gettempdir(), "scratch-check-%d" % os.getpid())
     try:
-        with open("scratch-check", "w") as f:
+        with open(check, "w") as f:
             f.write("ok")
-        os.remove("scratch-check")
+        os.remove(check)
     except OSError as e:
-        raise SystemExit("cannot write in its working directory: %s" % e)
+        raise SystemExit("cannot write in its scratch directory: %s" % e)
     outside = os.path.join(here, "written-by-the-function")
     with open(outside, "w") as f:
         f.write("escaped")
