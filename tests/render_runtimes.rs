@@ -240,11 +240,14 @@ sys.stdout.write("\n".join(out + tail))
         } else {
             ""
         };
+        // The system's interpreter: one installed beneath a home directory
+        // (pyenv's shims on `PATH`) is outside what the sandbox lets a
+        // function read.
         std::fs::write(
             pkg.join("Kptfile"),
             format!(
                 "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\n{annotations}\
-                 pipeline:\n  mutators:\n  - exec: python3 {}\n",
+                 pipeline:\n  mutators:\n  - exec: /usr/bin/python3 {}\n",
                 function.display()
             ),
         )

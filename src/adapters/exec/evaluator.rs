@@ -44,16 +44,31 @@ pub struct ExecSettings {
     pub sandbox: Sandbox,
 }
 
+/// What one call of [`ExecSettings::run`] adds to the settings' sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CallOptions {
+    /// Layers this function may do without besides the settings' own (its
+    /// `sandbox.allow`).
+    pub(crate) allow: SandboxAllow,
+    /// Paths the function may read and execute beneath besides the
+    /// sandbox's own (the files its command line names).
+    pub(crate) read: Vec<PathBuf>,
+    /// Whether the function keeps [`ExecSettings::work_dir`] as its working
+    /// directory with Landlock on (kpt's `exec:` steps, whose command lines
+    /// name files relative to it), rather than its scratch directory.
+    pub(crate) keep_work_dir: bool,
+}
+
 impl ExecSettings {
     /// Runs `program args…` on `request`'s ResourceList with these settings
-    /// (environment, working directory, output cap, sandbox with the layers
-    /// `allow` turns off besides the settings' own) and the request's
-    /// timeout; shared by the exec and wrapper evaluators and `render`'s
-    /// `exec:` steps.
+    /// (environment, working directory, output cap, sandbox with what
+    /// `options` adds) and the request's timeout; shared by the exec and
+    /// wrapper evaluators and `render`'s `exec:` steps.
     ///
-    /// With Landlock on, the function runs in a scratch directory of its
-    /// own (its working directory, `HOME` and `TMPDIR`, the one place it may
-    /// write), removed once the call's processes are gone.
+    /// With Landlock on, the function gets a scratch directory of its own
+    /// (its `HOME` and `TMPDIR`, and its working directory unless
+    /// `options.keep_work_dir`; the one place it may write), removed once
+    /// the call's processes are gone.
     ///
     /// The call first takes one of [`ExecSettings::slots`] and waits for
     /// their start limiter; its timeout covers both waits and the run. Once
@@ -68,7 +83,7 @@ impl ExecSettings {
         program: &Path,
         args: &[OsString],
         request: &EvaluationRequest,
-        allow: SandboxAllow,
+        options: CallOptions,
     ) -> Result<process::ProcessOutput, EvalError> {
         let path = self
             .env
@@ -77,7 +92,7 @@ impl ExecSettings {
             .map(|(_, v)| v.as_os_str());
         let sandbox = self
             .sandbox
-            .call(program, path, allow)
+            .call(program, path, options.allow, &options.read)
             .map_err(|source| EvalError::Io {
                 context: format!(
                     "Failed to execute function {:?}: cannot make its scratch directory",
@@ -97,7 +112,9 @@ impl ExecSettings {
             spec.env.retain(|(k, _)| k != "HOME" && k != "TMPDIR");
             spec.env.push(("HOME".into(), dir.clone()));
             spec.env.push(("TMPDIR".into(), dir));
-            spec.cwd = Some(scratch.path().to_path_buf());
+            if !options.keep_work_dir {
+                spec.cwd = Some(scratch.path().to_path_buf());
+            }
         }
         let started = std::time::Instant::now();
         let slot = match request.timeout {
@@ -265,7 +282,15 @@ impl FunctionEvaluator for ExecEvaluator {
         tracing::info!(image = %logged, binary = %path.display(), "Evaluating in executable mode");
         let out = self
             .settings
-            .run(path, &[], &request, binary.allow)
+            .run(
+                path,
+                &[],
+                &request,
+                CallOptions {
+                    allow: binary.allow,
+                    ..CallOptions::default()
+                },
+            )
             .instrument(spans::function_run("exec", image))
             .await?;
         if out.exit != ExitReason::Code(0) {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use crate::adapters::exec::ExecSettings;
+use crate::adapters::exec::evaluator::CallOptions;
 use crate::adapters::parse_pool::parse_off_workers;
 use crate::domain::evaluation::{EvalError, EvaluationRequest, ExitReason};
 use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
@@ -27,11 +28,11 @@ impl ExecCommandRuntime {
         Self { settings }
     }
 
-    /// As kpt does: functions inherit this process's environment and
-    /// working directory (but for `HOME` and `TMPDIR`, and the working
-    /// directory itself, which are the call's scratch directory while
-    /// Landlock is on); stdout and stderr are each capped at
-    /// `max_message_bytes`.
+    /// As kpt does: functions inherit this process's environment (but for
+    /// `HOME` and `TMPDIR`, which are the call's scratch directory while
+    /// Landlock is on) and working directory, so that relative paths of a
+    /// command line name what they name for kpt; stdout and stderr are each
+    /// capped at `max_message_bytes`.
     pub fn inheriting(max_message_bytes: usize) -> Self {
         let mut settings = ExecSettings::new(max_message_bytes, &[]);
         settings.env = std::env::vars_os().collect();
@@ -56,6 +57,31 @@ impl ExecCommandRuntime {
             p.to_path_buf()
         }
     }
+
+    /// The directories of the files that `args` name (relative ones
+    /// beneath the working directory), as named and with links resolved:
+    /// an interpreter's script (`python3 fn.py`) and what sits beside it
+    /// are readable to the function, as a program's own directory is. The
+    /// command line is the Kptfile's, in plain sight; the sandbox confines
+    /// what the function's code reaches beyond it.
+    fn named_file_dirs(&self, args: &[String]) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for arg in args {
+            let path = self.settings.work_dir.join(arg);
+            if !path.is_file() {
+                continue;
+            }
+            let real = std::fs::canonicalize(&path).ok();
+            for file in std::iter::once(path).chain(real) {
+                if let Some(dir) = file.parent()
+                    && !dirs.iter().any(|d| d == dir)
+                {
+                    dirs.push(dir.to_path_buf());
+                }
+            }
+        }
+        dirs
+    }
 }
 
 #[async_trait]
@@ -76,6 +102,11 @@ impl FunctionRuntime for ExecCommandRuntime {
             })?;
         let program = self.program(&words[0]);
         let args: Vec<OsString> = words[1..].iter().map(OsString::from).collect();
+        let options = CallOptions {
+            read: self.named_file_dirs(&words[1..]),
+            keep_work_dir: true,
+            ..CallOptions::default()
+        };
         let (bytes, sent) = call.input_texts().map_err(|e| {
             EvalError::Internal(format!(
                 "cannot serialise the ResourceList for {command:?}: {e}"
@@ -85,7 +116,7 @@ impl FunctionRuntime for ExecCommandRuntime {
         request.timeout = call.timeout;
         let out = self
             .settings
-            .run(&program, &args, &request, Default::default())
+            .run(&program, &args, &request, options)
             .await?;
         if out.exit != ExitReason::Code(0) {
             let failure = out.into_failure(command.clone()).await?;
@@ -158,5 +189,39 @@ mod tests {
             ..call("x")
         };
         assert!(rt.run(image).await.unwrap_err().is_not_found());
+    }
+
+    /// kpt runs `exec:` commands in its own working directory: a script
+    /// named relative to it by an interpreter's command line is found and
+    /// read with every sandbox layer on, while a file beside the working
+    /// directory that the command line does not name stays out of reach.
+    #[tokio::test]
+    async fn a_script_the_command_line_names_is_read_in_the_sandbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let scripts = dir.path().join("scripts");
+        std::fs::create_dir(&scripts).unwrap();
+        std::fs::write(
+            scripts.join("fn.sh"),
+            ". ./scripts/lib.sh\nsed -e \"s/foo/$NEW/\"\n",
+        )
+        .unwrap();
+        std::fs::write(scripts.join("lib.sh"), "NEW=bar\n").unwrap();
+        std::fs::write(dir.path().join("secret"), "s3cret\n").unwrap();
+        let mut settings = ExecSettings::new(1 << 20, &[]);
+        settings.work_dir = dir.path().to_path_buf();
+        let rt = ExecCommandRuntime::new(settings);
+        let out = rt.run(call("sh scripts/fn.sh")).await.unwrap();
+        assert_eq!(out.resource_list.items[0]["metadata"]["name"], "bar");
+        if crate::adapters::exec::sandbox::support()
+            .landlock_abi
+            .is_some()
+        {
+            let err = rt.run(call("sh -c 'cat secret'")).await.unwrap_err();
+            let EvalError::FunctionFailed(f) = err else {
+                panic!("{err:?}")
+            };
+            let stderr = String::from_utf8_lossy(&f.stderr);
+            assert!(stderr.contains("Permission denied"), "{stderr}");
+        }
     }
 }
