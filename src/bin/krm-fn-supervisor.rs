@@ -311,11 +311,11 @@ fn parse_count(text: &[u8]) -> Option<usize> {
 ///   [`resident::RETIRE_AFTER_SECONDS`] end.
 mod resident {
     use std::ffi::c_char;
-    use std::io::IoSliceMut;
+    use std::io::{IoSlice, IoSliceMut};
     use std::os::fd::RawFd;
     use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
     use super::{FUNCTION_STACK, Start, confine, last_errno, layers, reset_internal_signals};
 
@@ -485,13 +485,16 @@ mod resident {
 
     /// What the resident process and its children share: its own pid, the
     /// handled signals, the mask from before, its signalfd, both ends of
-    /// the spares' wake-up pipe and the pool.
+    /// the spares' wake-up pipe, both ends of the hand-off socket (a spare
+    /// passes on there a request it may not serve, see [`spare`]) and the
+    /// pool.
     struct Resident {
         me: libc::pid_t,
         handled: libc::sigset_t,
         before: libc::sigset_t,
         signals: RawFd,
         notify: [RawFd; 2],
+        handoff: [RawFd; 2],
         pool: &'static Pool,
     }
 
@@ -499,8 +502,29 @@ mod resident {
         /// In a child just forked: closes the descriptors that are the
         /// resident process's own.
         unsafe fn leave(&self) {
-            close_all(&[self.signals, self.notify[0], self.notify[1]]);
+            close_all(&[
+                self.signals,
+                self.notify[0],
+                self.notify[1],
+                self.handoff[0],
+                self.handoff[1],
+            ]);
         }
+    }
+
+    /// What a spare brings to the call it serves ([`start_call`]).
+    struct SpareCall<'a> {
+        /// Its signalfd of the handled signals.
+        signals: RawFd,
+        /// Its copy of the control socket.
+        control: RawFd,
+        /// The function's start stack.
+        stack: &'a mut [u8],
+        /// The inheritable sandbox layers it took on at its first call
+        /// (`layers::INHERITABLE`), `None` before it.
+        in_force: &'a mut Option<u8>,
+        /// Its end of the hand-off socket.
+        handoff: RawFd,
     }
 
     /// Serves calls until the runner's end of the control socket closes or
@@ -541,6 +565,19 @@ mod resident {
             if libc::pipe2(notify.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) != 0 {
                 libc::_exit(confine::SETUP_FAILED);
             }
+            // Spares write requests they may not serve on one end; this
+            // process reads them on the other (and keeps both, so that the
+            // socket never reads as closed).
+            let mut handoff = [-1; 2];
+            if libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                handoff.as_mut_ptr(),
+            ) != 0
+            {
+                libc::_exit(confine::SETUP_FAILED);
+            }
             let Some(pool) = Pool::map() else {
                 libc::_exit(confine::SETUP_FAILED);
             };
@@ -569,6 +606,7 @@ mod resident {
                 before,
                 signals,
                 notify,
+                handoff,
                 pool,
             };
             // The live spares: pid and pool slot (a slot is free for a new
@@ -610,8 +648,13 @@ mod resident {
                         events: libc::POLLIN,
                         revents: 0,
                     },
+                    libc::pollfd {
+                        fd: handoff[0],
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
                 ];
-                if libc::poll(fds.as_mut_ptr(), 3, -1) < 0 {
+                if libc::poll(fds.as_mut_ptr(), 4, -1) < 0 {
                     if last_errno() == libc::EINTR {
                         continue;
                     }
@@ -624,6 +667,14 @@ mod resident {
                 }
                 if fds[1].revents != 0 {
                     take_signals(signals, runner, pool, &mut live);
+                }
+                if fds[3].revents != 0
+                    && let Some(Ok((len, received, whole))) =
+                        receive(handoff[0], &mut buf, &mut space, MsgFlags::MSG_DONTWAIT)
+                {
+                    // A request a spare passed on: a per-call supervisor
+                    // forked for it serves it.
+                    start_call(&resident, &buf[..len], &received, whole, None);
                 }
                 if fds[0].revents == 0 {
                     continue;
@@ -643,7 +694,6 @@ mod resident {
                     continue;
                 };
                 start_call(&resident, &buf[..len], &received, whole, None);
-                close_all(&received);
             }
         }
     }
@@ -681,7 +731,8 @@ mod resident {
             // between calls, so the descriptors a request brings are never
             // 0, 1 or 2.
             let notify = resident.notify[1];
-            close_all(&[resident.signals, resident.notify[0]]);
+            let handoff = resident.handoff[1];
+            close_all(&[resident.signals, resident.notify[0], resident.handoff[0]]);
             let control = libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3);
             let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
             let home = libc::open(
@@ -699,6 +750,7 @@ mod resident {
             let original = environ;
             let own = Own::read();
             let mut stack = vec![0u8; FUNCTION_STACK];
+            let mut in_force = None;
             loop {
                 let (len, received, whole) = loop {
                     match receive(control, buf, space, MsgFlags::empty()) {
@@ -716,9 +768,14 @@ mod resident {
                     &buf[..len],
                     &received,
                     whole,
-                    Some((signals, control, &mut stack)),
+                    Some(SpareCall {
+                        signals,
+                        control,
+                        stack: &mut stack,
+                        in_force: &mut in_force,
+                        handoff,
+                    }),
                 );
-                close_all(&received);
                 environ = original;
                 if !served
                     || !standard_on(null)
@@ -866,26 +923,41 @@ mod resident {
         }
     }
 
-    /// Serves one request: in a spare (`spare`: its signalfd, its copy of
-    /// the control socket and the function's start stack) directly, returning whether the spare may
-    /// serve another; otherwise (in the resident process itself) in a
-    /// per-call supervisor forked for it, which serves this call only. Or
-    /// reports why not.
+    /// Serves one request: in a spare (`spare`) directly, returning whether
+    /// the spare may serve another; otherwise (in the resident process
+    /// itself) in a per-call supervisor forked for it, which serves this
+    /// call only. Or reports why not. Closes each of the `received`
+    /// descriptors once, whatever happens: a spare's copies of the
+    /// function's pipes go as soon as it has started (so that their other
+    /// ends read the function's end of file), and a descriptor this process
+    /// opens meanwhile may take one of their numbers (the Landlock rules'
+    /// paths stay open from call to call).
+    ///
+    /// A spare takes the request's inheritable sandbox layers (no new
+    /// privileges, the filter: `layers::INHERITABLE`) on itself at its
+    /// first call ([`layers::take_on`]), so that the functions of every
+    /// later call inherit them instead of installing them again. It serves
+    /// only requests asking for the same ones from then on (the layers
+    /// cannot be taken off); it passes any other on to the resident process
+    /// on the hand-off socket, request and descriptors as they came, and
+    /// that one forks a per-call supervisor for it.
     unsafe fn start_call(
         resident: &Resident,
-        request: &[u8],
+        bytes: &[u8],
         received: &[RawFd],
         whole: bool,
-        spare: Option<(RawFd, RawFd, &mut [u8])>,
+        spare: Option<SpareCall<'_>>,
     ) -> bool {
         let &[input, output, errors, status] = received else {
             if let Some(&status) = received.get(3) {
                 report(status, confine::REPORT_BAD_REQUEST, 0);
             }
+            close_all(received);
             return true;
         };
-        let Some(request) = confine::decode_request(request).filter(|_| whole) else {
+        let Some(request) = confine::decode_request(bytes).filter(|_| whole) else {
             report(status, confine::REPORT_BAD_REQUEST, 0);
+            close_all(received);
             return true;
         };
         // Null-terminated arrays of the strings (each ends with its NUL).
@@ -911,19 +983,55 @@ mod resident {
         // SAFETY: fork of this single-threaded process; the child only
         // makes system calls and never returns.
         unsafe {
-            if let Some((signals, control, stack)) = spare {
-                return run_call(call(), Some(signals), control, stack);
+            if let Some(spare) = spare {
+                let wanted = layers::layer_bits(request.sandbox) & layers::INHERITABLE;
+                match *spare.in_force {
+                    Some(taken) if taken != wanted => {
+                        let fds = ControlMessage::ScmRights(received);
+                        if let Err(e) = sendmsg::<()>(
+                            spare.handoff,
+                            &[IoSlice::new(bytes)],
+                            &[fds],
+                            MsgFlags::MSG_NOSIGNAL,
+                            None,
+                        ) {
+                            report(status, confine::REPORT_START_FAILED, e as i32);
+                        }
+                        close_all(received);
+                        return true;
+                    }
+                    Some(_) => {}
+                    None => {
+                        if let Err(e) = layers::take_on(wanted) {
+                            let errno = e.raw_os_error().unwrap_or(libc::EPERM);
+                            report(status, confine::REPORT_START_FAILED, errno);
+                            close_all(received);
+                            return false;
+                        }
+                        *spare.in_force = Some(wanted);
+                    }
+                }
+                let served = run_call(
+                    call(),
+                    Some(spare.signals),
+                    spare.control,
+                    spare.stack,
+                    wanted,
+                );
+                close_all(&[status]);
+                return served;
             }
             match libc::fork() {
                 0 => {
                     resident.leave();
                     let mut stack = vec![0u8; FUNCTION_STACK];
-                    run_call(call(), None, -1, &mut stack);
+                    run_call(call(), None, -1, &mut stack, 0);
                     libc::_exit(0)
                 }
                 pid if pid < 0 => report(status, confine::REPORT_START_FAILED, last_errno()),
                 _ => {}
             }
+            close_all(received);
             true
         }
     }
@@ -947,7 +1055,9 @@ mod resident {
     /// supervises it (with `signals`, a signalfd of the handled signals, or
     /// one of its own; `control`, a spare's copy of the control socket or
     /// -1, is closed as soon as the resident supervisor is found gone) and
-    /// reports on the status socket. Returns whether
+    /// reports on the status socket. The sandbox layers `in_force` this
+    /// process took on already are not applied again (the function
+    /// inherits them). Returns whether
     /// this process may serve another call: not when its own set-up failed
     /// or the resident supervisor died.
     unsafe fn run_call(
@@ -955,18 +1065,21 @@ mod resident {
         signals: Option<RawFd>,
         control: RawFd,
         stack: &mut [u8],
+        in_force: u8,
     ) -> bool {
         let [input, output, errors, status] = call.fds;
         // SAFETY: raw system calls in this single-threaded process.
         unsafe {
             if confine::arm(call.resident).is_err() {
                 report(status, confine::REPORT_START_FAILED, last_errno());
+                close_all(&[input, output, errors]);
                 return false;
             }
             // Descriptors 0–2 (the control socket or /dev/null) are
             // replaced by the function's pipes.
             if libc::dup2(input, 0) < 0 || libc::dup2(output, 1) < 0 || libc::dup2(errors, 2) < 0 {
                 report(status, confine::REPORT_START_FAILED, last_errno());
+                close_all(&[input, output, errors]);
                 return false;
             }
             close_all(&[input, output, errors]);
@@ -979,7 +1092,7 @@ mod resident {
                 return true;
             }
             let layers = match layers::prepare(call.sandbox) {
-                Ok(layers) => layers,
+                Ok(layers) => layers.without(in_force),
                 Err(e) => {
                     close_all(&[0, 1, 2]);
                     report(

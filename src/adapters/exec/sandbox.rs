@@ -164,6 +164,9 @@ pub struct Sandbox {
     /// Paths a function may read and execute beneath (besides its binary's
     /// directory).
     read: Vec<PathBuf>,
+    /// The spec's rules for [`Sandbox::read`] and [`DEVICES`], the same for
+    /// every call: encoded once.
+    static_rules: Vec<u8>,
     /// Where each call's scratch directory is made; `None` when no
     /// writable place was found (the function then writes nowhere).
     scratch_base: Option<PathBuf>,
@@ -185,10 +188,27 @@ impl Sandbox {
             read.extend(python);
         }
         read.extend(extra_read.iter().cloned());
+        Self::new(allow, without_nested(read), std::env::temp_dir())
+    }
+
+    fn new(allow: SandboxAllow, read: Vec<PathBuf>, tmp: PathBuf) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let rules: Vec<(u8, &[u8])> = read
+            .iter()
+            .map(|p| (READ, p.as_os_str().as_bytes()))
+            .chain(DEVICES.iter().map(|d| (DEVICE, d.as_bytes())))
+            .collect();
+        // Paths with a NUL byte cannot be named: left out.
+        let static_rules = rules
+            .iter()
+            .filter_map(|r| layers::Spec::encode(0, &[*r]))
+            .flat_map(|bytes| bytes.into_iter().skip(1))
+            .collect();
         Self {
             allow,
             read,
-            scratch_base: scratch_base(&std::env::temp_dir()),
+            static_rules,
+            scratch_base: scratch_base(&tmp),
         }
     }
 
@@ -206,17 +226,14 @@ impl Sandbox {
             .chain([tmp.clone()])
             .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
             .collect();
-        Self {
-            allow,
-            read: all_but(Path::new("/"), &hidden),
-            scratch_base: scratch_base(&tmp),
-        }
+        Self::new(allow, all_but(Path::new("/"), &hidden), tmp)
     }
 
     /// The layers of one call of `program` (whose directory it may read and
-    /// execute beneath) with `per_function` turned off besides
-    /// [`Sandbox::allow`]; with Landlock on, a new scratch directory the
-    /// function may write, removed when the returned value is dropped.
+    /// execute beneath, as it may `extra_read`) with `per_function` turned
+    /// off besides [`Sandbox::allow`]; with Landlock on, a new scratch
+    /// directory the function may write, removed when the returned value is
+    /// dropped.
     ///
     /// Errors: the scratch directory cannot be made.
     pub(crate) fn call(
@@ -224,6 +241,7 @@ impl Sandbox {
         program: &Path,
         path_env: Option<&std::ffi::OsStr>,
         per_function: SandboxAllow,
+        extra_read: &[PathBuf],
     ) -> io::Result<CallSandbox> {
         use std::os::unix::ffi::OsStrExt;
         let allow = self.allow.union(per_function);
@@ -251,22 +269,19 @@ impl Sandbox {
             Some(base) => Some(Scratch::new(base)?),
             None => None,
         };
-        let mut rules: Vec<(u8, PathBuf)> = self.read.iter().map(|p| (READ, p.clone())).collect();
-        for dir in program_dirs(program, path_env) {
-            rules.push((READ, dir));
-        }
-        rules.extend(DEVICES.iter().map(|d| (DEVICE, PathBuf::from(d))));
-        if let Some(s) = &scratch {
-            rules.push((WRITE, s.0.clone()));
-        }
-        let rules: Vec<(u8, &[u8])> = rules
+        let dirs = program_dirs(program, path_env);
+        let mut rules: Vec<(u8, &[u8])> = dirs
             .iter()
-            .map(|(k, p)| (*k, p.as_os_str().as_bytes()))
+            .chain(extra_read)
+            .map(|p| (READ, p.as_os_str().as_bytes()))
             .collect();
-        Ok(CallSandbox {
-            spec: spec(bits, &rules)?,
-            scratch,
-        })
+        if let Some(s) = &scratch {
+            rules.push((WRITE, s.0.as_os_str().as_bytes()));
+        }
+        let mut spec = spec(bits, &rules)?;
+        // The rules of every call after the layer bits.
+        spec.0.splice(1..1, self.static_rules.iter().copied());
+        Ok(CallSandbox { spec, scratch })
     }
 }
 
@@ -274,6 +289,23 @@ fn spec(bits: u8, rules: &[(u8, &[u8])]) -> io::Result<LayerSpec> {
     layers::Spec::encode(bits, rules)
         .map(LayerSpec)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "nul byte in a path"))
+}
+
+/// `paths` without those missing and those beneath another one's target
+/// (links resolved: `/lib` is `/usr/lib` on a merged-`/usr` system), each
+/// as named; a shorter list of rules that gives the same access.
+fn without_nested(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut kept: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for path in paths {
+        let Ok(real) = std::fs::canonicalize(&path) else {
+            continue;
+        };
+        if kept.iter().any(|(_, k)| real.starts_with(k)) {
+            continue;
+        }
+        kept.push((path, real));
+    }
+    kept.into_iter().map(|(named, _)| named).collect()
 }
 
 /// The directories of `program` (found on `path_env` when it has no `/`),
