@@ -24,6 +24,11 @@
 //!   added (they start with the server; after the 16-caller rounds the
 //!   pool is at its largest).
 //!
+//! A third server, krm-fn-runner with every sandbox layer turned off
+//! (`--sandbox-allow new-privileges,filesystem,syscalls,network`), runs in
+//! the same rounds, so the sandbox's cost per call is read beside Porch's
+//! runner under the same load (the last two columns).
+//!
 //! Prints a Markdown table and writes a JSON summary (machine cores, load
 //! average before and after, every figure) to `target/throughput.json`, or
 //! to `KRM_FN_BENCH_JSON`. Needs the catalog functions, Porch's runner
@@ -137,14 +142,19 @@ fn exec_flags() -> Vec<String> {
     ]
 }
 
-fn start_ours() -> Peer {
+/// Every sandbox layer, for `--sandbox-allow`.
+const NO_SANDBOX: &str = "--sandbox-allow=new-privileges,filesystem,syscalls,network";
+
+/// krm-fn-runner with `extra` flags, named `name`.
+fn start_ours(name: &'static str, extra: &[&str]) -> Peer {
     let port = common::free_port();
     let listen = format!("--listen=127.0.0.1:{port}");
     let mut args = vec![listen];
     args.extend(exec_flags());
+    args.extend(extra.iter().map(|f| f.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Peer {
-        name: "krm-fn-runner",
+        name,
         port,
         process: Process::Ours(common::Runner::start(&args)),
     }
@@ -381,16 +391,13 @@ fn range(v: &[f64]) -> (f64, f64) {
     (lo, hi)
 }
 
-/// Rounds of one scenario, A/B interleaved: `runs[peer]` per round.
+/// Rounds of one scenario, interleaved: `runs[peer]` per round; each
+/// round starts with the next peer (A B C, B C A, C A B, …).
 fn interleaved(rounds: usize, peers: &[Peer], mut one: impl FnMut(&Peer) -> Run) -> Vec<Vec<Run>> {
-    let mut runs = vec![Vec::new(); peers.len()];
+    let n = peers.len();
+    let mut runs = vec![Vec::new(); n];
     for round in 0..rounds {
-        let order: Vec<usize> = if round % 2 == 0 {
-            vec![0, 1]
-        } else {
-            vec![1, 0]
-        };
-        for i in order {
+        for i in (0..n).map(|k| (round + k) % n) {
             runs[i].push(one(&peers[i]));
         }
     }
@@ -442,7 +449,11 @@ fn main() {
     let image = common::catalog_image("set-namespace");
     let work = tempfile::tempdir().unwrap();
 
-    let peers = [start_ours(), start_porch(&porch_bin)];
+    let peers = [
+        start_ours("krm-fn-runner", &[]),
+        start_porch(&porch_bin),
+        start_ours("krm-fn-runner, sandbox off", &[NO_SANDBOX]),
+    ];
     std::thread::sleep(Duration::from_secs(1));
     // Before any call (the resident function supervisor and its spares
     // started with the server).
@@ -508,13 +519,18 @@ fn main() {
         "runners": [],
     });
     let mut table = vec![
-        "| | ".to_string()
-            + &peers.iter().map(|p| p.name).collect::<Vec<_>>().join(" | ")
-            + " | ratio |",
-        "|---|---|---|---|".to_string(),
+        format!(
+            "| | {} | {} | ratio | {} | sandbox on ÷ off |",
+            peers[0].name, peers[1].name, peers[2].name
+        ),
+        "|---|---|---|---|---|---|".to_string(),
     ];
-    let row = |label: &str, values: [String; 2], ratio: f64| {
-        format!("| {label} | {} | {} | {ratio:.2} |", values[0], values[1])
+    // Values of the three servers; ratios ours ÷ Porch's and on ÷ off.
+    let row = |label: &str, values: [String; 3], ratios: [f64; 2]| {
+        format!(
+            "| {label} | {} | {} | {:.2} | {} | {:.2} |",
+            values[0], values[1], ratios[0], values[2], ratios[1]
+        )
     };
     let span = |v: &[f64], unit: &str| {
         let (lo, hi) = range(v);
@@ -553,50 +569,53 @@ fn main() {
         .map(|r| ms(per_call(r, |c| c.children)))
         .collect();
     let ceiling: Vec<f64> = child.iter().map(|c| cores as f64 / (c / 1e3)).collect();
-    let reached: Vec<f64> = (0..2)
+    let reached: Vec<f64> = (0..peers.len())
         .map(|i| median(rps[i].clone()) / ceiling[i])
         .collect();
-    let ratio = |v: &[Vec<f64>]| median(v[0].clone()) / median(v[1].clone());
+    let ratio = |v: &[Vec<f64>]| {
+        let m = |i: usize| median(v[i].clone());
+        [m(0) / m(1), m(0) / m(2)]
+    };
+    let pair = |v: &[f64]| [v[0] / v[1], v[0] / v[2]];
     table.push(row(
         "1 caller, p50",
-        [span(&seq_p50[0], "ms"), span(&seq_p50[1], "ms")],
+        [0, 1, 2].map(|i| span(&seq_p50[i], "ms")),
         ratio(&seq_p50),
     ));
     table.push(row(
         "1 caller, p99",
-        [span(&seq_p99[0], "ms"), span(&seq_p99[1], "ms")],
+        [0, 1, 2].map(|i| span(&seq_p99[i], "ms")),
         ratio(&seq_p99),
     ));
     table.push(row(
         "16 callers, calls/s",
-        [span(&rps[0], ""), span(&rps[1], "")],
+        [0, 1, 2].map(|i| span(&rps[i], "")),
         ratio(&rps),
     ));
     table.push(row(
         "16 callers, share of the CPU ceiling (cores ÷ function CPU per call)",
-        [
-            format!("{:.0}% of {:.0}/s", reached[0] * 100.0, ceiling[0]),
-            format!("{:.0}% of {:.0}/s", reached[1] * 100.0, ceiling[1]),
-        ],
-        reached[0] / reached[1],
+        [0, 1, 2].map(|i| format!("{:.0}% of {:.0}/s", reached[i] * 100.0, ceiling[i])),
+        pair(&reached),
     ));
     table.push(row(
         "16 callers, p50",
-        [span(&c_p50[0], "ms"), span(&c_p50[1], "ms")],
+        [0, 1, 2].map(|i| span(&c_p50[i], "ms")),
         ratio(&c_p50),
     ));
     table.push(row(
         "16 callers, p99",
-        [span(&c_p99[0], "ms"), span(&c_p99[1], "ms")],
+        [0, 1, 2].map(|i| span(&c_p99[i], "ms")),
         ratio(&c_p99),
     ));
     table.push(row(
         "16 callers, server CPU per call (function's)",
-        [
-            format!("{:.2} ms ({:.1} ms)", own[0], child[0]),
-            format!("{:.2} ms ({:.1} ms)", own[1], child[1]),
-        ],
-        own[0] / own[1],
+        [0, 1, 2].map(|i| format!("{:.2} ms ({:.1} ms)", own[i], child[i])),
+        pair(&own),
+    ));
+    table.push(row(
+        "16 callers, function CPU per call (with its supervisor)",
+        [0, 1, 2].map(|i| format!("{:.2} ms", child[i])),
+        pair(&child),
     ));
     let mut large_json = Vec::new();
     for (mib, bytes, runs) in &large {
@@ -611,7 +630,7 @@ fn main() {
             .collect();
         table.push(row(
             &format!("{mib} MiB ResourceList, server CPU per call (function's; share)"),
-            [0, 1].map(|i| {
+            [0, 1, 2].map(|i| {
                 format!(
                     "{:.0} ms ({:.0} ms; {:.1}%)",
                     own[i],
@@ -619,12 +638,12 @@ fn main() {
                     100.0 * own[i] / child[i]
                 )
             }),
-            own[0] / own[1],
+            pair(&own),
         ));
         table.push(row(
             &format!("{mib} MiB ResourceList, call p50"),
-            [0, 1].map(|i| format!("{:.0} ms", p50[i])),
-            p50[0] / p50[1],
+            [0, 1, 2].map(|i| format!("{:.0} ms", p50[i])),
+            pair(&p50),
         ));
         large_json.push(json!({
             "mib": mib, "bytes": bytes,
@@ -633,13 +652,13 @@ fn main() {
     }
     table.push(row(
         "idle RSS",
-        [0, 1].map(|i| format!("{:.1} MB", idle_rss[i] as f64 / 1024.0)),
-        idle_rss[0] as f64 / idle_rss[1] as f64,
+        [0, 1, 2].map(|i| format!("{:.1} MB", idle_rss[i] as f64 / 1024.0)),
+        pair(&idle_rss.iter().map(|&k| k as f64).collect::<Vec<_>>()),
     ));
     table.push(row(
         "peak RSS after 16 callers",
-        [0, 1].map(|i| format!("{:.1} MB", peak_rss[i] as f64 / 1024.0)),
-        peak_rss[0] as f64 / peak_rss[1] as f64,
+        [0, 1, 2].map(|i| format!("{:.1} MB", peak_rss[i] as f64 / 1024.0)),
+        pair(&peak_rss.iter().map(|&k| k as f64).collect::<Vec<_>>()),
     ));
     for (i, p) in peers.iter().enumerate() {
         summary["runners"].as_array_mut().unwrap().push(json!({
