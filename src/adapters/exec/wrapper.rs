@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use tracing::Instrument;
 
-use super::evaluator::ExecSettings;
+use super::evaluator::{CallOptions, ExecSettings};
 use crate::adapters::parse_pool::parse_off_workers;
 use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{
@@ -77,9 +77,16 @@ impl FunctionEvaluator for WrapperEvaluator {
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let image = request.image.as_str();
         spans::claim("wrapper");
+        // In the wrapper's working directory (the image's `WORKDIR`), as
+        // Porch's wrapper runs the function: a relative entrypoint names a
+        // file there. Its scratch directory is its `HOME` and `TMPDIR`.
+        let options = CallOptions {
+            keep_work_dir: true,
+            ..CallOptions::default()
+        };
         let out = self
             .settings
-            .run(&self.program, &self.args, &request, Default::default())
+            .run(&self.program, &self.args, &request, options)
             .instrument(spans::function_run("wrapper", image))
             .await?;
         let stdout = out.stdout.clone();
