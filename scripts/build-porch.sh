@@ -66,17 +66,11 @@ fi
 mkdir -p "$DEST"
 rm -f "$STAMP"   # a partial build must never look complete
 
-# shellcheck source=scripts/lib/go-proxy.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib/go-proxy.sh"
-export CGO_ENABLED=0
-export GONOSUMDB="$GONOSUMDB,github.com/nephio-project"
-
 start=$SECONDS
-echo "build-porch: downloading $MODULE@$VERSION" >&2
-src="$(go_download "$MODULE" "$VERSION")"
-
-mkdir -p "$workdir/porch" && cd "$workdir/porch"
-printf 'module local/porchbuild\n\ngo 1.23.8\n' >go.mod
+# shellcheck source=scripts/lib/porch-module.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/porch-module.sh"
+porch_module porchbuild
+src="$porch_src"
 echo "build-porch: resolving dependencies" >&2
 if ! go get "$MODULE/cmd/porch@$VERSION" "$MODULE/cmd/porchctl@$VERSION" \
   "$MODULE/func/server@$VERSION" >"$workdir/get.log" 2>&1; then

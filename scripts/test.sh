@@ -16,7 +16,10 @@
 #     most of it fetching modules);
 #   - Porch v1.5.3 itself (porch-server, porchctl and Porch's Go function
 #     runner), built from the same proxy (about 9 minutes the first time on 2
-#     cores with empty Go caches, then cached).
+#     cores with empty Go caches, then cached);
+#   - a test client that dials the runner as porch-server does, with Porch's
+#     own client package (tests/go/porch-runtime-client; seconds once Porch's
+#     module is downloaded).
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail
@@ -39,6 +42,8 @@ KRM_FN_OTELCOL_BIN="$(bash scripts/build-otel-collector.sh)"
 export KRM_FN_OTELCOL_BIN
 KRM_FN_PORCH="$(bash scripts/build-porch.sh)"
 export KRM_FN_PORCH
+KRM_FN_PORCH_CLIENT="$(bash scripts/build-porch-client.sh)"
+export KRM_FN_PORCH_CLIENT
 
 # With KRM_FN_FREE_GO_BUILD_CACHE=1 (.ci/run sets it: a one-off machine),
 # Go's build cache (5 to 6 GB after the builds above) is emptied now that

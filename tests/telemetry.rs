@@ -70,6 +70,7 @@ const EVALUATIONS: &str = "krm_fn_runner_evaluations_total";
 const DURATION: &str = "krm_fn_runner_evaluation_duration_seconds";
 const RUN: &str = "krm_fn_runner_function_run_duration_seconds";
 const PROCESSES: &str = "krm_fn_runner_exec_processes";
+const IN_FLIGHT: &str = "krm_fn_runner_evaluations_in_flight";
 
 /// Porch's manifest settings, with `/metrics` on an ephemeral loopback port.
 const PORCH_METRICS_ENV: [(&str, &str); 5] = [
@@ -123,7 +124,8 @@ async fn prometheus_metrics_count_every_call_exactly() {
     .await;
     assert_eq!(invalid.unwrap_err().code(), Code::InvalidArgument);
 
-    // While the slow function runs, one process is running.
+    // While the slow function runs, one process is running and one call is
+    // in flight.
     let slow = {
         let runner = &runner;
         async move { call(runner, SLOW_IMAGE, config_map_rl("s"), None).await }
@@ -136,6 +138,11 @@ async fn prometheus_metrics_count_every_call_exactly() {
                 .await
                 .unwrap();
             if scrape.value(PROCESSES, &[]) == 1.0 {
+                assert_eq!(
+                    scrape.value(IN_FLIGHT, &[]),
+                    1.0,
+                    "the slow call is in flight"
+                );
                 return;
             }
             assert!(Instant::now() < deadline, "no running process seen");
@@ -163,6 +170,7 @@ async fn prometheus_metrics_count_every_call_exactly() {
         "histogram"
     );
     assert_eq!(m.kind(PROCESSES), "gauge");
+    assert_eq!(m.kind(IN_FLIGHT), "gauge");
     // The resource, from OTEL_SERVICE_NAME.
     let target = m.samples("target_info", &[("service_name", "porch-function-runner")]);
     assert_eq!(target.len(), 1, "{:?}", m.families.get("target_info"));
@@ -218,8 +226,10 @@ async fn prometheus_metrics_count_every_call_exactly() {
     let slow_run = [("image", SLOW_IMAGE), ("runtime", "exec")];
     assert_eq!(m.bucket(RUN, &slow_run, 1.0), 0.0);
     assert!(m.value(&format!("{RUN}_sum"), &slow_run) >= 1.2);
-    // Nothing runs any more; no pod runtime, no pod metrics.
+    // Nothing runs any more, nothing is in flight; no pod runtime, no pod
+    // metrics.
     assert_eq!(m.value(PROCESSES, &[]), 0.0);
+    assert_eq!(m.value(IN_FLIGHT, &[]), 0.0);
     assert!(!m.families.contains_key("krm_fn_runner_pods"));
 }
 

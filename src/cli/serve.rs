@@ -11,6 +11,7 @@ use clap::Args;
 use crate::adapters::admission::Admission;
 use crate::adapters::grpc::ServeOptions;
 use crate::app::{PodSettings, RuntimeSettings, admitted, start_runtimes};
+use crate::domain::connection_age::{self, ConnectionAge};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 
 pub use crate::domain::evaluation::DEFAULT_MAX_MESSAGE_BYTES;
@@ -47,6 +48,12 @@ pub struct ServeArgs {
     /// How long in-flight evaluations may finish after SIGTERM/SIGINT before they are stopped.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "25s")]
     pub shutdown_grace_period: Duration,
+    /// Send a client connection GOAWAY once it is this old (each connection's age jittered ±10%), so the client reconnects through the Service to any replica: 1s to 365d, 0 keeps connections.
+    #[arg(long, value_parser = max_connection_age, default_value = "2m")]
+    pub max_connection_age: Duration,
+    /// After a connection's GOAWAY, how long its calls in flight may still run before they are stopped (UNAVAILABLE): 1s to 365d.
+    #[arg(long, value_parser = max_connection_age_grace, default_value = "10m")]
+    pub max_connection_age_grace: Duration,
     /// Pass an environment variable to functions: NAME (the runner's value) or NAME=VALUE. Repeatable.
     #[arg(long = "exec-env", value_name = "NAME[=VALUE]", value_parser = exec_env_entry)]
     pub exec_env: Vec<String>,
@@ -59,6 +66,27 @@ pub struct ServeArgs {
     pub sandbox: super::sandbox::SandboxArgs,
     #[command(flatten)]
     pub pod: PodSettings,
+}
+
+/// clap's check of `--max-connection-age` (a usage error, exit 2, when bad).
+///
+/// Errors: not a duration, or outside 1s..=365d and not 0.
+pub(crate) fn max_connection_age(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))?;
+    ConnectionAge::new(d, connection_age::MIN_SETTING)
+        .map(|_| d)
+        .map_err(|e| e.to_string())
+}
+
+/// clap's check of `--max-connection-age-grace` (a usage error, exit 2,
+/// when bad).
+///
+/// Errors: not a duration, or outside 1s..=365d.
+fn max_connection_age_grace(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))?;
+    ConnectionAge::new(Duration::ZERO, d)
+        .map(|_| d)
+        .map_err(|e| e.to_string())
 }
 
 /// clap's check of one `--exec-env` value (a usage error, exit 2, when bad).
@@ -178,6 +206,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_message_bytes: args.max_request_body_size,
         shutdown_grace: args.shutdown_grace_period,
         limits: args.limits.server_limits(args.max_request_body_size),
+        connection_age: ConnectionAge::new(args.max_connection_age, args.max_connection_age_grace)?,
     };
     server
         .run_with_health(
@@ -195,4 +224,63 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     telemetry.shutdown().await;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServeArgs, String> {
+        T::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+            .map(|t| t.serve)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn connection_age_flags_default_to_the_documented_values() {
+        let a = parse(&[]).unwrap();
+        let age = ConnectionAge::new(a.max_connection_age, a.max_connection_age_grace)
+            .unwrap()
+            .unwrap();
+        assert_eq!(age, ConnectionAge::default());
+        assert_eq!(age.max_age(), Duration::from_secs(120));
+        assert_eq!(age.grace(), Duration::from_secs(600));
+    }
+
+    #[test]
+    fn connection_age_flags_are_bounded() {
+        let a = parse(&["--max-connection-age=0"]).unwrap();
+        assert_eq!(
+            ConnectionAge::new(a.max_connection_age, a.max_connection_age_grace),
+            Ok(None),
+            "0 turns ageing off"
+        );
+        let a = parse(&["--max-connection-age=1s", "--max-connection-age-grace=1s"]).unwrap();
+        assert_eq!(a.max_connection_age, Duration::from_secs(1));
+        assert_eq!(a.max_connection_age_grace, Duration::from_secs(1));
+        parse(&[
+            "--max-connection-age=365d",
+            "--max-connection-age-grace=365d",
+        ])
+        .unwrap();
+        for bad in ["500ms", "366d", "soon", "-1s"] {
+            let e = parse(&[&format!("--max-connection-age={bad}")]).unwrap_err();
+            assert!(e.contains("--max-connection-age"), "{bad}: {e}");
+        }
+        let e = parse(&["--max-connection-age=500ms"]).unwrap_err();
+        assert!(e.contains("1s to 365d, or 0"), "{e}");
+        for bad in ["0", "999ms", "366d", "later"] {
+            let e = parse(&[&format!("--max-connection-age-grace={bad}")]).unwrap_err();
+            assert!(e.contains("--max-connection-age-grace"), "{bad}: {e}");
+        }
+        let e = parse(&["--max-connection-age-grace=0"]).unwrap_err();
+        assert!(e.contains("1s to 365d"), "{e}");
+    }
 }

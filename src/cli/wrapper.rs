@@ -72,6 +72,8 @@ pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
         max_message_bytes: args.max_request_body_size,
         shutdown_grace: args.shutdown_grace_period,
         limits: args.limits.server_limits(args.max_request_body_size),
+        // Each function pod has a Service of its own: nothing to rebalance.
+        connection_age: None,
     };
     server
         .run(Arc::new(evaluator), options, shutdown_signal())

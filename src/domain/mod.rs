@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod chain;
 pub mod codec;
+pub mod connection_age;
 pub mod evaluation;
 pub mod exec_config;
 #[cfg(feature = "pod-cache")]

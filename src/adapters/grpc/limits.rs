@@ -10,7 +10,10 @@
 //! in the kernel's backlog), backs off for [`ACCEPT_BACKOFF`] after a
 //! resource error, and wraps every connection so that it is closed after
 //! [`ServerLimits::idle_timeout`] without a call in progress (grpc-go's
-//! `MaxConnectionIdle`). Dead peers are found by HTTP/2 keepalive pings.
+//! `MaxConnectionIdle`), or as soon as the server kills it (the end of a
+//! connection's age grace, or of the shutdown grace; see
+//! [`connections`](super::connections)). Dead peers are found by HTTP/2
+//! keepalive pings.
 
 use std::future::Future;
 use std::io;
@@ -25,6 +28,7 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::{Instant, Sleep};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// Pause after `accept` fails for lack of resources (file descriptors,
 /// memory) before trying again.
@@ -108,11 +112,13 @@ fn is_connection_error(e: &io::Error) -> bool {
 
 /// Accepts connections from `listener` within `limits` on a task of its
 /// own; the stream ends, and the listener is closed, when the stream is
-/// dropped.
+/// dropped. Cancelling `kill` closes every connection it accepted.
 pub(crate) fn incoming<L: Accept>(
     listener: L,
     limits: &ServerLimits,
+    kill: &CancellationToken,
 ) -> ReceiverStream<io::Result<Limited<L::Io>>> {
+    let kill = kill.clone();
     let (tx, rx) = mpsc::channel(1);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let idle = limits.idle_timeout;
@@ -142,7 +148,8 @@ pub(crate) fn incoming<L: Accept>(
             match accepted {
                 Ok(io) => {
                     warned_error = false;
-                    if tx.send(Ok(Limited::new(io, permit, idle))).await.is_err() {
+                    let conn = Limited::new(io, permit, idle, kill.child_token());
+                    if tx.send(Ok(conn)).await.is_err() {
                         return;
                     }
                 }
@@ -166,17 +173,44 @@ pub(crate) fn incoming<L: Accept>(
     ReceiverStream::new(rx)
 }
 
-/// Calls in progress on one connection, and since when it has had none.
+/// Calls in progress on one connection, and since when it has had none;
+/// and the server's hold on the connection: stopping its calls, closing it.
 #[derive(Debug)]
 pub struct ConnectionCalls {
     active: AtomicUsize,
     idle_since: Mutex<Instant>,
+    cut: CancellationToken,
+    kill: CancellationToken,
+    closed: CancellationToken,
 }
 
 impl ConnectionCalls {
     fn enter(self: &Arc<Self>) -> CallGuard {
         self.active.fetch_add(1, Ordering::AcqRel);
         CallGuard(self.clone())
+    }
+
+    /// Calls in progress on the connection now.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Cancelled when the connection's calls are to be stopped (the end of
+    /// its age grace); each call then answers `UNAVAILABLE`.
+    pub fn cut(&self) -> &CancellationToken {
+        &self.cut
+    }
+
+    /// Cancelling it closes the connection's transport at once (reads and
+    /// writes fail), whatever runs on it.
+    pub fn kill(&self) -> &CancellationToken {
+        &self.kill
+    }
+
+    /// Cancelled once the connection's transport is dropped (closed, by
+    /// either side).
+    pub fn closed(&self) -> &CancellationToken {
+        &self.closed
     }
 }
 
@@ -208,10 +242,16 @@ pub struct Limited<T> {
     calls: Arc<ConnectionCalls>,
     idle: Option<Duration>,
     timer: Pin<Box<Sleep>>,
+    killed: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
 impl<T> Limited<T> {
-    fn new(io: T, slot: OwnedSemaphorePermit, idle: Option<Duration>) -> Self {
+    fn new(
+        io: T,
+        slot: OwnedSemaphorePermit,
+        idle: Option<Duration>,
+        kill: CancellationToken,
+    ) -> Self {
         let now = Instant::now();
         Self {
             io,
@@ -219,10 +259,29 @@ impl<T> Limited<T> {
             calls: Arc::new(ConnectionCalls {
                 active: AtomicUsize::new(0),
                 idle_since: Mutex::new(now),
+                cut: CancellationToken::new(),
+                kill: kill.clone(),
+                closed: CancellationToken::new(),
             }),
             idle,
             timer: Box::pin(tokio::time::sleep_until(now + idle.unwrap_or_default())),
+            killed: Box::pin(kill.cancelled_owned()),
         }
+    }
+
+    /// The connection's calls and the server's hold on it.
+    pub fn calls(&self) -> Arc<ConnectionCalls> {
+        self.calls.clone()
+    }
+
+    /// Ready with an error once the server has killed the connection.
+    fn poll_killed(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        self.killed.as_mut().poll(cx).map(|()| {
+            io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "connection closed by the server (its calls were stopped)",
+            )
+        })
     }
 
     /// Ready with an error once the connection has been idle too long.
@@ -249,6 +308,12 @@ impl<T> Limited<T> {
     }
 }
 
+impl<T> Drop for Limited<T> {
+    fn drop(&mut self) {
+        self.calls.closed.cancel();
+    }
+}
+
 impl<T> tonic::transport::server::Connected for Limited<T> {
     type ConnectInfo = ConnectionInfo;
     fn connect_info(&self) -> ConnectionInfo {
@@ -265,6 +330,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for Limited<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Poll::Ready(e) = this.poll_killed(cx) {
+            return Poll::Ready(Err(e));
+        }
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Pending => this.poll_idle(cx).map(Err),
             ready => ready,
@@ -278,11 +346,19 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Limited<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        if let Poll::Ready(e) = this.poll_killed(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let this = self.get_mut();
+        if let Poll::Ready(e) = this.poll_killed(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut this.io).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -294,7 +370,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Limited<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if let Poll::Ready(e) = this.poll_killed(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

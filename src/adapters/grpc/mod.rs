@@ -1,6 +1,7 @@
 //! gRPC: Porch's `evaluator.FunctionEvaluator` service, our server and client.
 
 pub mod client;
+pub mod connections;
 pub mod limits;
 pub mod server;
 pub mod shutdown;

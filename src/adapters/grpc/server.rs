@@ -1,5 +1,6 @@
 //! The function runner's gRPC server: `evaluator.FunctionEvaluator` plus
-//! `grpc.health.v1.Health`, over TCP or a Unix socket, with graceful shutdown.
+//! `grpc.health.v1.Health`, over TCP or a Unix socket, with graceful
+//! shutdown and connection ageing.
 
 use std::future::Future;
 use std::io;
@@ -14,7 +15,8 @@ use tokio::net::{TcpListener, UnixListener};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use super::limits::{self, CountCallsLayer, ServerLimits};
+use super::connections::{self, stopped_at_age_grace};
+use super::limits::{self, ConnectionInfo, CountCallsLayer, ServerLimits};
 use super::pb;
 use super::pb::function_evaluator_server::FunctionEvaluatorServer;
 use super::shutdown::{CutOnShutdown, FINAL_ANSWER_WAIT};
@@ -23,6 +25,7 @@ use super::status::to_status;
 use crate::adapters::parse_pool::parse_off_workers;
 use crate::adapters::telemetry::grpc::EvaluationLayer;
 use crate::adapters::telemetry::spans;
+use crate::domain::connection_age::ConnectionAge;
 use crate::domain::evaluation::{EvalError, EvaluationRequest, Payload, log_excerpt};
 use crate::domain::resource_list::ResourceList;
 use crate::ports::FunctionEvaluator;
@@ -69,7 +72,8 @@ impl std::fmt::Display for Listen {
 }
 
 /// Server settings; [`ServeOptions::default`] gives `serve`'s defaults
-/// (6 MiB messages, 25 s shutdown grace, [`ServerLimits::default`]).
+/// (6 MiB messages, 25 s shutdown grace, [`ServerLimits::default`],
+/// [`ConnectionAge::default`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServeOptions {
@@ -80,6 +84,10 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// Connection, stream and in-flight byte limits.
     pub limits: ServerLimits,
+    /// Connection ageing (`--max-connection-age`,
+    /// `--max-connection-age-grace`); `None` keeps connections for as long
+    /// as clients keep them.
+    pub connection_age: Option<ConnectionAge>,
 }
 
 impl Default for ServeOptions {
@@ -88,6 +96,7 @@ impl Default for ServeOptions {
             max_message_bytes: crate::domain::evaluation::DEFAULT_MAX_MESSAGE_BYTES,
             shutdown_grace: Duration::from_secs(25),
             limits: ServerLimits::default(),
+            connection_age: Some(ConnectionAge::default()),
         }
     }
 }
@@ -141,8 +150,11 @@ impl Server {
     }
 
     /// Serves `evaluator` until `shutdown` resolves, then stops accepting,
-    /// lets in-flight calls finish for up to `options.shutdown_grace`, and
-    /// stops (dropping, and so killing, whatever still runs).
+    /// sends GOAWAY on every connection, lets in-flight calls finish for up
+    /// to `options.shutdown_grace`, answers those still running
+    /// `UNAVAILABLE`, and stops (closing the connections, and so stopping
+    /// whatever still runs). Meanwhile each connection is aged as
+    /// `options.connection_age` says ([`connections`]).
     ///
     /// Errors: a transport failure of the listener.
     pub async fn run(
@@ -248,6 +260,7 @@ impl Server {
         let lim = options.limits;
         let service = FunctionEvaluatorServer::new(EvaluatorService {
             evaluator,
+            connection_age: options.connection_age,
             max_message_bytes: options.max_message_bytes,
             in_flight: Arc::new(tokio::sync::Semaphore::new(lim.max_bytes_in_flight)),
             max_bytes_in_flight: lim.max_bytes_in_flight,
@@ -270,27 +283,40 @@ impl Server {
             .add_service(health_service)
             .add_service(service);
 
+        // `stop`: no new connections, GOAWAY on every one; `kill`: close
+        // every connection's transport (the end of the shutdown grace).
         let stop = tokio_util::sync::CancellationToken::new();
-        let stopped = stop.clone().cancelled_owned();
+        let kill = tokio_util::sync::CancellationToken::new();
+        let _kill_on_return = kill.clone().drop_guard();
+        let age = options.connection_age;
         let local = self.local.clone();
-        let serving = async move {
-            match self.incoming {
-                Incoming::Tcp(l) => {
-                    router
-                        .serve_with_incoming_shutdown(limits::incoming(l, &lim), stopped)
-                        .await
-                }
-                Incoming::Unix(l, socket) => {
-                    let r = router
-                        .serve_with_incoming_shutdown(limits::incoming(l, &lim), stopped)
-                        .await;
-                    socket.remove_if_ours();
-                    r
+        let serving = {
+            let stop = stop.clone();
+            async move {
+                match self.incoming {
+                    Incoming::Tcp(l) => {
+                        let incoming = limits::incoming(l, &lim, &kill);
+                        connections::serve(router, incoming, age, stop).await
+                    }
+                    Incoming::Unix(l, socket) => {
+                        let incoming = limits::incoming(l, &lim, &kill);
+                        let r = connections::serve(router, incoming, age, stop).await;
+                        socket.remove_if_ours();
+                        r
+                    }
                 }
             }
         };
         tokio::pin!(serving);
-        tracing::info!(address = %local, "serving");
+        match age {
+            Some(a) => tracing::info!(
+                address = %local,
+                max_connection_age = ?a.max_age(),
+                max_connection_age_grace = ?a.grace(),
+                "serving"
+            ),
+            None => tracing::info!(address = %local, "serving"),
+        }
         let _abort_health = AbortOnDrop(health_task);
         tokio::select! {
             r = &mut serving => r,
@@ -364,6 +390,8 @@ const INLINE_CHECK_BYTES: usize = 256 * 1024;
 
 struct EvaluatorService {
     evaluator: Arc<dyn FunctionEvaluator>,
+    /// Named in the answer of a call stopped at its connection's age grace.
+    connection_age: Option<ConnectionAge>,
     max_message_bytes: usize,
     /// One permit per byte of the requests being evaluated.
     in_flight: Arc<tokio::sync::Semaphore>,
@@ -467,6 +495,11 @@ impl pb::function_evaluator_server::FunctionEvaluator for EvaluatorService {
         request: Request<pb::EvaluateFunctionRequest>,
     ) -> Result<Response<pb::EvaluateFunctionResponse>, Status> {
         let timeout = grpc_timeout(request.metadata());
+        // The connection's calls are stopped when its age grace runs out.
+        let connection = request
+            .extensions()
+            .get::<ConnectionInfo>()
+            .map(|c| c.calls.clone());
         let pb::EvaluateFunctionRequest {
             resource_list,
             image,
@@ -474,7 +507,17 @@ impl pb::function_evaluator_server::FunctionEvaluator for EvaluatorService {
         // The per-call span is open (the telemetry layer); it learns the image.
         spans::record_image(&log_excerpt(&image));
         let started = Instant::now();
-        let result = self.handle(image, resource_list, timeout).await;
+        let result = match (connection, self.connection_age) {
+            (Some(calls), Some(age)) => {
+                let name = image.clone();
+                tokio::select! {
+                    biased;
+                    () = calls.cut().cancelled() => Err(stopped_at_age_grace(&name, age.grace())),
+                    r = self.handle(image, resource_list, timeout) => r,
+                }
+            }
+            _ => self.handle(image, resource_list, timeout).await,
+        };
         let elapsed = started.elapsed();
         match &result {
             Ok(_) => tracing::info!(?elapsed, "evaluation succeeded"),

@@ -5,6 +5,7 @@
 //! |---|---|---|---|
 //! | `krm_fn_runner.evaluations` | `krm_fn_runner_evaluations_total` | counter | `image`, `runtime`, `code` |
 //! | `krm_fn_runner.evaluation.duration` (s) | `krm_fn_runner_evaluation_duration_seconds` | histogram | `image`, `runtime`, `code` |
+//! | `krm_fn_runner.evaluations.in_flight` | `krm_fn_runner_evaluations_in_flight` | gauge | |
 //! | `krm_fn_runner.pod.wait.duration` (s) | `krm_fn_runner_pod_wait_duration_seconds` | histogram | `image` |
 //! | `krm_fn_runner.pod.start.duration` (s) | `krm_fn_runner_pod_start_duration_seconds` | histogram | `image`, `outcome` |
 //! | `krm_fn_runner.function.run.duration` (s) | `krm_fn_runner_function_run_duration_seconds` | histogram | `image`, `runtime` |
@@ -12,6 +13,8 @@
 //! | `krm_fn_runner.pod.waiting_requests` | `krm_fn_runner_pod_waiting_requests` | gauge | `image` |
 //! | `krm_fn_runner.exec.processes` | `krm_fn_runner_exec_processes` | gauge | |
 //! | `krm_fn_runner.admission.denials` | `krm_fn_runner_admission_denials_total` | counter | `rule` |
+//! | `krm_fn_runner.connections.aged` | `krm_fn_runner_connections_aged_total` | counter | `outcome` |
+//! | `krm_fn_runner.connections` | `krm_fn_runner_connections` | gauge | |
 //!
 //! Image labels are bounded: a call no runtime took (NOT_FOUND, a request
 //! refused before evaluation) is labelled [`OTHER_IMAGE`], and so is every
@@ -55,6 +58,8 @@ pub mod names {
     pub const EVALUATIONS: &str = "krm_fn_runner.evaluations";
     /// Whole-call latency.
     pub const EVALUATION_DURATION: &str = "krm_fn_runner.evaluation.duration";
+    /// Calls being evaluated now (arrived, not answered yet).
+    pub const EVALUATIONS_IN_FLIGHT: &str = "krm_fn_runner.evaluations.in_flight";
     /// Time a call waited for a function pod.
     pub const POD_WAIT_DURATION: &str = "krm_fn_runner.pod.wait.duration";
     /// Time from creating a function pod to ready (or failed).
@@ -69,6 +74,10 @@ pub mod names {
     pub const EXEC_PROCESSES: &str = "krm_fn_runner.exec.processes";
     /// Calls the function admission policy refused, by deciding rule.
     pub const ADMISSION_DENIALS: &str = "krm_fn_runner.admission.denials";
+    /// Connections that reached their maximum age (GOAWAY sent), by outcome.
+    pub const CONNECTIONS_AGED: &str = "krm_fn_runner.connections.aged";
+    /// Client connections open now.
+    pub const CONNECTIONS: &str = "krm_fn_runner.connections";
 }
 
 /// Bounded set of image label values.
@@ -129,6 +138,70 @@ pub(crate) struct MetricsState {
 
 static STATE: OnceLock<MetricsState> = OnceLock::new();
 static DENIALS: OnceLock<Counter<u64>> = OnceLock::new();
+static AGED: OnceLock<Counter<u64>> = OnceLock::new();
+static CONNECTIONS: OnceLock<UpDownCounter<i64>> = OnceLock::new();
+
+/// The open-connections gauge (`krm_fn_runner_connections`), made on first
+/// use; `None` when metrics are off.
+fn connections_gauge() -> Option<&'static UpDownCounter<i64>> {
+    let state = STATE.get()?;
+    Some(CONNECTIONS.get_or_init(|| {
+        let gauge = state
+            .meter
+            .i64_up_down_counter(names::CONNECTIONS)
+            .with_unit("{connection}")
+            .with_description("Client connections open now")
+            .build();
+        gauge.add(0, &[]);
+        gauge
+    }))
+}
+
+/// One open client connection in `krm_fn_runner_connections`, for as long
+/// as it lives (from [`open_connection`]).
+#[derive(Debug)]
+pub struct OpenConnection(Option<&'static UpDownCounter<i64>>);
+
+/// Counts a client connection as open until the returned guard is dropped.
+/// Does nothing when metrics are off.
+pub fn open_connection() -> OpenConnection {
+    let gauge = connections_gauge();
+    if let Some(g) = gauge {
+        g.add(1, &[]);
+    }
+    OpenConnection(gauge)
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        if let Some(g) = self.0 {
+            g.add(-1, &[]);
+        }
+    }
+}
+
+/// Counts one connection that reached its maximum age and was sent GOAWAY
+/// (`krm_fn_runner_connections_aged_total{outcome}`): `outcome` is
+/// `drained` when its calls finished within the grace, `cut` when calls
+/// were still running at its end and were stopped. Does nothing when
+/// metrics are off.
+pub fn count_aged_connection(outcome: &'static str) {
+    let Some(state) = STATE.get() else {
+        return;
+    };
+    AGED.get_or_init(|| {
+        state
+            .meter
+            .u64_counter(names::CONNECTIONS_AGED)
+            .with_unit("{connection}")
+            .with_description(
+                "Client connections that reached --max-connection-age and were sent GOAWAY, by \
+                 outcome: drained (calls finished within the grace) or cut (calls stopped)",
+            )
+            .build()
+    })
+    .add(1, &[KeyValue::new("outcome", outcome)]);
+}
 
 /// Counts one call refused by the function admission policy under `rule`
 /// (`krm_fn_runner_admission_denials_total{rule}`; the label values are the
@@ -175,6 +248,13 @@ pub(crate) fn layer(meter: Meter) -> MetricsLayer {
             names::EVALUATION_DURATION,
             "Time from an EvaluateFunction call's arrival to its answer",
         ),
+        in_flight: meter
+            .i64_up_down_counter(names::EVALUATIONS_IN_FLIGHT)
+            .with_unit("{evaluation}")
+            .with_description(
+                "EvaluateFunction calls arrived and not answered yet (a load signal for autoscaling)",
+            )
+            .build(),
         pod_wait: seconds(
             names::POD_WAIT_DURATION,
             "Time a call waited for a function pod (including its start, if it caused one)",
@@ -194,7 +274,12 @@ pub(crate) fn layer(meter: Meter) -> MetricsLayer {
             .build(),
         images: images.clone(),
     };
+    // Reported from the start, at 0: a replica that has had no call yet is
+    // an idle replica to an autoscaler, not one without data.
+    layer.in_flight.add(0, &[]);
     let _ = STATE.set(MetricsState { meter, images });
+    // Reported from the start, at 0, like the in-flight gauge.
+    connections_gauge();
     layer
 }
 
@@ -376,6 +461,7 @@ fn is_process(runtime: Option<&str>) -> bool {
 pub(crate) struct MetricsLayer {
     evaluations: Counter<u64>,
     evaluation_duration: Histogram<f64>,
+    in_flight: UpDownCounter<i64>,
     pod_wait: Histogram<f64>,
     pod_start: Histogram<f64>,
     function_run: Histogram<f64>,
@@ -419,6 +505,7 @@ impl MetricsLayer {
                 ];
                 self.evaluations.add(1, &labels);
                 self.evaluation_duration.record(seconds, &labels);
+                self.in_flight.add(-1, &[]);
             }
             Kind::PodWait => self.pod_wait.record(
                 seconds,
@@ -462,6 +549,9 @@ where
         attrs.record(&mut fields);
         if kind == Kind::FunctionRun && is_process(fields.runtime.as_deref()) {
             self.exec_processes.add(1, &[]);
+        }
+        if kind == Kind::Evaluate {
+            self.in_flight.add(1, &[]);
         }
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(Timing {
