@@ -39,8 +39,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Evaluate one function on a ResourceList read from stdin.
     Eval(eval::EvalArgs),
-    /// Replay a request trace against pod-cache policies on virtual time (or generate a trace).
-    Simulate(simulate::SimulateArgs),
+    /// Replay a request trace against pod-cache policies on virtual time, size the runner's replicas for it (--replica-model), or generate a trace.
+    Simulate(Box<simulate::SimulateArgs>),
     /// Render a kpt package in place, like `kpt fn render`.
     Render(Box<render::RenderArgs>),
     /// Print the shell completion script for SHELL to stdout.
@@ -231,7 +231,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve::run(*args).await,
             Command::Eval(args) => eval::run(args).await,
-            Command::Simulate(args) => simulate::run(args).await,
+            Command::Simulate(args) => simulate::run(*args).await,
             Command::Render(args) => render::run(*args).await,
             Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),
         }

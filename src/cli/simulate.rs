@@ -1,5 +1,6 @@
 //! `krm-fn-runner simulate`: replay a request trace against pod-cache
-//! policies on virtual time, or generate a synthetic trace.
+//! policies on virtual time, size the runner's replicas for it
+//! (`--replica-model`), or generate a synthetic trace.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,9 +10,11 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::adapters::sim::{FailureRates, ReplayOptions, StartLatency, replay};
+use crate::domain::connection_age::{self, ConnectionAge};
+use crate::domain::simulation::replicas::{Balance, ReplicaModel, size, sizing_table};
 use crate::domain::simulation::report::table;
 use crate::domain::simulation::trace::{TraceSpec, generate, parse_trace, to_csv};
-use crate::domain::simulation::{PolicyReport, Sample, SimPolicy};
+use crate::domain::simulation::{PolicyReport, Sample, SimPolicy, TraceEntry};
 
 /// Flags of `simulate`.
 #[derive(Debug, Args)]
@@ -21,8 +24,41 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub trace: PathBuf,
     /// A policy file (the runner's pod-cache-config list, or flags + list). Repeatable.
-    #[arg(long = "policy", required_unless_present = "generate")]
+    #[arg(long = "policy", required_unless_present_any = ["generate", "replica_model"])]
     pub policies: Vec<PathBuf>,
+    /// Instead of replaying the pod cache: how many runner replicas the
+    /// trace needs (function slots per replica, client connections through
+    /// a per-connection Service), for 1 to --max-replicas, with connection
+    /// ageing and without.
+    #[arg(long, conflicts_with_all = ["policies", "generate"])]
+    pub replica_model: bool,
+    /// Replica model: client connections at once (porch-server replicas;
+    /// each keeps one connection).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub clients: u64,
+    /// Replica model: function slots per replica (--max-concurrent-functions).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub slots: u64,
+    /// Replica model: calls that may wait for a slot per replica
+    /// (--max-queued-functions); beyond, calls are rejected.
+    #[arg(long, default_value_t = 1024)]
+    pub max_queued: usize,
+    /// Replica model: the runners' --max-connection-age (the age of the
+    /// "on" rows; each connection's jittered ±10%).
+    #[arg(long, value_parser = super::serve::max_connection_age, default_value = "2m")]
+    pub max_connection_age: Duration,
+    /// Replica model: how the Service picks a replica for a new connection:
+    /// random (kube-proxy's iptables and nftables modes) or round-robin
+    /// (IPVS, rr).
+    #[arg(long, value_enum, default_value = "random")]
+    pub balance: BalanceArg,
+    /// Replica model: the most replicas tried.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub max_replicas: u64,
+    /// Replica model: the target, a 99th percentile wait for a function
+    /// slot no longer than this (and no call rejected).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub target_wait: Duration,
     /// Print the reports as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -122,6 +158,15 @@ pub struct SimulateArgs {
     pub peak_hour: f64,
 }
 
+/// `--balance` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BalanceArg {
+    /// A random replica per new connection.
+    Random,
+    /// Replicas in turn.
+    RoundRobin,
+}
+
 /// Parses a probability in `[0, 1]`.
 fn probability(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -164,6 +209,9 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let trace = std::sync::Arc::new(
         parse_trace(&text).with_context(|| format!("in {}", args.trace.display()))?,
     );
+    if args.replica_model {
+        return size_replicas(&args, &trace).await;
+    }
     let options = ReplayOptions {
         start_latency: StartLatency::LogNormal {
             median: args.start_latency,
@@ -205,18 +253,62 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         reports
             .push(tokio::task::spawn_blocking(move || replay(&trace, &policy, &options)).await??);
     }
-    if args.json {
-        let mut json = serde_json::to_string_pretty(&reports)?;
-        json.push('\n');
-        super::write_stdout(json.as_bytes())?;
-    } else {
-        super::write_stdout(table(&reports).as_bytes())?;
-    }
+    print(args.json, &reports, || table(&reports))?;
     if let Some(path) = &args.plot {
         plot(&reports, path)?;
         eprintln!("plot written to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--replica-model`: sizes the replicas for `trace` and prints the runs
+/// and the answer (a table, or JSON with `--json`).
+async fn size_replicas(args: &SimulateArgs, trace: &[TraceEntry]) -> anyhow::Result<ExitCode> {
+    if args.max_connection_age.is_zero() {
+        anyhow::bail!(
+            "--replica-model compares runs with and without connection ageing: give \
+             --max-connection-age a duration of 1s or more"
+        );
+    }
+    let age = ConnectionAge::new(args.max_connection_age, connection_age::DEFAULT_GRACE)?
+        .context("connection ageing is on")?;
+    let model = ReplicaModel {
+        slots: args.slots as usize,
+        max_queued: args.max_queued,
+        clients: args.clients as usize,
+        balance: match args.balance {
+            BalanceArg::Random => Balance::Random,
+            BalanceArg::RoundRobin => Balance::RoundRobin,
+        },
+        age,
+        seed: args.seed,
+    };
+    let trace = trace.to_vec();
+    let (max, target) = (args.max_replicas as usize, args.target_wait);
+    // CPU-bound; off the async workers.
+    let sizing = tokio::task::spawn_blocking(move || size(&trace, &model, max, target)).await?;
+    print(args.json, &sizing, || sizing_table(&sizing))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints `value` as pretty JSON when `json`, else the text `table` makes.
+///
+/// Errors: stdout cannot be written.
+fn print<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    table: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    let mut text = if json {
+        serde_json::to_string_pretty(value)?
+    } else {
+        table()
+    };
+    if json {
+        text.push('\n');
+    }
+    super::write_stdout(text.as_bytes())?;
+    Ok(())
 }
 
 /// One panel of the plot: its title, y-axis label, and the quantity of a

@@ -4,6 +4,7 @@
 //! against the simulated platform) is in `crate::adapters::sim::replay`.
 
 pub mod policy;
+pub mod replicas;
 pub mod report;
 pub mod trace;
 

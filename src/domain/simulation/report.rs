@@ -134,6 +134,12 @@ pub fn table(reports: &[PolicyReport]) -> String {
             ]
         })
         .collect();
+    aligned(&header, rows)
+}
+
+/// Renders `rows` under `header` as text columns two spaces apart: the
+/// first column left-aligned, the others right-aligned (numbers).
+pub fn aligned(header: &[&str], rows: Vec<Vec<String>>) -> String {
     let widths: Vec<usize> = (0..header.len())
         .map(|i| {
             rows.iter()
