@@ -173,6 +173,11 @@ fn wait_for_crds(kubectl: &Kubectl) {
 /// (`--force-conflicts`: over a Porch installation it takes over the fields
 /// Porch's apply owns). Returns the build and the number of objects in it.
 fn apply(kubectl: &Kubectl, variant: &str, crds: &[&str]) -> (String, usize) {
+    apply_dir(kubectl, &Path::new(REPO).join("deploy").join(variant), crds)
+}
+
+/// As [`apply`], for the kustomization in `dir`.
+fn apply_dir(kubectl: &Kubectl, dir: &Path, crds: &[&str]) -> (String, usize) {
     let porch = Path::new(REPO).join("third_party/porch");
     let mut first = vec!["apply", "--server-side", "--force-conflicts", "-f"];
     let namespaces = porch.join("1-namespace.yaml");
@@ -188,7 +193,7 @@ fn apply(kubectl: &Kubectl, variant: &str, crds: &[&str]) -> (String, usize) {
     if !crds.is_empty() {
         wait_for_crds(kubectl);
     }
-    let built = kustomize_build(&Path::new(REPO).join("deploy").join(variant));
+    let built = kustomize_build(dir);
     let objects = built.matches("\nkind: ").count();
     let dry = kubectl.run_with_input(
         &[
@@ -498,9 +503,9 @@ async fn config_yaml_generation_applies_with_least_privilege() {
     );
 }
 
-#[test]
-fn images_are_set_with_kustomize_edit() {
-    // The README's way to point the manifests at a registry, on a copy.
+/// A scratch copy of `deploy/` and `third_party/` (the kustomizations'
+/// relative paths hold), for `kustomize edit`.
+fn deploy_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let status = Command::new("cp")
         .arg("-a")
@@ -510,6 +515,13 @@ fn images_are_set_with_kustomize_edit() {
         .status()
         .unwrap();
     assert!(status.success());
+    dir
+}
+
+#[test]
+fn images_are_set_with_kustomize_edit() {
+    // The README's way to point the manifests at a registry, on a copy.
+    let dir = deploy_copy();
     let head = dir.path().join("deploy/head");
     for set in [
         "docker.io/nephio/porch-function-runner=registry.example:5000/krm-fn-runner:v9",
@@ -538,4 +550,91 @@ fn images_are_set_with_kustomize_edit() {
     );
     assert!(!built.contains("docker.io/nephio"), "{built}");
     assert!(!built.contains("localhost/krm-fn"), "{built}");
+}
+
+#[tokio::test]
+async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
+    // The README's way to add it, on a copy of deploy/.
+    let dir = deploy_copy();
+    let head = dir.path().join("deploy/head");
+    let out = Command::new(kustomize())
+        .current_dir(&head)
+        .args(["edit", "add", "component", "../components/autoscaling"])
+        .output()
+        .unwrap();
+    check("kustomize edit add component", out);
+    let built = kustomize_build(&head);
+    assert!(
+        built.contains("\nkind: HorizontalPodAutoscaler\n"),
+        "{built}"
+    );
+    // The Deployment leaves its replica count to the HPA.
+    let deployment = built
+        .split("\n---\n")
+        .find(|d| d.contains("\nkind: Deployment\n"))
+        .unwrap();
+    assert!(!deployment.contains("replicas:"), "{deployment}");
+
+    let plane = ControlPlane::start().await;
+    let kubectl = Kubectl::new(&plane);
+    let (_, objects) = apply_dir(
+        &kubectl,
+        &head,
+        &[
+            "config.porch.kpt.dev_functionconfigs.yaml",
+            "config.porch.kpt.dev_servicetemplates.yaml",
+        ],
+    );
+    assert_eq!(objects, 32, "deploy/head's 31 objects and the HPA");
+    let hpa: serde_json::Value = serde_json::from_str(&kubectl.run(&[
+        "get",
+        "hpa/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let spec = &hpa["spec"];
+    assert_eq!(hpa["apiVersion"], "autoscaling/v2");
+    assert_eq!(spec["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(spec["scaleTargetRef"]["name"], "function-runner");
+    // At least the PodDisruptionBudget's minAvailable plus one.
+    assert_eq!(
+        (spec["minReplicas"].as_i64(), spec["maxReplicas"].as_i64()),
+        (Some(2), Some(6))
+    );
+    let pdb = kubectl.run(&[
+        "get",
+        "pdb/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.minAvailable}",
+    ]);
+    assert_eq!(pdb, "1");
+    // The Pods metric is the gauge the runner exports, in its Prometheus
+    // name (tests/replicas.rs and tests/telemetry.rs read it off /metrics).
+    let metric = &spec["metrics"][0]["pods"];
+    assert_eq!(
+        metric["metric"]["name"],
+        krm_fn_runner::adapters::telemetry::metrics::names::EVALUATIONS_IN_FLIGHT.replace('.', "_")
+    );
+    assert_eq!(metric["target"]["type"], "AverageValue");
+    assert_eq!(metric["target"]["averageValue"], "4");
+    assert_eq!(spec["metrics"][1]["resource"]["name"], "cpu");
+    assert_eq!(
+        spec["metrics"][1]["resource"]["target"]["averageUtilization"],
+        75
+    );
+    // CPU utilization needs a request on the runner's container.
+    let cpu = kubectl.run(&[
+        "get",
+        "deployment/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].resources.requests.cpu}",
+    ]);
+    assert_eq!(cpu, "125m");
 }
