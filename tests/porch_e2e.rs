@@ -10,6 +10,10 @@
 //! runner v1.5.3 (built the same way) takes the same turn on the same port
 //! behind the same porch-server, and both answers are compared.
 //!
+//! And porch-server itself keeps rendering, without a failed render, while
+//! its one connection to the runner is aged across three replicas behind a
+//! stand-in Service (`tests/service_support`).
+//!
 //! Needs `scripts/build-porch.sh` (porch-server, porchctl and Porch's
 //! function runner, cached per machine), the catalog functions and the
 //! kube-apiserver build; `scripts/test.sh` provides all three.
@@ -18,8 +22,10 @@ mod common;
 mod k8s_support;
 #[path = "k8s_support/kubelet.rs"]
 mod kubelet;
+mod otel_support;
 mod porch_support;
 mod registry_support;
+mod service_support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -571,4 +577,100 @@ async fn porch_renders_through_our_pod_runtime() {
     let pods = pods.list(&Default::default()).await.unwrap().items;
     assert_eq!(pods.len(), 2, "one pod per function");
     assert_eq!(kubelet.started(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn porch_server_renders_without_a_failure_while_its_connection_is_aged_across_three_replicas()
+{
+    // porch-server dials the stand-in Service on the runner port; three
+    // replicas (exec runtime, the catalog functions) age connections at 1 s.
+    let bed = PorchBed::start(None, &[]).await;
+    let service = service_support::Balancer::start_on(bed.runner_port).await;
+    let metrics = [
+        ("OTEL_METRICS_EXPORTER", "prometheus"),
+        ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+        ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
+    ];
+    let age = ["--max-connection-age=1s", "--max-connection-age-grace=10s"];
+    let replicas: Vec<FunctionRunner> = (0..3)
+        .map(|_| {
+            FunctionRunner::start_exec_with_env(Peer::Ours, common::free_port(), &age, &metrics)
+        })
+        .collect();
+    let runners: Vec<&common::Runner> = replicas
+        .iter()
+        .map(|r| match r {
+            FunctionRunner::Ours(r) => r,
+            FunctionRunner::Porch(_) => unreachable!(),
+        })
+        .collect();
+    for (i, r) in runners.iter().enumerate() {
+        service.add(&format!("r{}", i + 1), &r.address);
+    }
+
+    // Renders one after the other for 8 ages, the package's content
+    // changing each time (two Deployments, then three).
+    let name = bed.init("aged", "v1").await;
+    let started = Instant::now();
+    let (mut renders, mut failed) = (0, Vec::new());
+    while started.elapsed() < Duration::from_secs(8) {
+        let count = 2 + renders % 2;
+        match bed
+            .update_resources(&name, &app_package("aged", count))
+            .await
+        {
+            Ok(answer) => {
+                let status = render_status(&answer);
+                if !status["error"].as_str().unwrap_or("").is_empty() {
+                    failed.push(status.to_string());
+                }
+            }
+            Err(e) => failed.push(e.to_string()),
+        }
+        renders += 1;
+    }
+    assert_rendered(&bed.resources(&name).await, 2 + (renders - 1) % 2);
+
+    let counts: Vec<(f64, f64)> = runners
+        .iter()
+        .map(|r| {
+            let scrape = otel_support::Scrape::take(&otel_support::metrics_url(r));
+            let sum = |name: &str, labels: &[(&str, &str)]| -> f64 {
+                scrape.samples(name, labels).iter().map(|s| s.value).sum()
+            };
+            (
+                sum("krm_fn_runner_evaluations_total", &[]),
+                sum("krm_fn_runner_connections_aged_total", &[]),
+            )
+        })
+        .collect();
+    let calls: f64 = counts.iter().map(|c| c.0).sum();
+    let goaways: f64 = counts.iter().map(|c| c.1).sum();
+    let connections = service.forwarded().len();
+    eprintln!(
+        "porch-server over three aged replicas: {renders} renders, {} failed, {calls} calls \
+         ({}), {goaways} GOAWAYs, {connections} connections",
+        failed.len(),
+        counts
+            .iter()
+            .map(|c| format!("{} ({:.0}%)", c.0, 100.0 * c.0 / calls))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    );
+    assert!(failed.is_empty(), "failed renders: {failed:?}");
+    // Each render is two calls (apply-setters, starlark).
+    assert_eq!(calls, 2.0 * renders as f64);
+    assert!(goaways >= 5.0, "{goaways} GOAWAYs in 8 ages");
+    assert!(
+        connections as f64 >= goaways,
+        "porch-server reconnected through the Service after each GOAWAY: \
+         {connections} connections"
+    );
+    for (i, (served, _)) in counts.iter().enumerate() {
+        assert!(
+            served / calls >= 0.2,
+            "replica {} served {served} of {calls} calls",
+            i + 1
+        );
+    }
 }

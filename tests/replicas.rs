@@ -15,7 +15,8 @@
 //! it through `--exec-env REPLICA=…`), so the client itself tells which
 //! replica served each call. Their `/metrics` must agree.
 //!
-//! **The Service is a stand-in**, not kube-proxy: [`Balancer`], a TCP
+//! **The Service is a stand-in**, not kube-proxy: `Balancer`
+//! (`tests/service_support`), a TCP
 //! connection balancer on loopback that, like a ClusterIP, forwards each new
 //! client connection to one ready endpoint and never looks inside it. It
 //! takes endpoints in turn (the IPVS mode's `rr` scheduler). kube-proxy's
@@ -35,6 +36,7 @@
 
 mod common;
 mod otel_support;
+mod service_support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -46,7 +48,7 @@ use std::time::{Duration, Instant};
 use common::{Runner, built_tool, script};
 use otel_support::{Scrape, metrics_url};
 use serde::Deserialize;
-use tokio::net::{TcpListener, TcpStream};
+use service_support::Balancer;
 
 /// Answers a ResourceList naming the replica that ran it.
 const WHOAMI: &str = "#!/bin/sh\ncat >/dev/null\nprintf 'apiVersion: config.kubernetes.io/v1\\nkind: ResourceList\\nitems:\\n- apiVersion: v1\\n  kind: ConfigMap\\n  metadata:\\n    name: served-by-%s\\n' \"$REPLICA\"\n";
@@ -128,91 +130,6 @@ impl Functions {
     }
 }
 
-/// One client connection the stand-in Service forwarded.
-#[derive(Debug, Clone)]
-struct Forwarded {
-    endpoint: String,
-}
-
-#[derive(Default)]
-struct Endpoints {
-    ready: Vec<(String, SocketAddr)>,
-    next: usize,
-    forwarded: Vec<Forwarded>,
-}
-
-/// The stand-in for a ClusterIP Service: forwards each client connection,
-/// as a whole, to the next ready endpoint in turn.
-struct Balancer {
-    address: SocketAddr,
-    endpoints: Arc<Mutex<Endpoints>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Balancer {
-    async fn start() -> Balancer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let endpoints = Arc::new(Mutex::new(Endpoints::default()));
-        let state = endpoints.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    continue;
-                };
-                let picked = {
-                    let mut e = state.lock().unwrap();
-                    if e.ready.is_empty() {
-                        None
-                    } else {
-                        let i = e.next % e.ready.len();
-                        e.next = i + 1;
-                        let (name, addr) = e.ready[i].clone();
-                        e.forwarded.push(Forwarded { endpoint: name });
-                        Some(addr)
-                    }
-                };
-                // No endpoint, or it refuses: the client's connection is closed.
-                let Some(addr) = picked else { continue };
-                tokio::spawn(async move {
-                    let mut client = client;
-                    if let Ok(mut backend) = TcpStream::connect(addr).await {
-                        let _ = client.set_nodelay(true);
-                        let _ = backend.set_nodelay(true);
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
-                    }
-                });
-            }
-        });
-        Balancer {
-            address,
-            endpoints,
-            task,
-        }
-    }
-
-    /// Adds a ready endpoint (the runner's address) named `name`.
-    fn add(&self, name: &str, runner: &Runner) {
-        let addr: SocketAddr = runner.address.parse().unwrap();
-        self.endpoints
-            .lock()
-            .unwrap()
-            .ready
-            .push((name.to_string(), addr));
-    }
-
-    /// The connections forwarded so far.
-    fn forwarded(&self) -> Vec<Forwarded> {
-        self.endpoints.lock().unwrap().forwarded.clone()
-    }
-}
-
 /// Replicas r1, r2 and r3 with `flags`, behind a new stand-in Service.
 async fn three_replicas(
     functions: &Functions,
@@ -222,7 +139,7 @@ async fn three_replicas(
     let replicas: Vec<Runner> = names.iter().map(|n| functions.replica(n, flags)).collect();
     let service = Balancer::start().await;
     for (n, r) in names.iter().zip(&replicas) {
-        service.add(n, r);
+        service.add(n, &r.address);
     }
     (names, replicas, service)
 }
@@ -539,8 +456,8 @@ async fn a_replica_added_mid_run_takes_its_share() {
         functions.replica("r2", &AGE_FLAGS),
     ];
     let service = Balancer::start().await;
-    service.add("r1", &first[0]);
-    service.add("r2", &first[1]);
+    service.add("r1", &first[0].address);
+    service.add("r2", &first[1].address);
     let added: Arc<Mutex<Option<(Runner, i64, usize)>>> = Arc::new(Mutex::new(None));
     let slot = added.clone();
     let (functions_ref, service_ref) = (&functions, &service);
@@ -557,7 +474,7 @@ async fn a_replica_added_mid_run_takes_its_share() {
             let r3 = functions_ref.replica("r3", &AGE_FLAGS);
             let joined_ms = started.elapsed().as_millis() as i64;
             let before = service_ref.forwarded().len();
-            service_ref.add("r3", &r3);
+            service_ref.add("r3", &r3.address);
             *slot.lock().unwrap() = Some((r3, joined_ms, before));
         },
     )

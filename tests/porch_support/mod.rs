@@ -184,6 +184,16 @@ impl FunctionRunner {
     /// Starts `peer` with the exec runtime only (the catalog binaries and
     /// their config.yaml) on `127.0.0.1:port`, plus `extra` flags.
     pub fn start_exec(peer: Peer, port: u16, extra: &[&str]) -> FunctionRunner {
+        Self::start_exec_with_env(peer, port, extra, &[])
+    }
+
+    /// As [`FunctionRunner::start_exec`], with environment variables `env`.
+    pub fn start_exec_with_env(
+        peer: Peer,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> FunctionRunner {
         let [config, functions] = exec_flags();
         let mut args = vec![
             config.as_str(),
@@ -191,7 +201,7 @@ impl FunctionRunner {
             "--disable-runtimes=pod",
         ];
         args.extend_from_slice(extra);
-        Self::start(peer, port, &args, &[])
+        Self::start(peer, port, &args, env)
     }
 
     /// Starts `peer` on `127.0.0.1:port` with exactly `args` (and `env`).

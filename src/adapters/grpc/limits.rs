@@ -99,6 +99,13 @@ impl Accept for UnixListener {
     }
 }
 
+/// An accepted connection, TCP or Unix: the server is built once for both
+/// (one copy of tonic's serving code in the binary, not one per socket
+/// type), at the cost of a virtual call per read and write.
+pub trait Connection: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection for T {}
+
 /// Errors of one connection that do not concern the listener.
 fn is_connection_error(e: &io::Error) -> bool {
     matches!(
@@ -117,7 +124,7 @@ pub(crate) fn incoming<L: Accept>(
     listener: L,
     limits: &ServerLimits,
     kill: &CancellationToken,
-) -> ReceiverStream<io::Result<Limited<L::Io>>> {
+) -> ReceiverStream<io::Result<Limited<Box<dyn Connection>>>> {
     let kill = kill.clone();
     let (tx, rx) = mpsc::channel(1);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -148,6 +155,7 @@ pub(crate) fn incoming<L: Accept>(
             match accepted {
                 Ok(io) => {
                     warned_error = false;
+                    let io: Box<dyn Connection> = Box::new(io);
                     let conn = Limited::new(io, permit, idle, kill.child_token());
                     if tx.send(Ok(conn)).await.is_err() {
                         return;
