@@ -9,10 +9,15 @@
 #   porch-function-runner   github.com/nephio-project/porch/func/server
 #                           (Porch's own Go function runner, the peer we are
 #                           compared with in tests and benchmarks)
+#   porch-wrapper-server    github.com/nephio-project/porch/func/wrapper-server
+#                           (the wrapper server of Porch's function pods)
+#   grpc-health-probe       github.com/grpc-ecosystem/grpc-health-probe, the
+#                           version Porch's wrapper image ships (its pods'
+#                           readiness probe)
 #   crds/                   the CustomResourceDefinitions porch-server needs
 #                           in the core API server (Repository, PackageRev)
 #
-# Usage: scripts/build-porch.sh [porch-server|porchctl|porch-function-runner|crds]
+# Usage: scripts/build-porch.sh [porch-server|porchctl|porch-function-runner|porch-wrapper-server|grpc-health-probe|crds]
 #   With an argument, prints the path of that one artefact instead.
 #   Cache: ${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}/porch/<version>/
 #
@@ -33,19 +38,21 @@ MODULE=github.com/nephio-project/porch
 VERSION=v1.5.3
 
 # Bump when the build recipe changes, to force a rebuild.
-STAMP_FORMAT="build-porch format 1"
+STAMP_FORMAT="build-porch format 2"
 
 DEST="${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}/porch/$VERSION"
 STAMP="$DEST/.stamp"
 stamp_content="$STAMP_FORMAT $MODULE@$VERSION"
-BINARIES=(porch-server porchctl porch-function-runner)
+BINARIES=(porch-server porchctl porch-function-runner porch-wrapper-server grpc-health-probe)
+# The grpc-health-probe release Porch's func/Dockerfile-wrapperserver installs.
+HEALTH_PROBE=github.com/grpc-ecosystem/grpc-health-probe@v0.4.11
 
 die() { echo "build-porch: error: $*" >&2; exit 1; }
 
 what="${1:-}"
 case "$what" in
-  "" | porch-server | porchctl | porch-function-runner | crds) ;;
-  *) die "unknown artefact '$what' (porch-server, porchctl, porch-function-runner or crds)" ;;
+  "" | porch-server | porchctl | porch-function-runner | porch-wrapper-server | grpc-health-probe | crds) ;;
+  *) die "unknown artefact '$what' (porch-server, porchctl, porch-function-runner, porch-wrapper-server, grpc-health-probe or crds)" ;;
 esac
 
 answer() {
@@ -73,7 +80,7 @@ porch_module porchbuild
 src="$porch_src"
 echo "build-porch: resolving dependencies" >&2
 if ! go get "$MODULE/cmd/porch@$VERSION" "$MODULE/cmd/porchctl@$VERSION" \
-  "$MODULE/func/server@$VERSION" >"$workdir/get.log" 2>&1; then
+  "$MODULE/func/server@$VERSION" "$MODULE/func/wrapper-server@$VERSION" "$HEALTH_PROBE" >"$workdir/get.log" 2>&1; then
   cat "$workdir/get.log" >&2
   die "go get $MODULE@$VERSION failed"
 fi
@@ -88,6 +95,8 @@ build() { # build OUTPUT PACKAGE
 build porch-server "$MODULE/cmd/porch"
 build porchctl "$MODULE/cmd/porchctl"
 build porch-function-runner "$MODULE/func/server"
+build porch-wrapper-server "$MODULE/func/wrapper-server"
+build grpc-health-probe "${HEALTH_PROBE%@*}"
 "$workdir/bin/porchctl" version >/dev/null 2>&1 || die "the built porchctl does not run"
 
 mkdir -p "$workdir/crds"

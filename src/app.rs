@@ -782,8 +782,11 @@ pub struct PodSettings {
     /// Short name of this replica inside pod names (1-8 of a-z0-9), unique among replicas and, ideally, per start [default: random per process start].
     #[arg(long)]
     pub replica_token: Option<String>,
-    /// File mapping wrapper endpoints to dialable addresses (`<endpoint> <host:port>` per line), for runners outside the cluster network.
-    #[arg(long)]
+    /// In pod-ip mode, a starting function pod takes calls as soon as its wrapper server answers a gRPC health check at the pod IP, instead of when the kubelet's readiness probe reports it (Porch waits for Ready).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
+    pub wrapper_health_check: bool,
+    /// File mapping wrapper endpoints to dialable addresses (`<endpoint> <host:port>` per line): a test seam for the emulated kubelet of the test bed, whose wrappers listen on loopback ports; not for production (hidden).
+    #[arg(long, hide = true)]
     pub wrapper_address_map: Option<PathBuf>,
     /// Bound on connecting to a wrapper server.
     #[arg(long = "wrapper-connect-timeout",
@@ -1006,6 +1009,7 @@ pub async fn start_pod_runtime(
     let mut policy = PodCachePolicy::new(defaults, &token)
         .map_err(|e| pod_err(format!("--replica-token: {e}")))?;
     policy.pod_ready_timeout = s.pod_ready_timeout;
+    policy.probe_wrapper = s.wrapper_health_check;
     policy.instance = format!("{token}-{:016x}", start_nonce());
     policy.retry_backoff = s.write_retry_backoff;
     policy.retry_backoff_max = Duration::from_secs(30).max(s.write_retry_backoff);

@@ -32,6 +32,10 @@ pub struct Setup {
     pub basic_auth: Option<(String, String)>,
     /// Serve HTTPS with a certificate from a CA generated for the test.
     pub tls: bool,
+    /// A registry storage directory (docker-registry's filesystem layout)
+    /// copied in before the start, so the registry serves its images at
+    /// once (the real-node bed's images, scripts/build-node-images.sh).
+    pub seed: Option<PathBuf>,
 }
 
 impl Setup {
@@ -44,15 +48,15 @@ impl Setup {
     pub fn basic(user: &str, pass: &str) -> Self {
         Self {
             basic_auth: Some((user.into(), pass.into())),
-            tls: false,
+            ..Self::default()
         }
     }
 
     /// No auth, HTTPS.
     pub fn tls() -> Self {
         Self {
-            basic_auth: None,
             tls: true,
+            ..Self::default()
         }
     }
 
@@ -61,7 +65,14 @@ impl Setup {
         Self {
             basic_auth: Some((user.into(), pass.into())),
             tls: true,
+            seed: None,
         }
+    }
+
+    /// This setup, serving a copy of the registry storage `dir`.
+    pub fn seeded(mut self, dir: &Path) -> Self {
+        self.seed = Some(dir.to_path_buf());
+        self
     }
 }
 
@@ -196,6 +207,19 @@ impl TestRegistry {
                 "auth:\n  htpasswd:\n    realm: krm-fn-runner-test\n    path: {}\n",
                 root.join("htpasswd").display()
             ));
+        }
+        if let Some(seed) = &setup.seed {
+            let status = Command::new("cp")
+                .arg("-a")
+                .arg(seed)
+                .arg(root.join("data"))
+                .status()
+                .expect("run cp");
+            assert!(
+                status.success(),
+                "copy the registry seed {}",
+                seed.display()
+            );
         }
         let config_path = root.join("config.yml");
         std::fs::write(&config_path, config).unwrap();

@@ -399,6 +399,13 @@ impl ConnectionPool {
         Ok(client)
     }
 
+    /// The address dialled for `endpoint` (through the pool's resolver).
+    ///
+    /// Errors: the resolver's.
+    pub fn address(&self, endpoint: &str) -> Result<String, String> {
+        self.resolver.resolve(endpoint)
+    }
+
     /// Drops the pooled channel of `pod` (its pod is gone or evicted).
     pub fn remove(&self, pod: &str) {
         self.channels

@@ -30,11 +30,12 @@ use crate::adapters::oci::PullSecretSync;
 use crate::adapters::telemetry::spans::PodStarts;
 use crate::domain::pod_cache::template::{
     PodBuild, TemplateOverrides, Templates, build_pod, build_service, observe_pod, observe_service,
+    pod_ip_endpoint,
 };
 use crate::domain::pod_cache::{
     Assignment, Command, CreateFailure, DeleteFailure, DeletePrecondition, IMAGE_LABEL, Input,
     Listing, ObservedPhase, ObservedPod, PersistFailure, PodCache, PodCacheError, PodCachePolicy,
-    PodCreation, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, SlotState, UnixTime, WRAPPER_PORT,
+    PodCreation, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, SlotState, UnixTime,
 };
 use crate::ports::{
     EndpointEvent, EndpointEventStream, ImageInspector, PlatformError, PodEvent, PodEventStream,
@@ -94,7 +95,7 @@ impl Ctx {
             && let ObservedPhase::Ready { endpoint } = &mut o.phase
         {
             match &o.ip {
-                Some(ip) => *endpoint = ip_endpoint(ip),
+                Some(ip) => *endpoint = pod_ip_endpoint(ip),
                 None => o.phase = ObservedPhase::Pending,
             }
         }
@@ -135,6 +136,9 @@ pub(super) struct Driver {
     /// The `pod.start` spans of the creations in flight, and their slots.
     starts: PodStarts<SlotId>,
     starting: HashSet<SlotId>,
+    /// The wrapper health checks out ([`Command::ProbeWrapper`]), stopped
+    /// once their slot is no longer pending.
+    probes: HashMap<SlotId, tokio::task::AbortHandle>,
 }
 
 /// The driver behind a lock, shared by the driver task (events, timers,
@@ -186,15 +190,6 @@ impl Shared {
     }
 }
 
-/// The wrapper's address at pod IP `ip` (bracketed for IPv6).
-fn ip_endpoint(ip: &str) -> String {
-    if ip.contains(':') {
-        format!("[{ip}]:{WRAPPER_PORT}")
-    } else {
-        format!("{ip}:{WRAPPER_PORT}")
-    }
-}
-
 impl Driver {
     /// A driver over `ctx` with `templates`, reporting health on `health`
     /// and posting background results to `tx`. Must be called inside a
@@ -220,6 +215,7 @@ impl Driver {
             watch_lost: None,
             starts: PodStarts::default(),
             starting: HashSet::new(),
+            probes: HashMap::new(),
         }
     }
 
@@ -423,6 +419,16 @@ impl Driver {
             self.execute(cmd);
         }
         self.end_starts(shutdown);
+        if !self.probes.is_empty() {
+            let cache = &self.cache;
+            self.probes.retain(|slot, probe| {
+                let pending = cache.slot_state(*slot) == Some(SlotState::Pending);
+                if !pending {
+                    probe.abort();
+                }
+                pending
+            });
+        }
         if self.warming.is_some() {
             self.check_warm();
         }
@@ -519,13 +525,45 @@ impl Driver {
                         pod_ip,
                     };
                     let deadline = ctx.instant_at(deadline);
-                    let result =
+                    let mut result =
                         wait_for_endpoint(&*ctx.platform, &ctx.endpoints, &target, deadline).await;
                     if let Ok(endpoint) = &result {
-                        tracing::info!(pod = %pod_name, %endpoint, "function pod ready");
+                        // Published is not yet reachable: kube-proxy writes
+                        // the service's rules (and cluster DNS learns its
+                        // name) on its own time, and a call dialled before
+                        // that fails. Wait until the wrapper answers through
+                        // the address calls will use.
+                        result = match ctx.pool.address(endpoint) {
+                            Ok(address) if probe_until_serving(&address, deadline).await => {
+                                tracing::info!(pod = %pod_name, %endpoint, "function pod ready");
+                                Ok(endpoint.clone())
+                            }
+                            Ok(address) => Err(format!(
+                                "the service publishes the pod, but its wrapper server did not answer a health check at {address} before the pod-ready deadline (is kube-proxy running, and does cluster DNS resolve the service?)"
+                            )),
+                            Err(e) => Err(e),
+                        };
                     }
                     Self::report(&tx, Input::EndpointReady { slot, result });
                 });
+            }
+            Command::ProbeWrapper {
+                slot,
+                pod_name,
+                endpoint,
+                deadline,
+            } => {
+                let probe = self.runtime.spawn(async move {
+                    let deadline = ctx.instant_at(deadline);
+                    let Ok(address) = ctx.pool.address(&endpoint) else {
+                        return;
+                    };
+                    if probe_until_serving(&address, deadline).await {
+                        tracing::info!(pod = %pod_name, %endpoint, "function pod's wrapper server answers its health check");
+                        Self::report(&tx, Input::WrapperServing { slot, endpoint });
+                    }
+                });
+                self.probes.insert(slot, probe.abort_handle());
             }
             Command::DeletePod {
                 pod_name,
@@ -680,6 +718,42 @@ impl Driver {
 /// that creation's annotation and still the reclaim-after the creation
 /// wrote (no replica claimed it), and deleted on the UID and
 /// resourceVersion read. A pod already gone is a success.
+/// How often a starting pod's wrapper server is asked for its health.
+const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Asks the wrapper server at `endpoint` (`host:port`) for its health
+/// (`grpc.health.v1.Health/Check`, the whole server) every
+/// [`PROBE_INTERVAL`] until it answers `SERVING` (true) or `deadline`
+/// passes (false). Each try opens its own connection, bounded by the
+/// interval, so a pod whose IP does not answer costs one short timeout.
+async fn probe_until_serving(endpoint: &str, deadline: Instant) -> bool {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let Ok(target) = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}")) else {
+        return false;
+    };
+    let target = target
+        .connect_timeout(PROBE_INTERVAL * 5)
+        .timeout(PROBE_INTERVAL * 5);
+    while Instant::now() < deadline {
+        let next = Instant::now() + PROBE_INTERVAL;
+        let check = async {
+            let channel = target.connect().await.ok()?;
+            let answer = HealthClient::new(channel)
+                .check(HealthCheckRequest::default())
+                .await
+                .ok()?;
+            Some(answer.into_inner().status() == ServingStatus::Serving)
+        };
+        if tokio::time::timeout_at(deadline, check).await == Ok(Some(true)) {
+            return true;
+        }
+        tokio::time::sleep_until(next.min(deadline)).await;
+    }
+    false
+}
+
 async fn delete_pod(
     ctx: &Ctx,
     name: &str,
@@ -802,8 +876,8 @@ mod tests {
 
     #[test]
     fn pod_ip_endpoints() {
-        assert_eq!(ip_endpoint("10.244.0.7"), "10.244.0.7:9446");
-        assert_eq!(ip_endpoint("fd00::7"), "[fd00::7]:9446");
+        assert_eq!(pod_ip_endpoint("10.244.0.7"), "10.244.0.7:9446");
+        assert_eq!(pod_ip_endpoint("fd00::7"), "[fd00::7]:9446");
     }
 
     #[test]

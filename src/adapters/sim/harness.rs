@@ -1183,7 +1183,9 @@ impl Harness {
                 };
                 self.deliver(r, self.now + d, Input::Listed { listing, result });
             }
-            Command::Forget { .. } => {}
+            // The simulated cluster reports readiness itself; simulated
+            // policies never ask for wrapper health checks.
+            Command::Forget { .. } | Command::ProbeWrapper { .. } => {}
         }
     }
 

@@ -560,6 +560,15 @@ pub struct PodCachePolicy {
     /// endpoint before it takes calls (service address mode): the machine
     /// then emits [`Command::AwaitEndpoint`](super::Command::AwaitEndpoint).
     pub await_endpoints: bool,
+    /// Whether, without [`await_endpoints`](Self::await_endpoints), a
+    /// starting pod is taken as ready as soon as its wrapper server answers
+    /// a gRPC health check at the pod's IP, instead of only when the
+    /// kubelet's readiness probe reports it (Porch waits for `Ready`, which
+    /// the probe's period, 10 s in Porch's template, can delay by that much
+    /// when its first try comes before the server listens). The machine
+    /// then emits [`Command::ProbeWrapper`](super::Command::ProbeWrapper)
+    /// once the pod has an IP and its `function` container runs.
+    pub probe_wrapper: bool,
     /// First delay before a failed reclaim-after patch or pod deletion is
     /// retried; it doubles per failure up to
     /// [`retry_backoff_max`](Self::retry_backoff_max).
@@ -593,6 +602,7 @@ impl PodCachePolicy {
             instance: replica_token.to_string(),
             scan_interval: Duration::from_secs(60),
             await_endpoints: false,
+            probe_wrapper: false,
             retry_backoff: Duration::from_secs(1),
             retry_backoff_max: Duration::from_secs(30),
         })

@@ -62,6 +62,9 @@ pub struct ObservedPod {
     pub resource_version: Option<String>,
     /// `status.podIP`, if assigned.
     pub ip: Option<String>,
+    /// Whether its `function` container is running (the wrapper server may
+    /// be listening already, before the kubelet's first readiness probe).
+    pub started: bool,
     /// Where it is in its life.
     pub phase: ObservedPhase,
 }
@@ -78,7 +81,9 @@ pub enum ObservedPhase {
         /// or `<pod IP>:9446`.
         endpoint: String,
     },
-    /// Phase `Failed` (or `Succeeded`): it will never serve again.
+    /// Phase `Failed` (or `Succeeded`), or a container the kubelet cannot
+    /// run ([`kubelet_failure`](super::template::kubelet_failure)): it will
+    /// never serve again.
     Failed {
         /// Why, from the pod's status (phase, reason, message).
         reason: String,
@@ -275,6 +280,16 @@ pub enum Input {
         /// The endpoint, or the reason.
         result: Result<String, String>,
     },
+    /// The wrapper server of `slot`'s pod answered the health check of
+    /// [`Command::ProbeWrapper`] with `SERVING` at `endpoint`: the pod may
+    /// take calls there (pod-IP address mode), whether or not the kubelet
+    /// has reported it ready yet.
+    WrapperServing {
+        /// The slot named in the command.
+        slot: SlotId,
+        /// The address that answered (`<pod IP>:9446`).
+        endpoint: String,
+    },
     /// The outcome of [`Command::PersistReclaimAfter`]. Only a success lets
     /// the slot count on the new reclaim-after; a platform failure is
     /// retried with backoff while the pod is in use; a refusal
@@ -390,6 +405,21 @@ pub enum Command {
         pod_name: String,
         /// The pod's IP, to match endpoints without a `targetRef`.
         pod_ip: Option<String>,
+        /// When to give up.
+        deadline: UnixTime,
+    },
+    /// Check the health of the wrapper server at `endpoint` (the pod's IP)
+    /// until it answers `SERVING`, then report [`Input::WrapperServing`];
+    /// give up silently at `deadline` or once the slot is no longer
+    /// pending (the kubelet's readiness, a failure or the deadline decide
+    /// then).
+    ProbeWrapper {
+        /// The slot to report for.
+        slot: SlotId,
+        /// The pod, for the log.
+        pod_name: String,
+        /// `<pod IP>:9446`.
+        endpoint: String,
         /// When to give up.
         deadline: UnixTime,
     },
@@ -532,6 +562,19 @@ pub enum PodCacheError {
         /// The pod-ready timeout.
         after: Duration,
     },
+    /// The pod the request waited for cannot start: the kubelet cannot pull
+    /// an image or create a container, or a container crashed or ran out of
+    /// memory ([`kubelet_failure`](super::template::kubelet_failure)), or
+    /// the pod failed. The pod is deleted; the next request tries a new one.
+    #[error("function pod {pod} for {image:?} cannot start: {reason}")]
+    CannotStart {
+        /// The image.
+        image: String,
+        /// The pod.
+        pod: String,
+        /// What the kubelet reports, and what to check.
+        reason: String,
+    },
     /// The pod the request waited for was deleted or failed before it was ready.
     #[error("function pod {pod} for {image:?} {} before it was ready", if *failed { "failed" } else { "was deleted" })]
     PodGone {
@@ -591,6 +634,7 @@ impl PodCacheError {
         match self {
             PodCacheError::Exhausted { .. } => ErrorClass::ResourceExhausted,
             PodCacheError::CreationFailed { .. }
+            | PodCacheError::CannotStart { .. }
             | PodCacheError::PodGone { .. }
             | PodCacheError::ShuttingDown => ErrorClass::Unavailable,
             PodCacheError::CreationTimedOut { .. } => ErrorClass::DeadlineExceeded,

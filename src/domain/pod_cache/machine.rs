@@ -119,6 +119,7 @@ use super::io::{
     RequestId, SlotId, SlotState, SlotView,
 };
 use super::naming;
+use super::template::pod_ip_endpoint;
 use super::time::UnixTime;
 use crate::domain::image::ImageRef;
 
@@ -176,6 +177,12 @@ enum Step {
     /// or waits for its retry; it serves at `endpoint` once the claim
     /// succeeded.
     Claiming { endpoint: String },
+    /// A pool creation found its name held by a terminating pod (a real
+    /// kubelet keeps a deleted pod, and so its name, for up to its grace
+    /// period): the creation waits until that pod is gone — its deletion
+    /// reported, or a listing asked for after `since` without it — then
+    /// creates the pod again under the same name, within its deadline.
+    NameHeld { since: UnixTime },
 }
 
 #[derive(Debug)]
@@ -195,6 +202,11 @@ struct Creation {
     joined: bool,
     /// Pool names this creation found taken.
     tried: Vec<String>,
+    /// The wrapper's pod-IP endpoint once the watch showed the pod with an
+    /// IP and its `function` container running.
+    started: Option<String>,
+    /// Whether [`Command::ProbeWrapper`] is out for it.
+    probing: bool,
 }
 
 #[derive(Debug)]
@@ -444,6 +456,9 @@ impl PodCache {
             Input::CallUnavailable { request } => self.on_release(now, request, true),
             Input::Created { slot, result } => self.on_created(now, slot, result),
             Input::EndpointReady { slot, result } => self.on_endpoint(now, slot, result),
+            Input::WrapperServing { slot, endpoint } => {
+                self.on_wrapper_serving(now, slot, endpoint)
+            }
             Input::Persisted {
                 pod_name,
                 reclaim_after,
@@ -841,6 +856,8 @@ impl PodCache {
             reclaim_after: extended(now, ttl),
             joined: false,
             tried: Vec::new(),
+            started: None,
+            probing: false,
         };
         let slot = Slot {
             image: image.to_string(),
@@ -1119,7 +1136,9 @@ impl PodCache {
     /// creation did not make. A live pod of the same pool (same name, so
     /// same image, template and settings) is joined: the slot waits for it
     /// to be ready and claims it like an adopted pod, and never deletes it.
-    /// Otherwise (failed, terminating, unreadable) a creation with waiters
+    /// A terminating pod is waited for ([`Step::NameHeld`]): it keeps the
+    /// name until its grace period ends, never serves again, and the name
+    /// is the pool's. Otherwise (failed, unreadable) a creation with waiters
     /// tries the next free name of the pool and, with none left, hands its
     /// waiters to the function's other pods; a warm-pool restore just stops
     /// (the next GC tries again).
@@ -1133,6 +1152,16 @@ impl PodCache {
         let Phase::Pending(c) = &mut slot.phase else {
             return;
         };
+        if existing
+            .as_ref()
+            .is_some_and(|e| e.phase == ObservedPhase::Terminating)
+            && !self.shutting_down
+        {
+            // Its name comes free once it is gone: wait for that rather
+            // than give up or spill to another name.
+            c.step = Step::NameHeld { since: now };
+            return;
+        }
         let live = existing.filter(|e| {
             e.labelled
                 && Some(&e.settings_version) == pod_version.as_ref()
@@ -1204,6 +1233,52 @@ impl PodCache {
         slot.known_since.get_or_insert(now);
         if let Some((endpoint, ip)) = seen {
             self.on_pod_ready(now, id, endpoint, ip);
+        } else {
+            self.probe_if_started(id);
+        }
+    }
+
+    /// Emits [`Command::ProbeWrapper`] for a starting pod of this replica's
+    /// own creation whose `function` container runs at a known IP, once,
+    /// when the policy asks for it (pod-IP address mode): the wrapper may
+    /// answer well before the kubelet's next readiness probe.
+    fn probe_if_started(&mut self, id: SlotId) {
+        if !self.policy.probe_wrapper || self.policy.await_endpoints {
+            return;
+        }
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let Phase::Pending(c) = &mut slot.phase else {
+            return;
+        };
+        if c.probing || c.joined || !matches!(c.step, Step::Starting) {
+            return;
+        }
+        let Some(endpoint) = c.started.clone() else {
+            return;
+        };
+        c.probing = true;
+        self.commands.push_back(Command::ProbeWrapper {
+            slot: id,
+            pod_name: slot.pod_name.clone(),
+            endpoint,
+            deadline: c.deadline,
+        });
+    }
+
+    /// The wrapper of a starting pod answered its health check: it takes
+    /// calls now (pod-IP address mode), as if the kubelet had reported it
+    /// ready.
+    fn on_wrapper_serving(&mut self, now: UnixTime, id: SlotId, endpoint: String) {
+        let Some(slot) = self.slots.get(&id) else {
+            return;
+        };
+        let Phase::Pending(c) = &slot.phase else {
+            return;
+        };
+        if matches!(c.step, Step::Starting) && !c.joined && !self.policy.await_endpoints {
+            self.make_ready(now, id, endpoint);
         }
     }
 
@@ -1501,6 +1576,13 @@ impl PodCache {
             return self.evict(now, id, err, None);
         }
         if let Phase::Pending(c) = &slot.phase
+            && matches!(c.step, Step::NameHeld { .. })
+        {
+            // The terminating pod holding the name: its deletion (or a
+            // listing without it) lets the creation go on.
+            return;
+        }
+        if let Phase::Pending(c) = &slot.phase
             && matches!(c.step, Step::Creating { .. })
             && slot.pool.is_some()
             && pod.creation.as_deref() != Some(c.nonce.as_str())
@@ -1518,10 +1600,13 @@ impl PodCache {
                     let (endpoint, ip) = (endpoint.clone(), pod.ip.clone());
                     self.on_pod_ready(now, id, endpoint, ip);
                 }
-                Step::Publishing | Step::Claiming { .. } => {}
+                Step::Publishing | Step::Claiming { .. } | Step::NameHeld { .. } => {}
             },
             (Phase::Pending(_), ObservedPhase::Failed { reason }) => {
-                let err = PodCacheError::CreationFailed {
+                // The kubelet says it will not run (an image it cannot
+                // pull, a crash loop…): fail the waiters now, not at the
+                // pod-ready deadline; the next request tries a new pod.
+                let err = PodCacheError::CannotStart {
                     image: slot.image.clone(),
                     pod: slot.pod_name.clone(),
                     reason: reason.clone(),
@@ -1539,8 +1624,14 @@ impl PodCache {
                 }
             }
             (Phase::Pending(c), ObservedPhase::Pending) => {
+                if pod.started
+                    && let Some(ip) = &pod.ip
+                {
+                    c.started = Some(pod_ip_endpoint(ip));
+                }
                 if !matches!(c.step, Step::Creating { .. }) {
                     slot.known_since.get_or_insert(now);
+                    self.probe_if_started(id);
                 }
             }
             (Phase::Ready { .. }, ObservedPhase::Failed { .. }) => {
@@ -1578,6 +1669,11 @@ impl PodCache {
         };
         let slot = &self.slots[&id];
         if let Phase::Pending(c) = &slot.phase
+            && matches!(c.step, Step::NameHeld { .. })
+        {
+            return self.name_freed(id);
+        }
+        if let Phase::Pending(c) = &slot.phase
             && matches!(c.step, Step::Creating { .. })
             && slot.known_since.is_none()
         {
@@ -1587,6 +1683,39 @@ impl PodCache {
         }
         let err = gone(slot, false);
         self.evict(now, id, err, None);
+    }
+
+    /// The terminating pod that held the name of `id`'s creation is gone:
+    /// create the pod under that name now.
+    fn name_freed(&mut self, id: SlotId) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let Phase::Pending(c) = &mut slot.phase else {
+            return;
+        };
+        c.step = Step::Creating { seen: None };
+        let cmd = self.creation_command(id);
+        self.commands.push_back(cmd);
+    }
+
+    /// Creations waiting for a name ([`Step::NameHeld`]) since before
+    /// `asked` whose name a listing asked for at `asked` does not hold: the
+    /// name is free.
+    fn names_freed_by_listing(&mut self, asked: UnixTime, present: &HashSet<&str>) {
+        let freed: Vec<SlotId> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| {
+                matches!(&s.phase, Phase::Pending(c)
+                    if matches!(c.step, Step::NameHeld { since } if since <= asked))
+                    && !present.contains(s.pod_name.as_str())
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in freed {
+            self.name_freed(id);
+        }
     }
 
     /// Slots whose pod this replica knew of before `since` and that a
@@ -1610,6 +1739,7 @@ impl PodCache {
         }
         let present: HashSet<&str> = observed.iter().map(|o| o.name.as_str()).collect();
         self.drop_vanished(now, since, &present);
+        self.names_freed_by_listing(since, &present);
     }
 
     fn on_tick(&mut self, now: UnixTime) {
@@ -1687,7 +1817,7 @@ impl PodCache {
             pod: slot.pod_name.clone(),
             after: self.policy.pod_ready_timeout,
         };
-        if matches!(c.step, Step::Claiming { .. }) || c.joined {
+        if matches!(c.step, Step::Claiming { .. } | Step::NameHeld { .. }) || c.joined {
             // Not ours to delete: left to GC.
             return self.evict(now, id, err, None);
         }
@@ -1711,6 +1841,8 @@ impl PodCache {
         }
         self.listing = None;
         if let Ok(l) = result {
+            let present: HashSet<&str> = l.pods.iter().map(|o| o.name.as_str()).collect();
+            self.names_freed_by_listing(started, &present);
             self.gc(now, started, &l);
         }
     }
@@ -2004,6 +2136,8 @@ impl PodCache {
                 reclaim_after,
                 joined: false,
                 tried: Vec::new(),
+                started: None,
+                probing: false,
             };
             self.slots.insert(
                 id,

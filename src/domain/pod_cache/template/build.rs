@@ -204,6 +204,16 @@ pub fn service_endpoint(name: &str, namespace: &str) -> String {
     format!("{name}.{namespace}.svc.cluster.local:{WRAPPER_PORT}")
 }
 
+/// The wrapper's address at pod IP `ip`: `<ip>:9446`, the IP bracketed
+/// when it is IPv6 (pod-IP address mode).
+pub fn pod_ip_endpoint(ip: &str) -> String {
+    if ip.contains(':') {
+        format!("[{ip}]:{WRAPPER_PORT}")
+    } else {
+        format!("{ip}:{WRAPPER_PORT}")
+    }
+}
+
 /// True only when the pod's [`TEMPLATE_VERSION_ANNOTATION`] exists and equals
 /// `version` (Porch `isPodTemplateSameVersion`).
 pub fn has_template_version(pod: &Pod, version: &str) -> bool {

@@ -23,7 +23,9 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 
 use super::WRAPPER_PORT;
 
-pub use build::{PodBuild, build_pod, build_service, has_template_version, service_endpoint};
+pub use build::{
+    PodBuild, build_pod, build_service, has_template_version, pod_ip_endpoint, service_endpoint,
+};
 use contract::inspect;
 pub use contract::{
     templates_from_config_map, templates_from_objects, validate_pod_template,
@@ -34,7 +36,7 @@ pub use defaults::{
     ServiceTemplateObject, ServiceTemplateSpec, default_pod_template, default_pod_template_object,
     default_service_template, default_service_template_object, inline_templates,
 };
-pub use observe::{failure_reason, observe_pod, observe_service};
+pub use observe::{failure_reason, kubelet_failure, observe_pod, observe_service};
 use overrides::apply_container_overrides;
 pub use overrides::{ContainerOverrides, TemplateOverrides, merge_image_pull_secrets};
 
