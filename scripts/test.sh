@@ -14,12 +14,17 @@
 #   - a real OpenTelemetry Collector (OTLP receiver, file exporter), built
 #     from the Go module proxy (4 to 12 minutes the first time on 2 cores,
 #     most of it fetching modules);
-#   - Porch v1.5.3 itself (porch-server, porchctl and Porch's Go function
-#     runner), built from the same proxy (about 9 minutes the first time on 2
-#     cores with empty Go caches, then cached);
+#   - Porch v1.5.3 itself (porch-server, porchctl, Porch's Go function
+#     runner and its wrapper server), built from the same proxy (about 9
+#     minutes the first time on 2 cores with empty Go caches, then cached);
 #   - a test client that dials the runner as porch-server does, with Porch's
 #     own client package (tests/go/porch-runtime-client; seconds once Porch's
-#     module is downloaded).
+#     module is downloaded);
+#   - the real node: kubelet, kube-proxy, kube-scheduler,
+#     kube-controller-manager and CoreDNS from the Go module proxy (about 7
+#     minutes once), and its container images (pause, both wrapper servers,
+#     the catalog functions) built with buildah from this checkout's static
+#     binaries (scripts/build-node.sh, scripts/build-node-images.sh).
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail
@@ -44,6 +49,10 @@ KRM_FN_PORCH="$(bash scripts/build-porch.sh)"
 export KRM_FN_PORCH
 KRM_FN_PORCH_CLIENT="$(bash scripts/build-porch-client.sh)"
 export KRM_FN_PORCH_CLIENT
+KRM_FN_NODE_BIN="$(bash scripts/build-node.sh)"
+export KRM_FN_NODE_BIN
+KRM_FN_NODE_IMAGES="$(bash scripts/build-node-images.sh)"
+export KRM_FN_NODE_IMAGES
 
 # With KRM_FN_FREE_GO_BUILD_CACHE=1 (.ci/run sets it: a one-off machine),
 # Go's build cache (5 to 6 GB after the builds above) is emptied now that

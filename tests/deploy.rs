@@ -298,6 +298,8 @@ const POD_RUNTIME_CALLS: &[(&str, &str)] = &[
     ("list", "endpointslices.discovery.k8s.io"),
     ("watch", "endpointslices.discovery.k8s.io"),
     ("get", "endpoints"),
+    ("list", "events"),
+    ("watch", "events"),
 ];
 
 /// Calls the runner never makes (Porch's own Role grants several of them).
@@ -312,6 +314,8 @@ const NEVER: &[(&str, &str)] = &[
     ("create", "secrets"),
     ("get", "configmaps"),
     ("create", "pods:exec"),
+    ("get", "events"),
+    ("create", "events"),
 ];
 
 /// The FunctionConfig generation's extra calls (`kind/name`: a call on that

@@ -27,12 +27,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    Runner, SERVING, built_tool, catalog_dir, catalog_version, eventually, free_port, health,
+    Runner, SERVING, built_tool, call, catalog_dir, catalog_version, eventually, free_port, health,
+    set_namespace_rl,
 };
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Pod, PodTemplate, Service, ServiceAccount};
 use k8s_support::ControlPlane;
-use krm_fn_runner::adapters::grpc::pb::{EvaluateFunctionRequest, EvaluateFunctionResponse};
 use krm_fn_runner::adapters::kube::function_configs;
 use krm_fn_runner::adapters::kube::templates::service_template_resource;
 use krm_fn_runner::domain::codec;
@@ -154,29 +154,6 @@ fn deployment_command() -> (Vec<String>, Vec<(String, String)>) {
         })
         .collect();
     (command[1..].to_vec(), env)
-}
-
-fn set_namespace_rl(namespace: &str) -> Vec<u8> {
-    format!(
-        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    k: v\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: {namespace}\n"
-    )
-    .into_bytes()
-}
-
-async fn call(
-    runner: &Runner,
-    image: &str,
-    rl: Vec<u8>,
-) -> Result<EvaluateFunctionResponse, tonic::Status> {
-    runner
-        .client()
-        .await
-        .evaluate_function(EvaluateFunctionRequest {
-            resource_list: rl.into(),
-            image: image.to_string(),
-        })
-        .await
-        .map(|r| r.into_inner())
 }
 
 /// Calls set-namespace `image`: `Ok(true)` if it ran, `Ok(false)` on
@@ -917,7 +894,9 @@ async fn porchs_manifests_under(rbac: Rbac) {
 
     // Every Kubernetes call the runners made, from the API server's audit
     // log: all granted by Porch's Role, except the one probe for
-    // EndpointSlices (refused: the runner then reads core/v1 Endpoints).
+    // EndpointSlices (refused: the runner then reads core/v1 Endpoints)
+    // and the one for Events (refused: pod start failures are then read
+    // from pod status only).
     let granted = porch_role_rules("porch-function-executor");
     let mut used = std::collections::BTreeSet::new();
     let mut refused = std::collections::BTreeSet::new();
@@ -956,11 +935,14 @@ async fn porchs_manifests_under(rbac: Rbac) {
     match rbac {
         Rbac::Porch => assert_eq!(
             refused.into_iter().collect::<Vec<_>>(),
-            [(
-                "discovery.k8s.io".to_string(),
-                "endpointslices".to_string(),
-                "list".to_string()
-            )]
+            [
+                ("".to_string(), "events".to_string(), "list".to_string()),
+                (
+                    "discovery.k8s.io".to_string(),
+                    "endpointslices".to_string(),
+                    "list".to_string()
+                )
+            ]
         ),
         Rbac::Deploy => assert!(refused.is_empty(), "refused: {refused:#?}"),
     }

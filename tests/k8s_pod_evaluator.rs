@@ -18,7 +18,10 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{NOT_SERVING, Runner, SERVING, catalog_dir, catalog_version, eventually, health};
+use common::{
+    NOT_SERVING, Runner, SERVING, call, catalog_dir, catalog_version, eventually, health, output,
+    set_namespace_rl,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_support::ControlPlane;
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
@@ -40,13 +43,6 @@ struct Bed {
     client: Client,
     plane: ControlPlane,
     dir: tempfile::TempDir,
-}
-
-fn set_namespace_rl(namespace: &str) -> Vec<u8> {
-    format!(
-        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    k: v\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: {namespace}\n"
-    )
-    .into_bytes()
 }
 
 /// A ResourceList on which starlark spins for a while (about a second or
@@ -181,25 +177,6 @@ impl Bed {
         .await;
         let _ = runner;
     }
-}
-
-async fn call(
-    runner: &Runner,
-    image: &str,
-    rl: Vec<u8>,
-) -> Result<krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse, tonic::Status> {
-    let mut client = runner.client().await;
-    client
-        .evaluate_function(EvaluateFunctionRequest {
-            resource_list: rl.into(),
-            image: image.to_string(),
-        })
-        .await
-        .map(|r| r.into_inner())
-}
-
-fn output(r: &krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse) -> String {
-    String::from_utf8_lossy(&r.resource_list).into_owned()
 }
 
 fn annotation(pod: &Pod, key: &str) -> Option<String> {

@@ -20,24 +20,37 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Runner, eventually};
-use k8s_openapi::api::core::v1::{Pod, Service};
-use krm_fn_runner::adapters::grpc::pb::{EvaluateFunctionRequest, EvaluateFunctionResponse};
-use kube::api::ListParams;
+use common::{Runner, call, eventually, output, set_namespace_rl};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use libtest_mimic::{Arguments, Failed, Trial};
 use node_support::{Node, Tools};
+use tonic::Code;
 
 /// How long a scenario waits for something the node does (pull, start,
 /// graceful deletion: 30 s grace at most).
 const PATIENCE: Duration = Duration::from_secs(90);
 
+/// The scenarios, named after their functions.
+macro_rules! scenarios {
+    ($($f:ident),* $(,)?) => {
+        vec![$((stringify!($f), $f as Scenario)),*]
+    };
+}
+
 fn main() -> ExitCode {
     let args = Arguments::from_args();
-    let scenarios: Vec<(&'static str, Scenario)> = vec![(
-        "cold_start_then_warm_reuse_then_reclaim",
+    let scenarios = scenarios![
         cold_start_then_warm_reuse_then_reclaim,
-    )];
+        pod_ip_mode_calls_a_wrapper_before_the_kubelet_reports_it_ready,
+        a_pod_deleted_while_in_use_finishes_its_call_and_takes_no_more,
+        an_image_the_node_cannot_pull_fails_the_call_at_once,
+        container_errors_fail_the_call_at_once_with_the_kubelets_reason,
+        a_private_registry_is_pulled_with_the_runners_pull_secret,
+        a_restarted_runner_adopts_its_live_pod,
+        a_warm_pool_name_held_by_a_terminating_pod_is_waited_for,
+    ];
     if args.list {
         let trials = scenarios
             .into_iter()
@@ -110,6 +123,12 @@ impl Bed {
     /// generation (inline templates), on this scenario's namespace, plus
     /// `extra` flags (replacing defaults they name).
     fn runner(&self, extra: &[&str]) -> Runner {
+        self.runner_with_env(extra, &[])
+    }
+
+    /// As [`Bed::runner`], with extra environment variables (replacing
+    /// `WRAPPER_SERVER_IMAGE` when they name it).
+    fn runner_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Runner {
         let kubeconfig = format!(
             "--kubeconfig={}",
             self.node.plane.kubeconfig_file().display()
@@ -136,7 +155,59 @@ impl Bed {
         args.extend_from_slice(extra);
         let mut cmd = self.node.host_command(&common::runner_binary());
         cmd.env("WRAPPER_SERVER_IMAGE", self.node.wrapper_image());
+        cmd.envs(env.iter().copied());
         Runner::start_command(cmd, &args)
+    }
+
+    fn pod_api(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// The pods of the namespace without a deletion timestamp.
+    async fn live_pods(&self) -> Vec<Pod> {
+        self.pods()
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect()
+    }
+
+    /// Waits until GC has removed every pod and service of the namespace.
+    async fn assert_clean(&self) {
+        eventually("GC to remove every pod and service", PATIENCE, || async {
+            (self.pods().await.is_empty() && self.services().await.is_empty()).then_some(())
+        })
+        .await;
+    }
+
+    /// Creates a Gen B pod-template ConfigMap `name` in this namespace from
+    /// the inline default template (with `edit` applied to its JSON), for
+    /// `--function-pod-template=<namespace>/<name>`.
+    async fn template_config_map(
+        &self,
+        name: &str,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) -> String {
+        use krm_fn_runner::domain::pod_cache::template::{
+            default_pod_template, default_service_template,
+        };
+        let mut pod =
+            serde_json::to_value(default_pod_template(&self.node.wrapper_image())).unwrap();
+        edit(&mut pod);
+        let service = serde_json::to_value(default_service_template()).unwrap();
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "data": {
+                "template": serde_json::to_string(&pod).unwrap(),
+                "serviceTemplate": serde_json::to_string(&service).unwrap(),
+            },
+        }))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(self.client.clone(), &self.namespace)
+            .create(&PostParams::default(), &cm)
+            .await
+            .expect("create the template ConfigMap");
+        format!("--function-pod-template={}/{name}", self.namespace)
     }
 
     /// The pods of the namespace.
@@ -158,38 +229,49 @@ impl Bed {
     }
 }
 
-/// A ResourceList for set-namespace.
-fn set_namespace_rl(namespace: &str) -> Vec<u8> {
-    format!(
-        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    k: v\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: {namespace}\n"
-    )
-    .into_bytes()
+/// A ResourceList on which starlark spins for `seconds` or so (a loop the
+/// function cannot skip).
+fn slow_starlark_rl(iterations: u64) -> Vec<u8> {
+    format!("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: slow\n  source: |\n    def spin():\n      n = 0\n      for i in range({iterations}):\n        n += i\n      return n\n    spin()\n")
+        .into_bytes()
 }
 
-/// Calls `image` through `runner`.
-async fn call(
-    runner: &Runner,
-    image: &str,
-    rl: Vec<u8>,
-) -> Result<EvaluateFunctionResponse, tonic::Status> {
-    let mut client = runner.client().await;
-    client
-        .evaluate_function(EvaluateFunctionRequest {
-            resource_list: rl.into(),
-            image: image.to_string(),
-        })
-        .await
-        .map(|r| r.into_inner())
+/// Whether the pod's `Ready` condition is `True`.
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-fn output(r: &EvaluateFunctionResponse) -> String {
-    String::from_utf8_lossy(&r.resource_list).into_owned()
+/// The pods the runner's log says its calls ran in, in the order the
+/// calls came in (by request id).
+fn pods_called(runner: &Runner) -> Vec<String> {
+    let field = |l: &str, key: &str| -> Option<String> {
+        let rest = &l[l.find(key)? + key.len()..];
+        Some(rest.split([' ', '}']).next()?.to_string())
+    };
+    let mut calls: Vec<(u64, String)> = runner
+        .log()
+        .lines()
+        .filter(|l| l.contains("evaluated in pod"))
+        .filter_map(|l| Some((field(l, "request_id=")?.parse().ok()?, field(l, " pod=")?)))
+        .collect();
+    calls.sort();
+    calls.into_iter().map(|(_, pod)| pod).collect()
+}
+
+/// Boxes a scenario's future.
+fn scenario(
+    f: impl Future<Output = ()> + Send + 'static,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(f)
 }
 
 fn cold_start_then_warm_reuse_then_reclaim(
     bed: Bed,
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(async move {
+    scenario(async move {
         let runner = bed.runner(&["--pod-ttl=10s"]);
         let image = bed.node.function_image("set-namespace");
         let started = Instant::now();
@@ -235,13 +317,432 @@ fn cold_start_then_warm_reuse_then_reclaim(
         assert!(output(&second).contains("namespace: warm"));
         assert_eq!(bed.pods().await.len(), 1, "the warm call reused the pod");
         eprintln!("cold start {cold:?}, warm call {warm:?}");
-        eventually(
-            "GC to reclaim the pod and its service",
-            PATIENCE,
-            || async {
-                (bed.pods().await.is_empty() && bed.services().await.is_empty()).then_some(())
-            },
-        )
+        bed.assert_clean().await;
+    })
+}
+
+/// In pod-IP mode the runner asks a starting pod's wrapper server for its
+/// health itself: the call is served by a pod the kubelet does not report
+/// ready yet (its readiness probe waits 30 s here); without the health
+/// check the call waits for the kubelet.
+fn pod_ip_mode_calls_a_wrapper_before_the_kubelet_reports_it_ready(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let template = bed
+            .template_config_map("late-probe", |pod| {
+                pod["spec"]["containers"][0]["readinessProbe"]["initialDelaySeconds"] = 30.into();
+            })
+            .await;
+        let image = bed.node.function_image("set-namespace");
+        let runner = bed.runner(&["--pod-address-mode=pod-ip", &template]);
+        let first = call(&runner, &image, set_namespace_rl("early"))
+            .await
+            .unwrap_or_else(|e| panic!("first call: {e}\n{}", runner.log()));
+        assert!(output(&first).contains("namespace: early"));
+        let pods = bed.live_pods().await;
+        assert_eq!(pods.len(), 1);
+        assert!(
+            !is_ready(&pods[0]),
+            "the call was served before the kubelet's first readiness probe: {:?}",
+            pods[0].status
+        );
+        assert!(
+            runner
+                .log()
+                .contains("wrapper server answers its health check"),
+            "{}",
+            runner.log()
+        );
+        drop(runner);
+        // Without the runner's own check the call waits for the kubelet.
+        let ns = &bed.namespace;
+        let slow = bed.runner(&[
+            "--pod-address-mode=pod-ip",
+            &template,
+            "--wrapper-health-check=false",
+            "--replica-token=slow",
+            "--max-parallel-pods-per-function=2",
+        ]);
+        bed.pod_api()
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .unwrap();
+        eventually("the first pod to go", PATIENCE, || async {
+            bed.pods().await.is_empty().then_some(())
+        })
         .await;
+        let second = call(&slow, &image, set_namespace_rl(ns)).await.unwrap();
+        assert!(output(&second).contains(&format!("namespace: {ns}")));
+        let pods = bed.live_pods().await;
+        assert_eq!(pods.len(), 1);
+        assert!(
+            is_ready(&pods[0]),
+            "without the check the call waited for Ready"
+        );
+    })
+}
+
+/// A pod deleted (graceful, 30 s) while a call runs in it: the kubelet
+/// keeps it Running and Ready with a deletion timestamp while the wrapper
+/// finishes the call; the call succeeds, and the next call goes to a new
+/// pod, never to the terminating one.
+fn a_pod_deleted_while_in_use_finishes_its_call_and_takes_no_more(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let runner = Arc::new(bed.runner(&["--max-parallel-pods-per-function=2"]));
+        let image = bed.node.function_image("starlark");
+        call(&runner, &image, slow_starlark_rl(10))
+            .await
+            .expect("warm the pod");
+        let first = bed.live_pods().await.remove(0);
+        let first_name = first.metadata.name.clone().unwrap();
+        let (r, i) = (runner.clone(), image.clone());
+        let slow = tokio::spawn(async move { call(&r, &i, slow_starlark_rl(20_000_000)).await });
+        // The call is in the pod once the runner logs nothing new for it;
+        // give it a moment to start.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        bed.pod_api()
+            .delete(&first_name, &DeleteParams::default())
+            .await
+            .expect("delete the pod");
+        eventually("the deletion to be seen", PATIENCE, || async {
+            let p = bed.pod_api().get_opt(&first_name).await.ok().flatten()?;
+            p.metadata.deletion_timestamp.is_some().then_some(())
+        })
+        .await;
+        let next = call(&runner, &image, slow_starlark_rl(10))
+            .await
+            .expect("a call after the deletion");
+        assert!(output(&next).contains("ResourceList"));
+        let outcome = slow.await.unwrap();
+        outcome.unwrap_or_else(|e| panic!("the call in the deleted pod: {e}\n{}", runner.log()));
+        let called = pods_called(&runner);
+        assert_eq!(called.len(), 3, "{called:?}");
+        assert_eq!(called[0], first_name);
+        assert_eq!(called[1], first_name, "the slow call ran in the first pod");
+        assert_ne!(
+            called[2], first_name,
+            "no call after the deletion went to the terminating pod"
+        );
+        eventually("the deleted pod to go", PATIENCE, || async {
+            bed.pod_api()
+                .get_opt(&first_name)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        drop(runner);
+    })
+}
+
+/// An image whose manifest and config the runner reads (its entrypoint)
+/// but whose layer the node cannot pull: the kubelet reports
+/// `ErrImagePull` within seconds, and the call fails with that reason and
+/// what to check, not at the pod-ready deadline; the pod is removed and
+/// the next call tries again.
+fn an_image_the_node_cannot_pull_fails_the_call_at_once(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let registry = &bed.node.registry;
+        let repo_tag = "broken/no-layer:v1";
+        registry
+            .push_image(
+                repo_tag,
+                "amd64",
+                Some(&["/usr/local/bin/function"]),
+                None,
+                "no-layer",
+            )
+            .await;
+        // Remove the layer blob: the manifest and config stay readable.
+        let manifest: serde_json::Value = reqwest_json(&format!(
+            "http://{}/v2/broken/no-layer/manifests/v1",
+            registry.addr
+        ))
+        .await;
+        let layer = manifest["layers"][0]["digest"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let status = std::process::Command::new("curl")
+            .args(["-sf", "-X", "DELETE"])
+            .arg(format!(
+                "http://{}/v2/broken/no-layer/blobs/{layer}",
+                registry.addr
+            ))
+            .status()
+            .unwrap();
+        assert!(status.success(), "delete the layer blob");
+        let image = format!("{}/{repo_tag}", registry.addr);
+        let runner = bed.runner(&["--pod-ready-timeout=120s"]);
+        let started = Instant::now();
+        let err = call(&runner, &image, set_namespace_rl("x"))
+            .await
+            .expect_err("the pull fails");
+        eprintln!("unpullable image answered in {:?}", started.elapsed());
+        assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+        let message = err.message();
+        for part in [
+            "ErrImagePull",
+            "cannot start",
+            repo_tag,
+            "check that the image exists",
+        ] {
+            assert!(message.contains(part), "{part:?} in {message}");
+        }
+        eventually("the broken pod to be removed", PATIENCE, || async {
+            bed.live_pods().await.is_empty().then_some(())
+        })
+        .await;
+        let again = call(&runner, &image, set_namespace_rl("x"))
+            .await
+            .expect_err("fails again");
+        assert!(again.message().contains("ErrImagePull"), "{again:?}");
+        let created = runner.log().matches("creating function pod").count();
+        assert_eq!(created, 2, "the second call tried a new pod");
+    })
+}
+
+/// GET `url` and parse the JSON answer (an OCI manifest: the media type
+/// asked for).
+async fn reqwest_json(url: &str) -> serde_json::Value {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sf",
+            "-H",
+            "Accept: application/vnd.oci.image.manifest.v1+json",
+            url,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "GET {url}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Templates whose containers the kubelet cannot run: an invalid wrapper
+/// image name (`InvalidImageName`), a missing ConfigMap in `envFrom`
+/// (`CreateContainerConfigError`), a wrapper that exits at once (a crash,
+/// then `CrashLoopBackOff`). Each call fails at once naming the kubelet's
+/// reason, and the broken pod is removed.
+fn container_errors_fail_the_call_at_once_with_the_kubelets_reason(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let image = bed.node.function_image("set-namespace");
+        let invalid = bed
+            .node
+            .wrapper_image()
+            .replace("krm/wrapper-server", "KRM/Wrapper-Server");
+        // (what the error names, the template flag, extra environment)
+        type Case<'a> = (&'a str, String, Vec<(&'a str, String)>);
+        let cases: Vec<Case> = vec![
+            (
+                "InvalidImageName",
+                bed.template_config_map("invalid-image", |_| {}).await,
+                vec![("WRAPPER_SERVER_IMAGE", invalid)],
+            ),
+            (
+                // The kubelet's warning names the error; its status, later,
+                // says CreateContainerConfigError.
+                "configmap \"no-such-config-map\" not found",
+                bed.template_config_map("missing-config", |pod| {
+                    pod["spec"]["containers"][0]["envFrom"] =
+                        serde_json::json!([{"configMapRef": {"name": "no-such-config-map"}}]);
+                })
+                .await,
+                vec![],
+            ),
+            (
+                "the wrapper server in the function container exits",
+                bed.template_config_map("crashing", |pod| {
+                    pod["spec"]["containers"][0]["args"] = serde_json::json!(["--no-such-flag"]);
+                })
+                .await,
+                vec![],
+            ),
+        ];
+        for (reason, template, env) in cases {
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let runner = bed.runner_with_env(&["--pod-ready-timeout=120s", &template], &env);
+            let err = call(&runner, &image, set_namespace_rl("x"))
+                .await
+                .expect_err("the pod cannot start");
+            assert_eq!(err.code(), Code::Unavailable, "{reason}: {err:?}");
+            assert!(
+                err.message().contains("cannot start"),
+                "{reason}: {}",
+                err.message()
+            );
+            assert!(
+                err.message().contains(reason),
+                "{reason}: {}",
+                err.message()
+            );
+            eventually("the broken pod to be removed", PATIENCE, || async {
+                bed.live_pods().await.is_empty().then_some(())
+            })
+            .await;
+        }
+    })
+}
+
+/// A private registry (basic auth and TLS): the runner reads the image
+/// with its mounted Docker config and CA, creates the pull secret in the
+/// pod namespace and names it in the pod; the real kubelet pulls with it
+/// (the node trusts the registry's CA but has no credentials of its own).
+fn a_private_registry_is_pulled_with_the_runners_pull_secret(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let private = &bed.node.private_registry;
+        let config = private.docker_config(
+            &format!("{}.json", bed.namespace),
+            &private.addr,
+            node_support::PRIVATE_USER,
+            node_support::PRIVATE_PASSWORD,
+        );
+        let ca = private.ca_dir.clone().unwrap();
+        let version = common::catalog_version("set-namespace");
+        let image = format!("{}/krm-fn/set-namespace:{version}", private.addr);
+        let secret_path = format!("--registry-auth-secret-path={}", config.display());
+        let tls_path = format!("--tls-secret-path={}/", ca.display());
+        let runner = bed.runner(&[
+            "--enable-private-registries",
+            &secret_path,
+            "--enable-private-registries-tls",
+            &tls_path,
+            "--registry-auth-secret-name=pull-me",
+        ]);
+        let r = call(&runner, &image, set_namespace_rl("private"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+        assert!(output(&r).contains("namespace: private"));
+        let pod = bed.live_pods().await.remove(0);
+        let secrets: Vec<String> = pod
+            .spec
+            .unwrap()
+            .image_pull_secrets
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(secrets, ["pull-me"]);
+        let secret = Api::<Secret>::namespaced(bed.client.clone(), &bed.namespace)
+            .get("pull-me")
+            .await
+            .expect("the pull secret");
+        assert_eq!(
+            secret.type_.as_deref(),
+            Some("kubernetes.io/dockerconfigjson")
+        );
+        // The registry refuses anonymous pulls, and the node has no
+        // credentials of its own: the pull secret is what the kubelet used.
+        let anonymous = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(ca.join("ca.crt"))
+            .arg(format!(
+                "https://{}/v2/krm-fn/set-namespace/manifests/{version}",
+                private.addr
+            ))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&anonymous.stdout), "401");
+    })
+}
+
+/// A runner killed (SIGKILL) leaves its pod; the next runner adopts it:
+/// its call runs in that pod and no pod is created.
+fn a_restarted_runner_adopts_its_live_pod(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let image = bed.node.function_image("set-namespace");
+        let mut first = bed.runner(&["--pod-ttl=60s"]);
+        call(&first, &image, set_namespace_rl("one")).await.unwrap();
+        let pod = bed.live_pods().await.remove(0).metadata.name.unwrap();
+        first.kill();
+        let second = bed.runner(&["--pod-ttl=60s"]);
+        eventually("the second runner to serve", PATIENCE, || async {
+            (common::health(&second).await == common::SERVING).then_some(())
+        })
+        .await;
+        let r = call(&second, &image, set_namespace_rl("two"))
+            .await
+            .unwrap();
+        assert!(output(&r).contains("namespace: two"));
+        assert_eq!(pods_called(&second), [pod], "{}", second.log());
+        assert!(
+            !second.log().contains("creating function pod"),
+            "{}",
+            second.log()
+        );
+        assert_eq!(bed.live_pods().await.len(), 1);
+    })
+}
+
+/// A warm pool of one (`minReady: 1`, `maxPods: 1`) whose pod is deleted
+/// and held terminating (a finalizer stands in for a long grace period):
+/// a call meanwhile waits for the name instead of failing, and runs in the
+/// pod created again under the same name once the old one is gone.
+fn a_warm_pool_name_held_by_a_terminating_pod_is_waited_for(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let image = bed.node.function_image("set-namespace");
+        let config = bed.dir.path().join("pool.yaml");
+        std::fs::write(
+            &config,
+            format!("- name: {image}\n  timeToLive: 60s\n  minReady: 1\n  maxPods: 1\n"),
+        )
+        .unwrap();
+        let runner = Arc::new(bed.runner(&[&format!("--pod-cache-config={}", config.display())]));
+        let warm = eventually("the warm pod to be ready", PATIENCE, || async {
+            bed.live_pods().await.into_iter().find(is_ready)
+        })
+        .await;
+        let name = warm.metadata.name.clone().unwrap();
+        let old_uid = warm.metadata.uid.clone().unwrap();
+        let hold = serde_json::json!({"metadata": {"finalizers": ["test.kpt.dev/hold"]}});
+        bed.pod_api()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&hold))
+            .await
+            .unwrap();
+        bed.pod_api()
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually("the pod to terminate and stay", PATIENCE, || async {
+            let p = bed.pod_api().get_opt(&name).await.ok().flatten()?;
+            let stopped = p.status.as_ref()?.phase.as_deref() != Some("Running");
+            (p.metadata.deletion_timestamp.is_some() && stopped).then_some(())
+        })
+        .await;
+        let (r, i) = (runner.clone(), image.clone());
+        let waiting = tokio::spawn(async move { call(&r, &i, set_namespace_rl("held")).await });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            !waiting.is_finished(),
+            "the call waits for the name: {:?}",
+            runner.log()
+        );
+        let release = serde_json::json!({"metadata": {"finalizers": null}});
+        bed.pod_api()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&release))
+            .await
+            .unwrap();
+        let r = waiting
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+        assert!(output(&r).contains("namespace: held"));
+        let now = bed.pod_api().get(&name).await.expect("the name's new pod");
+        assert_ne!(now.metadata.uid.as_deref(), Some(old_uid.as_str()));
+        assert_eq!(pods_called(&runner).last(), Some(&name));
     })
 }

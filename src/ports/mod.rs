@@ -28,7 +28,7 @@ pub use pod_platform::MockPodPlatform;
 #[cfg(feature = "pod-cache")]
 pub use pod_platform::{
     ConfigMapData, EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodEventStream,
-    PodPlatform, ServiceEndpoint,
+    PodPlatform, PodWarning, PodWarningStream, ServiceEndpoint,
 };
 #[cfg(test)]
 pub use tag_lister::MockTagLister;

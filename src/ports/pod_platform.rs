@@ -157,6 +157,29 @@ pub enum EndpointEvent {
 /// A stream of endpoint events; it ends when the platform stops watching.
 pub type EndpointEventStream = Pin<Box<dyn Stream<Item = EndpointEvent> + Send>>;
 
+/// A warning recorded about a pod (a core/v1 Event of type `Warning`), as
+/// the kubelet records one the moment it fails to pull an image or to
+/// create or start a container — seconds before the pod's status says so
+/// (the kubelet writes that status only at its next sync of the pod).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodWarning {
+    /// The pod's name (`involvedObject.name`).
+    pub pod_name: String,
+    /// The pod's UID (`involvedObject.uid`): a warning about an earlier pod
+    /// of the same name must not count against a new one.
+    pub pod_uid: Option<String>,
+    /// The container it is about, from `involvedObject.fieldPath`
+    /// (`spec.containers{function}` → `function`), when it names one.
+    pub container: Option<String>,
+    /// The event's reason (`Failed`, `BackOff`, `InspectFailed`, …).
+    pub reason: String,
+    /// The event's message.
+    pub message: String,
+}
+
+/// A stream of pod warnings; it ends when the platform stops watching.
+pub type PodWarningStream = Pin<Box<dyn Stream<Item = PodWarning> + Send>>;
+
 /// Pod, service, ConfigMap and Secret operations in the pod namespace.
 ///
 /// Every method is cancel-safe in the sense that dropping the future leaves
@@ -257,6 +280,18 @@ pub trait PodPlatform: Send + Sync {
     /// without such a watch: callers keep polling then, as they must while
     /// the watch is not [`EndpointEvent::Synced`].
     async fn watch_endpoints(&self) -> Result<EndpointEventStream, PlatformError> {
+        Ok(Box::pin(tokio_stream::pending()))
+    }
+
+    /// Watches the warnings recorded about the pod namespace's pods (its
+    /// `Warning` Events), so that a pod the kubelet cannot start fails its
+    /// callers at once. The first items may be warnings recorded before the
+    /// watch began (match them by [`PodWarning::pod_uid`]).
+    ///
+    /// The default never reports anything, for platforms without Events;
+    /// failures are then seen in the pod's status only. Implementations
+    /// return such a stream, too, when Events may not be read here.
+    async fn watch_pod_warnings(&self) -> Result<PodWarningStream, PlatformError> {
         Ok(Box::pin(tokio_stream::pending()))
     }
 }

@@ -532,6 +532,37 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A ResourceList for set-namespace: one ConfigMap, the function config
+/// asking for `namespace`.
+pub fn set_namespace_rl(namespace: &str) -> Vec<u8> {
+    format!(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    k: v\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: {namespace}\n"
+    )
+    .into_bytes()
+}
+
+/// Calls `image` on `rl` through `runner` (a fresh client).
+pub async fn call(
+    runner: &Runner,
+    image: &str,
+    rl: Vec<u8>,
+) -> Result<krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse, tonic::Status> {
+    runner
+        .client()
+        .await
+        .evaluate_function(krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest {
+            resource_list: rl.into(),
+            image: image.to_string(),
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// The output ResourceList of `r`, as text.
+pub fn output(r: &krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse) -> String {
+    String::from_utf8_lossy(&r.resource_list).into_owned()
+}
+
 /// A small valid ResourceList holding one ConfigMap named `name`.
 pub fn config_map_rl(name: &str) -> Vec<u8> {
     format!(

@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use backon::{ExponentialBuilder, Retryable};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Event, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -35,7 +35,7 @@ use tokio_stream::StreamExt;
 use crate::domain::pod_cache::DeletePrecondition;
 use crate::ports::{
     ConfigMapData, EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodEventStream,
-    PodPlatform, ServiceEndpoint,
+    PodPlatform, PodWarning, PodWarningStream, ServiceEndpoint,
 };
 
 /// The field manager recorded on objects the runner writes (Porch's name).
@@ -536,6 +536,66 @@ impl PodPlatform for KubePlatform {
             });
         Ok(Box::pin(stream))
     }
+
+    /// Watches the namespace's `Warning` Events about pods. Where Events
+    /// may not be read (Porch's Role grants none), says so once and
+    /// reports nothing: pod start failures are then seen in pod status.
+    async fn watch_pod_warnings(&self) -> Result<PodWarningStream, PlatformError> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let probe = ListParams::default().fields(POD_WARNINGS).limit(1);
+        match self
+            .with_retries("Event", "*", || events.list(&probe))
+            .await
+        {
+            Err(e @ (PlatformError::NotFound { .. } | PlatformError::Forbidden(_))) => {
+                tracing::info!(
+                    "Events are not readable here ({e}); a function pod that cannot start is seen in its status, at the kubelet's next sync of it (grant list and watch on events to fail its callers within seconds)"
+                );
+                return Ok(Box::pin(tokio_stream::pending()));
+            }
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+        let config = watcher::Config::default().fields(POD_WARNINGS);
+        let stream = watcher(events, config)
+            .default_backoff()
+            .filter_map(|event| match event {
+                Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) => pod_warning(e),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::debug!("Event watch error (retrying): {e}");
+                    None
+                }
+            });
+        Ok(Box::pin(stream))
+    }
+}
+
+/// The Events the pod warnings come from: `Warning`s about pods.
+const POD_WARNINGS: &str = "involvedObject.kind=Pod,type=Warning";
+
+/// The container an Event's `involvedObject.fieldPath` names
+/// (`spec.containers{function}`, `spec.initContainers{copy-wrapper-server}`).
+fn field_path_container(path: Option<&str>) -> Option<String> {
+    let path = path?;
+    let start = path.find('{')? + 1;
+    let end = path[start..].find('}')? + start;
+    Some(path[start..end].to_string())
+}
+
+/// A pod warning from a core/v1 Event (`None` unless it is one).
+fn pod_warning(e: Event) -> Option<PodWarning> {
+    let o = e.involved_object;
+    if o.kind.as_deref() != Some("Pod") || e.type_.as_deref() != Some("Warning") {
+        return None;
+    }
+    Some(PodWarning {
+        pod_name: o.name?,
+        pod_uid: o.uid,
+        container: field_path_container(o.field_path.as_deref()),
+        reason: e.reason.unwrap_or_default(),
+        message: e.message.unwrap_or_default(),
+    })
 }
 
 /// The label that ties an EndpointSlice to its service.

@@ -37,13 +37,16 @@ use crate::adapters::telemetry::{self, PodSample, PodState, spans};
 use crate::domain::evaluation::{EvalError, EvaluationRequest, EvaluationResponse};
 use crate::domain::function_config::FunctionConfigStore;
 use crate::domain::image::resolve_image;
+use crate::domain::pod_cache::Input;
+use crate::domain::pod_cache::template::warning_failure;
 use crate::domain::pod_cache::{
     Assignment, ErrorClass, IMAGE_LABEL, PodCacheError, PodCachePolicy, RequestId, SlotState,
 };
-use crate::ports::{Clock, FunctionEvaluator, ImageInspector, PodPlatform};
+use crate::ports::{Clock, FunctionEvaluator, ImageInspector, PodPlatform, PodWarningStream};
 use connections::{ConnectionPool, Resolver};
 use driver::{Ctx, Driver, Msg, Shared};
 pub use templates::{TemplateFeed, TemplatePublisher};
+use tokio_stream::StreamExt;
 
 /// How the runner addresses the wrapper server in a function pod
 /// (`--pod-address-mode service|pod-ip`).
@@ -202,6 +205,11 @@ impl PodEvaluator {
             tracing::warn!("cannot watch endpoints; waiting for services by polling: {e}");
             Box::pin(tokio_stream::pending())
         });
+        // Without Events, pods that cannot start are seen in their status.
+        let warnings = platform.watch_pod_warnings().await.unwrap_or_else(|e| {
+            tracing::warn!("cannot watch pod warnings; pods that cannot start are seen in their status only: {e}");
+            Box::pin(tokio_stream::pending())
+        });
         let listed = tokio::time::timeout(config.api_timeout, platform.list_pods(IMAGE_LABEL))
             .await
             .unwrap_or_else(|_| {
@@ -233,6 +241,7 @@ impl PodEvaluator {
             endpoints: Arc::new(endpoints::EndpointSignal::new()),
         });
         let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(forward_warnings(warnings, tx.clone()));
         let (health_tx, health) = watch::channel(false);
         let mut driver = Driver::new(ctx, templates, health_tx, tx.clone());
         driver.start(existing, warm_up);
@@ -339,6 +348,25 @@ fn pod_samples(cache: &crate::domain::pod_cache::PodCache) -> Vec<PodSample> {
             waiting: s.waiting as u64,
         })
         .collect()
+}
+
+/// Feeds the pod cache every warning that says the kubelet cannot start a
+/// pod ([`warning_failure`]), until the stream or the driver ends.
+async fn forward_warnings(mut warnings: PodWarningStream, tx: mpsc::UnboundedSender<Msg>) {
+    while let Some(w) = warnings.next().await {
+        let Some(reason) = warning_failure(&w.reason, &w.message, w.container.as_deref()) else {
+            continue;
+        };
+        tracing::info!(pod = %w.pod_name, "the kubelet cannot start the function pod: {reason}");
+        let input = Input::PodCannotStart {
+            pod_name: w.pod_name,
+            uid: w.pod_uid,
+            reason,
+        };
+        if tx.send(Msg::Outcome(Box::new(input))).is_err() {
+            return;
+        }
+    }
 }
 
 /// Maps a pod-cache error to an evaluation error by its class, with Porch's

@@ -290,6 +290,20 @@ pub enum Input {
         /// The address that answered (`<pod IP>:9446`).
         endpoint: String,
     },
+    /// The kubelet cannot start the pod `pod_name` with UID `uid` (a
+    /// warning it recorded: [`warning_failure`](super::template::warning_failure)).
+    /// A pending slot whose pod has that UID fails its waiters with
+    /// [`PodCacheError::CannotStart`] and deletes the pod; anything else
+    /// (a ready pod, another pod of the name, an unknown UID) is left to
+    /// what the pod's status says.
+    PodCannotStart {
+        /// The pod.
+        pod_name: String,
+        /// Its UID, as the warning names it.
+        uid: Option<String>,
+        /// What the kubelet said, and what to check.
+        reason: String,
+    },
     /// The outcome of [`Command::PersistReclaimAfter`]. Only a success lets
     /// the slot count on the new reclaim-after; a platform failure is
     /// retried with backoff while the pod is in use; a refusal

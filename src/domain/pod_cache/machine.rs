@@ -459,6 +459,11 @@ impl PodCache {
             Input::WrapperServing { slot, endpoint } => {
                 self.on_wrapper_serving(now, slot, endpoint)
             }
+            Input::PodCannotStart {
+                pod_name,
+                uid,
+                reason,
+            } => self.on_cannot_start(now, &pod_name, uid, reason),
             Input::Persisted {
                 pod_name,
                 reclaim_after,
@@ -1265,6 +1270,34 @@ impl PodCache {
             endpoint,
             deadline: c.deadline,
         });
+    }
+
+    /// The kubelet says it cannot start the pod of a pending slot: fail its
+    /// waiters now (not at the pod-ready deadline) and delete the pod; the
+    /// next request tries a new one. Only for the slot's own pod (same UID).
+    fn on_cannot_start(
+        &mut self,
+        now: UnixTime,
+        pod_name: &str,
+        uid: Option<String>,
+        reason: String,
+    ) {
+        let Some(&id) = self.by_name.get(pod_name) else {
+            return;
+        };
+        let slot = &self.slots[&id];
+        let Phase::Pending(c) = &slot.phase else {
+            return;
+        };
+        if uid.is_none() || slot.uid != uid || matches!(c.step, Step::NameHeld { .. }) {
+            return;
+        }
+        let err = PodCacheError::CannotStart {
+            image: slot.image.clone(),
+            pod: slot.pod_name.clone(),
+            reason,
+        };
+        self.evict(now, id, err, Some(DeleteReason::Failed));
     }
 
     /// The wrapper of a starting pod answered its health check: it takes

@@ -1842,3 +1842,265 @@ fn idle_warm_pods_are_extended() {
     assert_eq!(p.len(), 1, "{cmds:?}");
     assert!(p[0].1 > until + TTL);
 }
+
+// ---- What a real kubelet does (graceful deletion, image pull and
+// container failures, readiness by probe period) ----
+
+/// Request `id` for IMG at t(0), its pod and service created.
+fn requested_and_created(pc: &mut PodCache, id: u64) -> PodCreation {
+    let c = created(&request(pc, t(0), id, IMG)).remove(0);
+    pc.handle(
+        t(0),
+        Input::Created {
+            slot: c.slot,
+            result: Ok(()),
+        },
+    );
+    c
+}
+
+// A pod with a deletion timestamp (Terminating, whatever its Ready
+// condition) never receives a call: the slot is dropped, the next request
+// gets a new pod.
+#[test]
+fn a_terminating_pod_never_receives_a_call() {
+    let mut pc = cache(2, 1);
+    let c = warm(&mut pc);
+    let pod = seen(&c.pod_name, ObservedPhase::Terminating);
+    pc.handle(t(3), Input::PodObserved { pod });
+    let cmds = drain(&mut pc);
+    assert!(deleted(&cmds).is_empty(), "it is deleted already");
+    let cmds = request(&mut pc, t(4), 2, IMG);
+    assert!(replies(&cmds).is_empty(), "no call for the terminating pod");
+    let next = created(&cmds);
+    assert_eq!(next.len(), 1);
+    assert_ne!(next[0].pod_name, c.pod_name);
+}
+
+// A pool creation whose name a terminating pod holds waits for it to go
+// (watch deletion or a later listing without it), then creates the pod
+// under the same name; its waiter gets that pod, not an error.
+#[test]
+fn a_pool_name_held_by_a_terminating_pod_is_waited_for() {
+    for freed_by_listing in [false, true] {
+        let mut pc = pool_cache("r1", 1, 1);
+        let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
+        assert_eq!(c.pod_name, pool_name(0));
+        let holder = ObservedPod {
+            uid: Some("old".into()),
+            ..seen(&c.pod_name, ObservedPhase::Terminating)
+        };
+        pc.handle(
+            t(1),
+            Input::Created {
+                slot: c.slot,
+                result: Err(CreateFailure::AlreadyExists {
+                    existing: Some(Box::new(holder.clone())),
+                }),
+            },
+        );
+        let cmds = drain(&mut pc);
+        assert!(replies(&cmds).is_empty(), "the waiter waits: {cmds:?}");
+        assert!(
+            created(&cmds).is_empty() && deleted(&cmds).is_empty(),
+            "{cmds:?}"
+        );
+        // The holder's own changes do not end the wait.
+        pc.handle(t(2), Input::PodObserved { pod: holder });
+        assert!(drain(&mut pc).is_empty());
+        let cmds = if freed_by_listing {
+            gc(&mut pc, t(3), Vec::new())
+        } else {
+            pc.handle(
+                t(3),
+                Input::PodDeleted {
+                    pod_name: c.pod_name.clone(),
+                },
+            );
+            drain(&mut pc)
+        };
+        let again = created(&cmds);
+        assert_eq!(again.len(), 1, "{cmds:?}");
+        assert_eq!(again[0].pod_name, c.pod_name, "the same name");
+        assert_eq!(again[0].slot, c.slot, "the same waiting slot");
+        let cmds = ready(&mut pc, t(4), c.slot);
+        let cmds = ack(&mut pc, t(4), &cmds);
+        let _ = cmds;
+        assert!(
+            pc.request_slot(RequestId(1))
+                .is_some_and(|(_, waiting)| !waiting),
+            "the waiter got the new pod"
+        );
+    }
+}
+
+// The wait for a held name ends at the pod-ready deadline like any
+// creation, without deleting the pod that holds the name.
+#[test]
+fn a_held_name_that_never_comes_free_times_out() {
+    let mut pc = pool_cache("r1", 1, 1);
+    let c = created(&request(&mut pc, t(0), 1, IMG)).remove(0);
+    let holder = seen(&c.pod_name, ObservedPhase::Terminating);
+    pc.handle(
+        t(1),
+        Input::Created {
+            slot: c.slot,
+            result: Err(CreateFailure::AlreadyExists {
+                existing: Some(Box::new(holder)),
+            }),
+        },
+    );
+    drain(&mut pc);
+    pc.handle(t(61), Input::Tick);
+    let cmds = drain(&mut pc);
+    assert!(deleted(&cmds).is_empty(), "{cmds:?}");
+    let r = replies(&cmds);
+    assert!(
+        matches!(&r[..], [(1, Err(PodCacheError::CreationTimedOut { .. }))]),
+        "{r:?}"
+    );
+}
+
+// A kubelet failure (its status: ErrImagePull, a crash loop…) fails the
+// waiters at once with the reason and deletes the pod; so does its warning,
+// but only for the pod of the slot (same UID).
+#[test]
+fn a_pod_the_kubelet_cannot_start_fails_its_waiters_at_once() {
+    for by_warning in [false, true] {
+        let mut pc = cache(2, 1);
+        let c = requested_and_created(&mut pc, 1);
+        let pending = seen(&c.pod_name, ObservedPhase::Pending);
+        pc.handle(t(1), Input::PodObserved { pod: pending });
+        assert!(drain(&mut pc).is_empty());
+        let reason =
+            "container function (image x): ErrImagePull: not found; check that the image exists"
+                .to_string();
+        if by_warning {
+            // Another pod of the name: ignored.
+            pc.handle(
+                t(2),
+                Input::PodCannotStart {
+                    pod_name: c.pod_name.clone(),
+                    uid: Some("uid-other".into()),
+                    reason: reason.clone(),
+                },
+            );
+            assert!(drain(&mut pc).is_empty());
+            pc.handle(
+                t(2),
+                Input::PodCannotStart {
+                    pod_name: c.pod_name.clone(),
+                    uid: Some(format!("uid-{}", c.pod_name)),
+                    reason: reason.clone(),
+                },
+            );
+        } else {
+            let pod = seen(
+                &c.pod_name,
+                ObservedPhase::Failed {
+                    reason: reason.clone(),
+                },
+            );
+            pc.handle(t(2), Input::PodObserved { pod });
+        }
+        let cmds = drain(&mut pc);
+        assert_eq!(deleted(&cmds), std::slice::from_ref(&c.pod_name));
+        let r = replies(&cmds);
+        let [(1, Err(e @ PodCacheError::CannotStart { .. }))] = &r[..] else {
+            panic!("{r:?}");
+        };
+        assert_eq!(e.class(), ErrorClass::Unavailable);
+        assert!(
+            e.to_string()
+                .contains("cannot start: container function (image x): ErrImagePull"),
+            "{e}"
+        );
+        // The next request tries a new pod.
+        assert_eq!(created(&request(&mut pc, t(3), 2, IMG)).len(), 1);
+    }
+}
+
+// A warning about a ready pod changes nothing: its status decides.
+#[test]
+fn a_warning_about_a_ready_pod_is_left_to_its_status() {
+    let mut pc = cache(2, 1);
+    let c = warm(&mut pc);
+    pc.handle(
+        t(3),
+        Input::PodCannotStart {
+            pod_name: c.pod_name.clone(),
+            uid: Some(format!("uid-{}", c.pod_name)),
+            reason: "x".into(),
+        },
+    );
+    assert!(drain(&mut pc).is_empty());
+    assert!(matches!(
+        &replies(&request(&mut pc, t(4), 2, IMG))[..],
+        [(2, Ok(_))]
+    ));
+}
+
+// In pod-IP mode, a starting pod whose wrapper runs at a known IP is
+// probed, once; a SERVING answer makes it take calls before the kubelet
+// reports it ready. Not in service mode (kube-proxy routes only to ready
+// endpoints), and not when the policy does not ask for it.
+#[test]
+fn a_started_wrapper_is_probed_and_serves_before_the_kubelet_says_ready() {
+    for (probe, await_endpoints, expect) in [
+        (true, false, true),
+        (false, false, false),
+        (true, true, false),
+    ] {
+        let mut policy = test_policy(2, 1);
+        policy.probe_wrapper = probe;
+        policy.await_endpoints = await_endpoints;
+        let mut pc = PodCache::new(policy, "v1");
+        let c = requested_and_created(&mut pc, 1);
+        let started = ObservedPod {
+            ip: Some("10.244.0.7".into()),
+            started: true,
+            ..seen(&c.pod_name, ObservedPhase::Pending)
+        };
+        pc.handle(
+            t(1),
+            Input::PodObserved {
+                pod: started.clone(),
+            },
+        );
+        pc.handle(t(1), Input::PodObserved { pod: started });
+        let cmds = drain(&mut pc);
+        let probes: Vec<&Command> = cmds
+            .iter()
+            .filter(|c| matches!(c, Command::ProbeWrapper { .. }))
+            .collect();
+        if !expect {
+            assert!(probes.is_empty(), "{cmds:?}");
+            continue;
+        }
+        let [
+            Command::ProbeWrapper {
+                slot,
+                endpoint,
+                deadline,
+                ..
+            },
+        ] = probes[..]
+        else {
+            panic!("one probe: {cmds:?}");
+        };
+        assert_eq!((slot, endpoint.as_str()), (&c.slot, "10.244.0.7:9446"));
+        assert_eq!(*deadline, c.deadline);
+        pc.handle(
+            t(2),
+            Input::WrapperServing {
+                slot: c.slot,
+                endpoint: endpoint.clone(),
+            },
+        );
+        let r = replies(&drain(&mut pc));
+        let [(1, Ok(a))] = &r[..] else {
+            panic!("{r:?}");
+        };
+        assert_eq!(a.endpoint, "10.244.0.7:9446");
+    }
+}

@@ -36,7 +36,7 @@ pub use defaults::{
     ServiceTemplateObject, ServiceTemplateSpec, default_pod_template, default_pod_template_object,
     default_service_template, default_service_template_object, inline_templates,
 };
-pub use observe::{failure_reason, kubelet_failure, observe_pod, observe_service};
+pub use observe::{failure_reason, kubelet_failure, observe_pod, observe_service, warning_failure};
 use overrides::apply_container_overrides;
 pub use overrides::{ContainerOverrides, TemplateOverrides, merge_image_pull_secrets};
 

@@ -186,6 +186,50 @@ fn broken_container(c: &ContainerStatus, is_init: bool) -> Option<(&str, Option<
     Some((reason, terminated.message.as_deref()))
 }
 
+/// Whether a warning the kubelet recorded about a pod (an Event's `reason`
+/// and `message`, about `container` when it names one) says that the pod
+/// cannot start, and why, with what to check. The kubelet records these
+/// the moment it fails, while the pod's status shows the failure only at
+/// its next sync of the pod (about ten seconds later for an image pull):
+/// - `Failed` "Failed to pull image …" — `ErrImagePull`;
+/// - `Failed` "Error: …" — a container that could not be pulled, created
+///   or started (the message is the error: a missing ConfigMap, an
+///   `ErrImagePull`, a runtime error);
+/// - `InspectFailed` — the image reference is invalid (`InvalidImageName`);
+/// - `ErrImageNeverPull`;
+/// - `BackOff` "Back-off restarting failed container …" — `CrashLoopBackOff`.
+///
+/// Anything else (`BackOff` pulling, `Unhealthy` probes, `FailedMount`,
+/// scheduling warnings) is not taken as final: the status decides.
+pub fn warning_failure(reason: &str, message: &str, container: Option<&str>) -> Option<String> {
+    // (what the text calls it, which advice applies)
+    let (kind, advice) = match reason {
+        "Failed" if message.starts_with("Failed to pull image") => ("ErrImagePull", "ErrImagePull"),
+        "Failed" if message.starts_with("Error: ") => {
+            let error = &message["Error: ".len()..];
+            match CANNOT_RUN.into_iter().find(|r| error.starts_with(r)) {
+                Some(r) => (r, r),
+                // The error itself (a missing ConfigMap, a runtime error):
+                // the status will say CreateContainerConfigError,
+                // CreateContainerError or RunContainerError.
+                None => ("Failed", "CreateContainerError"),
+            }
+        }
+        "InspectFailed" => ("InvalidImageName", "InvalidImageName"),
+        "ErrImageNeverPull" => ("ErrImageNeverPull", "ErrImageNeverPull"),
+        "BackOff" if message.starts_with("Back-off restarting failed container") => {
+            ("CrashLoopBackOff", "CrashLoopBackOff")
+        }
+        _ => return None,
+    };
+    let container = container.unwrap_or(FUNCTION_CONTAINER);
+    Some(format!(
+        "container {container}: {kind}: {}; {}",
+        message.trim(),
+        what_to_check(advice, container)
+    ))
+}
+
 /// What an operator should look at for the kubelet's `reason`.
 fn what_to_check(reason: &str, container: &str) -> &'static str {
     match reason {

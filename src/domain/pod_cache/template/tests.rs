@@ -508,3 +508,202 @@ fn observing_pods() {
     pod.metadata.name = None;
     assert_eq!(observe_pod(&pod), None);
 }
+
+/// A function pod (from the default template) with `status`.
+fn pod_with_status(status: serde_json::Value) -> Pod {
+    let entry = vec!["f".to_string()];
+    let overrides = TemplateOverrides::default();
+    let mut pod = build_pod(
+        &default_pod_template("wrapper:1"),
+        &build_args(&entry, &overrides, &[]),
+    )
+    .unwrap();
+    pod.status = Some(serde_json::from_value(status).unwrap());
+    pod
+}
+
+fn waiting(name: &str, reason: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({"name": name, "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"waiting": {"reason": reason, "message": message}}})
+}
+
+// A real kubelet keeps a deleted pod Running with Ready=True for up to its
+// grace period: the deletion timestamp decides, not the condition.
+#[test]
+fn a_deleted_pod_is_terminating_whatever_its_ready_condition() {
+    let mut pod = pod_with_status(serde_json::json!({
+        "phase": "Running", "podIP": "10.244.0.9",
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }));
+    assert!(matches!(
+        observe_pod(&pod).unwrap().phase,
+        ObservedPhase::Ready { .. }
+    ));
+    pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        Default::default(),
+    ));
+    assert_eq!(observe_pod(&pod).unwrap().phase, ObservedPhase::Terminating);
+}
+
+// What the kubelet reports of a container it cannot run, while the pod's
+// phase still reads Pending or Running, makes the pod failed with the
+// reason, the message, the image and what to check.
+#[test]
+fn kubelet_reasons_fail_the_pod() {
+    let cases = [
+        (
+            serde_json::json!({"phase": "Pending", "containerStatuses": [waiting("function", "ErrImagePull", "rpc error: code = NotFound")]}),
+            vec![
+                "container function (image gcr.io/kpt-fn/set-labels:v0.4.1): ErrImagePull: rpc error: code = NotFound",
+                "check that the image exists",
+            ],
+        ),
+        (
+            serde_json::json!({"phase": "Pending", "containerStatuses": [waiting("function", "ImagePullBackOff", "Back-off pulling image")]}),
+            vec!["ImagePullBackOff", "pull secret"],
+        ),
+        (
+            serde_json::json!({"phase": "Pending", "initContainerStatuses": [waiting("copy-wrapper-server", "InvalidImageName", "couldn't parse image name")]}),
+            vec![
+                "container copy-wrapper-server (image wrapper:v2): InvalidImageName",
+                "WRAPPER_SERVER_IMAGE",
+            ],
+        ),
+        (
+            serde_json::json!({"phase": "Pending", "containerStatuses": [waiting("function", "CreateContainerConfigError", "configmap \"c\" not found")]}),
+            vec![
+                "CreateContainerConfigError: configmap \"c\" not found",
+                "templateOverrides",
+            ],
+        ),
+        (
+            serde_json::json!({"phase": "Running", "containerStatuses": [{"name": "function", "image": "x", "imageID": "", "ready": false, "restartCount": 2,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}},
+                "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}),
+            vec![
+                "CrashLoopBackOff: back-off 20s; last exit code 2 (Error)",
+                "kubectl logs --previous",
+            ],
+        ),
+        (
+            serde_json::json!({"phase": "Running", "containerStatuses": [{"name": "function", "image": "x", "imageID": "", "ready": false, "restartCount": 1,
+                "state": {"running": {}},
+                "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}),
+            vec!["OOMKilled", "memory limit"],
+        ),
+        (
+            serde_json::json!({"phase": "Pending", "initContainerStatuses": [{"name": "copy-wrapper-server", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "cp: can't stat"}}}]}),
+            vec![
+                "container copy-wrapper-server (image wrapper:v2): Error: cp: can't stat",
+                "init container exits",
+            ],
+        ),
+        (
+            serde_json::json!({"phase": "Running", "containerStatuses": [{"name": "function", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}),
+            vec![
+                "container function (image gcr.io/kpt-fn/set-labels:v0.4.1): Error",
+                "wrapper server in the function container exits",
+            ],
+        ),
+    ];
+    for (status, parts) in cases {
+        let pod = pod_with_status(status.clone());
+        let ObservedPhase::Failed { reason } = observe_pod(&pod).unwrap().phase else {
+            panic!("not failed: {status}");
+        };
+        for part in parts {
+            assert!(reason.contains(part), "{part:?} in {reason:?}");
+        }
+    }
+}
+
+// A pod on its way up is pending: pulling, creating, an init container
+// that finished, a running container not yet ready.
+#[test]
+fn a_starting_pod_is_pending_and_started_once_its_wrapper_runs() {
+    let cases = [
+        (serde_json::json!({"phase": "Pending"}), false),
+        (
+            serde_json::json!({"phase": "Pending", "containerStatuses": [waiting("function", "ContainerCreating", "")],
+            "initContainerStatuses": [{"name": "copy-wrapper-server", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}),
+            false,
+        ),
+        (
+            serde_json::json!({"phase": "Pending", "initContainerStatuses": [waiting("copy-wrapper-server", "PodInitializing", "")]}),
+            false,
+        ),
+        (
+            serde_json::json!({"phase": "Running", "podIP": "10.244.0.3", "containerStatuses": [{"name": "function", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"running": {}}}]}),
+            true,
+        ),
+    ];
+    for (status, started) in cases {
+        let o = observe_pod(&pod_with_status(status.clone())).unwrap();
+        assert_eq!(o.phase, ObservedPhase::Pending, "{status}");
+        assert_eq!(o.started, started, "{status}");
+    }
+}
+
+// The kubelet's warnings (Events) say at once what its status says at the
+// next sync of the pod.
+#[test]
+fn kubelet_warnings_that_mean_a_pod_cannot_start() {
+    let failing = [
+        (
+            "Failed",
+            "Failed to pull image \"r/x:1\": not found",
+            None,
+            "container function: ErrImagePull: Failed to pull image \"r/x:1\": not found; check that the image exists",
+        ),
+        (
+            "Failed",
+            "Error: ErrImagePull",
+            None,
+            "container function: ErrImagePull: Error: ErrImagePull",
+        ),
+        (
+            "Failed",
+            "Error: configmap \"c\" not found",
+            Some("function"),
+            "container function: Failed: Error: configmap \"c\" not found; the pod template or the function's templateOverrides",
+        ),
+        (
+            "InspectFailed",
+            "Failed to apply default image tag \"R/X\": couldn't parse image name",
+            Some("copy-wrapper-server"),
+            "container copy-wrapper-server: InvalidImageName: Failed to apply default image tag",
+        ),
+        (
+            "ErrImageNeverPull",
+            "Container image \"x\" is not present with pull policy of Never",
+            None,
+            "ErrImageNeverPull",
+        ),
+        (
+            "BackOff",
+            "Back-off restarting failed container function in pod p",
+            None,
+            "container function: CrashLoopBackOff: Back-off restarting failed container",
+        ),
+    ];
+    for (reason, message, container, expected) in failing {
+        let text = warning_failure(reason, message, container)
+            .unwrap_or_else(|| panic!("{reason}: {message}"));
+        assert!(
+            text.starts_with(expected) || text.contains(expected),
+            "{expected:?} in {text:?}"
+        );
+    }
+    for (reason, message) in [
+        ("BackOff", "Back-off pulling image \"r/x:1\""),
+        ("Unhealthy", "Readiness probe failed"),
+        ("FailedMount", "MountVolume.SetUp failed"),
+        ("FailedScheduling", "0/1 nodes are available"),
+    ] {
+        assert_eq!(warning_failure(reason, message, None), None, "{reason}");
+    }
+}
