@@ -106,6 +106,9 @@ cp "$CATALOG"/bin/* "$ctx/runner/functions/"
 cp "$CA_BUNDLE" "$ctx/runner/ca-certificates.crt"
 cp "$bins/wrapper-server" "$bins/grpc-health-probe" "$bins/krm-fn-supervisor" "$ctx/wrapper/"
 cp "$STATIC_CP" "$ctx/wrapper/cp"
+# /wrapper-server, Porch v1.5.3's layout, as a link to the current one.
+mkdir -p "$ctx/wrapper/links"
+ln -s home/nonroot/wrapper-server "$ctx/wrapper/links/wrapper-server"
 chmod -R go-w "$ctx/runner" "$ctx/wrapper"
 chmod 1777 "$ctx/runner/tmp"
 

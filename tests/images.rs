@@ -371,7 +371,31 @@ async fn images_build_push_inspect_and_run() {
         "init container cp failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Porch v1.5.3's inline template (the config.yaml generation) copies
+    // from /wrapper-server: the same files.
+    let old_tools = work.path().join("wrapper-server-tools-v1.5");
+    std::fs::create_dir(&old_tools).unwrap();
+    let st = Command::new("chown")
+        .args(["10001:10001"])
+        .arg(&old_tools)
+        .status()
+        .unwrap();
+    assert!(st.success(), "chown the second emptyDir stand-in");
+    let out = buildah
+        .run_in(
+            &init,
+            &[(&old_tools, "/wrapper-server-tools")],
+            &["cp", "-a", "/wrapper-server/.", "/wrapper-server-tools"],
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the v1.5.3 layout's cp failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for f in ["wrapper-server", "grpc-health-probe", "krm-fn-supervisor"] {
+        assert!(old_tools.join(f).is_file(), "{f} under /wrapper-server");
         let meta = std::fs::metadata(tools.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert!(
             std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0,

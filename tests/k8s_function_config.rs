@@ -39,7 +39,7 @@ use krm_fn_runner::domain::codec;
 use kube::api::{
     DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
-use kube::discovery::{Scope, pinned_kind};
+use kube::discovery::pinned_kind;
 use kube::{Api, Client};
 use kubelet::{Images, Kubelet, PATIENCE};
 use registry_support::{Setup, TestRegistry};
@@ -56,38 +56,6 @@ fn porch_file(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("third_party/porch")
         .join(name)
-}
-
-/// Creates every object of the YAML stream `file` through `client` (what
-/// `kubectl create -f` does), resolving each kind by API discovery.
-async fn apply_file(client: &Client, file: &Path) {
-    let text = std::fs::read(file).unwrap();
-    let docs: Vec<serde_json::Value> = codec::from_yaml_documents(&text).unwrap();
-    for doc in docs {
-        let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (
-                String::new(),
-                doc["apiVersion"].as_str().unwrap().to_string(),
-            ),
-        };
-        let gvk = GroupVersionKind::gvk(&group, &version, doc["kind"].as_str().unwrap());
-        let (resource, caps) = pinned_kind(client, &gvk)
-            .await
-            .unwrap_or_else(|e| panic!("{gvk:?} from {}: {e}", file.display()));
-        let object: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                doc["metadata"]["namespace"].as_str().unwrap_or("default"),
-                &resource,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &resource),
-        };
-        api.create(&PostParams::default(), &object)
-            .await
-            .unwrap_or_else(|e| panic!("create {gvk:?} from {}: {e}", file.display()));
-    }
 }
 
 /// The FunctionConfig objects of the pod namespace.
@@ -387,7 +355,7 @@ async fn porchs_manifests_under(rbac: Rbac) {
         "config.porch.kpt.dev_functionconfigs.yaml",
         "config.porch.kpt.dev_servicetemplates.yaml",
     ] {
-        apply_file(&admin, &porch_file(file)).await;
+        k8s_support::apply_file(&admin, &porch_file(file)).await;
     }
     eventually("the CRDs to be served", PATIENCE, || async {
         let fc = GroupVersionKind::gvk("config.porch.kpt.dev", "v1alpha1", "FunctionConfig");
@@ -401,14 +369,14 @@ async fn porchs_manifests_under(rbac: Rbac) {
         "22-function-templates.yaml",
         "23-function-configurations.yaml",
     ] {
-        apply_file(&admin, &porch_file(file)).await;
+        k8s_support::apply_file(&admin, &porch_file(file)).await;
     }
     match rbac {
         Rbac::Porch => {
-            apply_file(&admin, &porch_file("5-rbac.yaml")).await;
-            apply_file(&admin, &porch_file("6-rbac-bind.yaml")).await;
+            k8s_support::apply_file(&admin, &porch_file("5-rbac.yaml")).await;
+            k8s_support::apply_file(&admin, &porch_file("6-rbac-bind.yaml")).await;
         }
-        Rbac::Deploy => apply_file(&admin, &deploy_rbac_file(dir.path())).await,
+        Rbac::Deploy => k8s_support::apply_file(&admin, &deploy_rbac_file(dir.path())).await,
     }
     let kubeconfig = service_account_kubeconfig(&plane, &admin, dir.path()).await;
 

@@ -16,7 +16,7 @@ mod registry_support;
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use common::{
     NOT_SERVING, Runner, SERVING, call, catalog_dir, catalog_version, eventually, health, output,
@@ -1087,7 +1087,8 @@ async fn two_replicas_share_the_namespace_under_load() {
     assert!(!a.log().contains("already exists") && !b.log().contains("already exists"));
     bed.assert_clean(&a).await;
 
-    let (_, deletes, uses) = assert_no_pod_deleted_in_use(&bed, &[&a, &b]);
+    let (_, deletes, uses) =
+        k8s_support::assert_no_pod_deleted_in_use(&bed.plane, &[a.log(), b.log()]);
     assert!(deletes > 0, "GC deleted the pods");
     assert!(uses as u32 >= done, "{uses} uses for {done} calls");
     drop(b);
@@ -1195,7 +1196,8 @@ async fn a_warm_pool_keeps_its_minimum_and_maximum_across_two_replicas() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(live_pods(&bed).await.len(), 2, "stays at the minimum");
 
-    let (created, deletes, uses) = assert_no_pod_deleted_in_use(&bed, &[&a, &b]);
+    let (created, deletes, uses) =
+        k8s_support::assert_no_pod_deleted_in_use(&bed.plane, &[a.log(), b.log()]);
     eprintln!("warm pool: {created} pods created, {deletes} deleted, {uses} calls checked");
     assert!(uses >= 24, "{uses} uses");
     // The pool outlives its runners: clean up by hand.
@@ -1344,7 +1346,8 @@ async fn a_frozen_api_server_across_an_extension_deletes_no_pod_in_use() {
         );
     }
     bed.assert_clean(&a).await;
-    let (_, deletes, uses) = assert_no_pod_deleted_in_use(&bed, &[&a, &b]);
+    let (_, deletes, uses) =
+        k8s_support::assert_no_pod_deleted_in_use(&bed.plane, &[a.log(), b.log()]);
     assert!(deletes > 0 && uses >= calls.len() - refused.len());
     drop(b);
 }
@@ -1438,68 +1441,7 @@ async fn a_pod_deleted_during_a_watch_outage_and_an_api_server_restart_under_loa
     assert!(ok > 0);
     bed.assert_clean_within(&runner, Duration::from_secs(75))
         .await;
-    assert_no_pod_deleted_in_use(&bed, &[&runner]);
-}
-
-/// The audit-log check: from the API server's audit log, no pod was
-/// deleted while one of `runners` had a call in it (each call's time in
-/// its pod comes from the replica's debug log), and no pod name was
-/// created twice. Returns (pods created, pods deleted, calls checked).
-fn assert_no_pod_deleted_in_use(bed: &Bed, runners: &[&Runner]) -> (usize, usize, usize) {
-    let uses: Vec<(String, SystemTime, SystemTime)> = runners
-        .iter()
-        .flat_map(|r| r.log().lines().filter_map(pod_use).collect::<Vec<_>>())
-        .collect();
-    let audit = bed.plane.pod_audit();
-    let deletes: Vec<_> = audit.iter().filter(|e| e.verb == "delete").collect();
-    for d in &deletes {
-        let in_use = uses
-            .iter()
-            .find(|(pod, from, to)| *pod == d.name && *from <= d.received && d.received <= *to);
-        assert!(
-            in_use.is_none(),
-            "pod {} was deleted at {:?} while a call used it ({in_use:?})",
-            d.name,
-            d.received
-        );
-    }
-    let created: Vec<&str> = audit
-        .iter()
-        .filter(|e| e.verb == "create" && e.code == 201)
-        .map(|e| e.name.as_str())
-        .collect();
-    // A warm pool's names come back once their pod is gone.
-    let once: Vec<&str> = created
-        .iter()
-        .copied()
-        .filter(|n| !naming::is_pool_name(n))
-        .collect();
-    let unique: HashSet<&str> = once.iter().copied().collect();
-    assert_eq!(unique.len(), once.len(), "a pod created twice: {created:?}");
-    eprintln!(
-        "audit: {} pods created, {} deleted, {} calls checked against the deletions",
-        created.len(),
-        deletes.len(),
-        uses.len()
-    );
-    (created.len(), deletes.len(), uses.len())
-}
-
-/// A pod's use by one call, from a runner's `evaluated in pod` debug line:
-/// (pod, start, end), the end being the line's timestamp.
-fn pod_use(line: &str) -> Option<(String, SystemTime, SystemTime)> {
-    if !line.contains("evaluated in pod") {
-        return None;
-    }
-    let end = humantime::parse_rfc3339(line.split_whitespace().next()?).ok()?;
-    let field = |name: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
-            .map(str::to_string)
-    };
-    let pod = field("pod")?;
-    let call_us: u64 = field("call_us")?.parse().ok()?;
-    Some((pod, end - Duration::from_micros(call_us), end))
+    k8s_support::assert_no_pod_deleted_in_use(&bed.plane, &[runner.log()]);
 }
 
 /// Runs futures concurrently and collects their outputs in order.

@@ -50,6 +50,9 @@ fn main() -> ExitCode {
         a_private_registry_is_pulled_with_the_runners_pull_secret,
         a_restarted_runner_adopts_its_live_pod,
         a_warm_pool_name_held_by_a_terminating_pod_is_waited_for,
+        two_replicas_share_a_warm_pool,
+        porchs_template_and_a_memory_limit_override,
+        the_config_yaml_generation_runs_porchs_own_wrapper_image,
     ];
     if args.list {
         let trials = scenarios
@@ -58,14 +61,7 @@ fn main() -> ExitCode {
             .collect();
         return libtest_mimic::run(&args, trials).exit_code();
     }
-    let tools = Tools::prepare();
-    node_support::clean_stale_nodes();
-    node_support::enter_network_namespace();
-    let node = Arc::new(
-        tokio::runtime::Runtime::new()
-            .unwrap()
-            .block_on(Node::start(&tools)),
-    );
+    let node = Arc::new(node_support::enter_and_start(&Tools::prepare()));
     let trials = scenarios
         .into_iter()
         .map(|(name, scenario)| {
@@ -154,8 +150,36 @@ impl Bed {
         args.retain(|a| !extra.iter().any(|e| flag(e) == flag(a)));
         args.extend_from_slice(extra);
         let mut cmd = self.node.host_command(&common::runner_binary());
-        cmd.env("WRAPPER_SERVER_IMAGE", self.node.wrapper_image());
+        cmd.arg("serve")
+            .env("WRAPPER_SERVER_IMAGE", self.node.wrapper_image());
         cmd.envs(env.iter().copied());
+        Runner::start_command(cmd, &args)
+    }
+
+    /// Starts `serve` in the FunctionConfig generation (no config.yaml
+    /// flags; Porch's CRDs installed) with the pod runtime only, on this
+    /// scenario's namespace, plus `extra` flags.
+    fn gen_c_runner(&self, extra: &[&str]) -> Runner {
+        let kubeconfig = format!(
+            "--kubeconfig={}",
+            self.node.plane.kubeconfig_file().display()
+        );
+        let registry = format!("--plain-http-registry={}", self.node.registry.addr);
+        let namespace = format!("--pod-namespace={}", self.namespace);
+        let mut args = vec![
+            "--disable-runtimes=exec",
+            &kubeconfig,
+            &namespace,
+            &registry,
+            "--warm-up-pod-cache=false",
+            "--pod-ttl=20s",
+            "--scan-interval=2s",
+            "--log-level=3",
+        ];
+        args.extend_from_slice(extra);
+        let mut cmd = self.node.host_command(&common::runner_binary());
+        cmd.arg("serve")
+            .env("WRAPPER_SERVER_IMAGE", self.node.wrapper_image());
         Runner::start_command(cmd, &args)
     }
 
@@ -745,4 +769,234 @@ fn a_warm_pool_name_held_by_a_terminating_pod_is_waited_for(
         assert_ne!(now.metadata.uid.as_deref(), Some(old_uid.as_str()));
         assert_eq!(pods_called(&runner).last(), Some(&name));
     })
+}
+
+/// Two runner replicas, one warm pool (`minReady: 1`, `maxPods: 2`), a TTL
+/// of 6 s and workers on both calling with idle gaps: no call fails, the
+/// replicas share the pool's pods (never more than two), and the API
+/// server's audit log shows no pod deleted while either had a call in it.
+fn two_replicas_share_a_warm_pool(bed: Bed) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let image = bed.node.function_image("set-namespace");
+        let config = bed.dir.path().join("pool.yaml");
+        std::fs::write(
+            &config,
+            format!("- name: {image}\n  timeToLive: 6s\n  minReady: 1\n  maxPods: 2\n"),
+        )
+        .unwrap();
+        let config = format!("--pod-cache-config={}", config.display());
+        let flags = [
+            config.as_str(),
+            "--max-waitlist-length=1",
+            "--scan-interval=1s",
+        ];
+        let a = Arc::new(bed.runner(&flags));
+        let b = Arc::new(bed.runner(&flags));
+        eventually("the warm pod to be ready", PATIENCE, || async {
+            bed.live_pods().await.into_iter().find(is_ready)
+        })
+        .await;
+        let until = Instant::now() + Duration::from_secs(20);
+        let mut workers = Vec::new();
+        for w in 0..4 {
+            let runner = if w % 2 == 0 { a.clone() } else { b.clone() };
+            let image = image.clone();
+            workers.push(tokio::spawn(async move {
+                let mut done = 0u32;
+                while Instant::now() < until {
+                    let ns = format!("w{w}-{done}");
+                    let r = call(&runner, &image, set_namespace_rl(&ns)).await;
+                    let r = r.unwrap_or_else(|e| panic!("worker {w} call {done}: {e}"));
+                    assert!(output(&r).contains(&format!("namespace: {ns}\n")));
+                    done += 1;
+                    if done.is_multiple_of(4) {
+                        // Idle gaps let GC run while the other replica works.
+                        tokio::time::sleep(Duration::from_secs(4)).await;
+                    }
+                }
+                done
+            }));
+        }
+        let mut done = 0;
+        for w in workers {
+            done += w.await.unwrap();
+        }
+        let (used_a, used_b) = (pods_called(&a), pods_called(&b));
+        let shared: Vec<&String> = used_a.iter().filter(|p| used_b.contains(p)).collect();
+        assert!(
+            !shared.is_empty(),
+            "the replicas shared a pod: {used_a:?} {used_b:?}"
+        );
+        for p in used_a.iter().chain(&used_b) {
+            assert!(
+                krm_fn_runner::domain::pod_cache::naming::is_pool_name(p),
+                "a pool pod: {p}"
+            );
+        }
+        let (created, _, uses) =
+            k8s_support::assert_no_pod_deleted_in_use(&bed.node.plane, &[a.log(), b.log()]);
+        assert!(uses as u32 >= done, "{uses} uses for {done} calls");
+        let distinct: std::collections::BTreeSet<&String> = used_a.iter().chain(&used_b).collect();
+        assert!(
+            distinct.len() <= 2,
+            "at most maxPods pods at a time: {distinct:?}"
+        );
+        eprintln!("two replicas: {done} calls, {created} pods created, pods used {distinct:?}");
+    })
+}
+
+/// The FunctionConfig generation with Porch's own templates (its
+/// `22-function-templates.yaml`, the init container's image replaced by
+/// `WRAPPER_SERVER_IMAGE`) and a FunctionConfig whose `templateOverrides`
+/// set the function container's memory limit: the pod runs under that
+/// limit (the container's memory cgroup says so), a call within it
+/// succeeds, and a limit too small for the wrapper server makes the call
+/// fail naming `OOMKilled` and what to do.
+fn porchs_template_and_a_memory_limit_override(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        install_porch_crds(&bed).await;
+        let third_party =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("third_party/porch");
+        let templates = std::fs::read_to_string(third_party.join("22-function-templates.yaml"))
+            .unwrap()
+            .replace("porch-fn-system", &bed.namespace);
+        let file = bed.dir.path().join("templates.yaml");
+        std::fs::write(&file, templates).unwrap();
+        k8s_support::apply_file(&bed.client, &file).await;
+        let version = common::catalog_version("set-namespace");
+        let prefix = format!("{}/krm-fn", bed.node.registry.addr);
+        let function_config = |memory: &str| {
+            format!(
+                "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata:\n  name: set-namespace\n  namespace: {ns}\nspec:\n  image: set-namespace\n  prefixes: [\"{prefix}\"]\n  podExecutor:\n    tags: [{version}]\n    timeToLive: 30s\n    templateOverrides:\n      container:\n        resources:\n          limits:\n            memory: {memory}\n",
+                ns = bed.namespace
+            )
+        };
+        let fc = bed.dir.path().join("fc.yaml");
+        std::fs::write(&fc, function_config("64Mi")).unwrap();
+        k8s_support::apply_file(&bed.client, &fc).await;
+        let runner = bed.gen_c_runner(&[]);
+        let image = format!("{prefix}/set-namespace:{version}");
+        let r = call(&runner, &image, set_namespace_rl("limited"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+        assert!(output(&r).contains("namespace: limited"));
+        let pod = bed.live_pods().await.remove(0);
+        let spec = pod.spec.clone().unwrap();
+        let function = spec
+            .containers
+            .iter()
+            .find(|c| c.name == "function")
+            .unwrap();
+        let limit = function
+            .resources
+            .as_ref()
+            .unwrap()
+            .limits
+            .as_ref()
+            .unwrap()["memory"]
+            .0
+            .clone();
+        assert_eq!(limit, "64Mi");
+        assert!(
+            spec.containers[0].liveness_probe.is_some(),
+            "Porch's template (with its liveness probe) was used"
+        );
+        let uid = pod.metadata.uid.clone().unwrap();
+        let limits = bed.node.container_memory_limits(&uid);
+        assert!(
+            limits.contains(&(64 << 20)),
+            "the function container's memory cgroup: {limits:?}"
+        );
+        // A limit the wrapper server cannot start in.
+        let api = Api::<kube::api::DynamicObject>::namespaced_with(
+            bed.client.clone(),
+            &bed.namespace,
+            &krm_fn_runner::adapters::kube::function_configs::resource(),
+        );
+        let patch = serde_json::json!({"spec": {"podExecutor": {"templateOverrides": {"container": {"resources": {"limits": {"memory": "3Mi"}}}}}}});
+        api.patch(
+            "set-namespace",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+        // The wrapper starts within 3Mi and is killed for memory by its
+        // first call: the call fails naming OOMKilled (from the pod's
+        // status), whether it waited for the pod or was in it.
+        let err = eventually("the tight limit to be used", PATIENCE, || async {
+            match call(&runner, &image, set_namespace_rl("tight")).await {
+                Err(e) if e.message().contains("OOMKilled") => Some(e),
+                other => {
+                    eprintln!("with a 3Mi limit: {other:?}");
+                    None
+                }
+            }
+        })
+        .await;
+        assert_eq!(err.code(), Code::Unavailable);
+        let message = err.message();
+        assert!(message.contains("OOMKilled"), "{message}");
+        assert!(message.contains("raise it"), "{message}");
+        eprintln!("a 3Mi limit: {message}");
+    })
+}
+
+/// The config.yaml generation's inline template is Porch v1.5.3's: its
+/// init container copies `/wrapper-server/.`, where that release's wrapper
+/// image keeps the wrapper server. Porch's own v1.5.3 wrapper-server image
+/// (its Go wrapper server) serves our runner's calls, and so does this
+/// project's image, which has both layouts.
+fn the_config_yaml_generation_runs_porchs_own_wrapper_image(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let image = bed.node.function_image("set-namespace");
+        let porch_wrapper = bed.node.porch_wrapper_image();
+        let runner = bed.runner_with_env(&[], &[("WRAPPER_SERVER_IMAGE", &porch_wrapper)]);
+        let r = call(&runner, &image, set_namespace_rl("porch-wrapper"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", runner.log()));
+        assert!(output(&r).contains("namespace: porch-wrapper"));
+        let pod = bed.live_pods().await.remove(0);
+        let init = &pod.spec.unwrap().init_containers.unwrap()[0];
+        assert_eq!(init.image.as_deref(), Some(porch_wrapper.as_str()));
+        assert_eq!(
+            init.command.as_deref().unwrap()[2],
+            "/wrapper-server/.",
+            "Porch v1.5.3's inline template"
+        );
+    })
+}
+
+/// Installs Porch's FunctionConfig and ServiceTemplate CRDs (once per node)
+/// and waits until they are served.
+async fn install_porch_crds(bed: &Bed) {
+    use kube::api::GroupVersionKind;
+    static ONCE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let client = bed.client.clone();
+    ONCE.get_or_init(|| async move {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("third_party/porch");
+        for file in [
+            "config.porch.kpt.dev_functionconfigs.yaml",
+            "config.porch.kpt.dev_servicetemplates.yaml",
+        ] {
+            k8s_support::apply_file(&client, &dir.join(file)).await;
+        }
+    })
+    .await;
+    let client = bed.client.clone();
+    eventually("the CRDs to be served", PATIENCE, || {
+        let client = client.clone();
+        async move {
+            let fc = GroupVersionKind::gvk("config.porch.kpt.dev", "v1alpha1", "FunctionConfig");
+            let st = GroupVersionKind::gvk("config.porch.kpt.dev", "v1alpha1", "ServiceTemplate");
+            let served = kube::discovery::pinned_kind(&client, &fc).await.is_ok()
+                && kube::discovery::pinned_kind(&client, &st).await.is_ok();
+            served.then_some(())
+        }
+    })
+    .await;
 }

@@ -141,14 +141,6 @@ impl Runner {
         Self::spawn(cmd, args)
     }
 
-    /// Starts `serve` through `cmd`, a prepared command that runs the
-    /// runner binary (its environment, namespaces or limits set by the
-    /// caller), with `args` as [`Runner::start`] takes them.
-    pub fn start_command(mut cmd: Command, args: &[&str]) -> Runner {
-        cmd.arg("serve");
-        Self::spawn(cmd, args)
-    }
-
     /// As [`Runner::start`], with the runner's open-file limit
     /// (RLIMIT_NOFILE) set to `limit`.
     pub fn start_with_nofile(args: &[&str], limit: u64) -> Runner {

@@ -26,6 +26,22 @@
 //! server deletes them at once; the pod IPs are fake but valid (10.244/16),
 //! since the API server rejects loopback addresses in EndpointSlices.
 //!
+//! What it is for now that a real node exists (`node_support`,
+//! `tests/pod_real.rs`): fault injection a real node cannot do cheaply or
+//! deterministically — a pod that fails at start or never becomes ready on
+//! demand, a wrapper SIGKILLed mid-call at a chosen moment, an API server
+//! frozen or restarted under load with pods starting in milliseconds, and
+//! the property-style loads of `tests/k8s_pod_evaluator.rs` — and the
+//! FunctionConfig generation's RBAC audit (`tests/k8s_function_config.rs`),
+//! which runs on a bare API server. What it cannot show moved to the real
+//! node: cold start and readiness (probe period, the wrapper's own health
+//! check), graceful deletion (a deleted pod stays Running and Ready with a
+//! deletion timestamp), image pull and container errors with the kubelet's
+//! reasons, pull secrets used by the kubelet, kube-proxy's ClusterIP and
+//! EndpointSlices from the real controller, cluster DNS, memory limits in
+//! cgroups, Porch's own wrapper image and template, a warm-pool name held
+//! by a terminating pod, adoption and two replicas on real pods.
+//!
 //! Include it with `#[path = "k8s_support/kubelet.rs"] mod kubelet;` next to
 //! `mod common;`.
 #![allow(dead_code)]

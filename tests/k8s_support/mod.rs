@@ -369,9 +369,19 @@ impl ControlPlane {
     }
 
     /// Writes the kubeconfig into the control plane's directory and returns its path.
+    /// Written once (tests running side by side read it while another asks
+    /// for it again).
     pub fn kubeconfig_file(&self) -> PathBuf {
         let path = self.dir.path().join("kubeconfig");
-        std::fs::write(&path, self.kubeconfig_yaml()).unwrap();
+        if !path.exists() {
+            // A whole file or none: written aside, then renamed.
+            let aside = self
+                .dir
+                .path()
+                .join(format!("kubeconfig.{:?}", std::thread::current().id()));
+            std::fs::write(&aside, self.kubeconfig_yaml()).unwrap();
+            std::fs::rename(&aside, &path).unwrap();
+        }
         path
     }
 
@@ -407,4 +417,101 @@ pub async fn create_namespace(client: &Client, name: &str) {
         .create(&kube::api::PostParams::default(), &ns)
         .await
         .expect("create namespace");
+}
+
+/// The audit-log check: from the API server's audit log, no pod was
+/// deleted while one of the runners whose debug logs are `logs` had a call
+/// in it (each call's time in its pod comes from the log), and no pod name
+/// was created twice. Returns (pods created, pods deleted, calls checked).
+pub fn assert_no_pod_deleted_in_use(
+    plane: &ControlPlane,
+    logs: &[String],
+) -> (usize, usize, usize) {
+    let uses: Vec<(String, std::time::SystemTime, std::time::SystemTime)> = logs
+        .iter()
+        .flat_map(|log| log.lines().filter_map(pod_use).collect::<Vec<_>>())
+        .collect();
+    let audit = plane.pod_audit();
+    let deletes: Vec<_> = audit.iter().filter(|e| e.verb == "delete").collect();
+    for d in &deletes {
+        let in_use = uses
+            .iter()
+            .find(|(pod, from, to)| *pod == d.name && *from <= d.received && d.received <= *to);
+        assert!(
+            in_use.is_none(),
+            "pod {} was deleted at {:?} while a call used it ({in_use:?})",
+            d.name,
+            d.received
+        );
+    }
+    let created: Vec<&str> = audit
+        .iter()
+        .filter(|e| e.verb == "create" && e.code == 201)
+        .map(|e| e.name.as_str())
+        .collect();
+    // A warm pool's names come back once their pod is gone.
+    let once: Vec<&str> = created
+        .iter()
+        .copied()
+        .filter(|n| !krm_fn_runner::domain::pod_cache::naming::is_pool_name(n))
+        .collect();
+    let unique: std::collections::HashSet<&str> = once.iter().copied().collect();
+    assert_eq!(unique.len(), once.len(), "a pod created twice: {created:?}");
+    eprintln!(
+        "audit: {} pods created, {} deleted, {} calls checked against the deletions",
+        created.len(),
+        deletes.len(),
+        uses.len()
+    );
+    (created.len(), deletes.len(), uses.len())
+}
+
+/// A pod's use by one call, from a runner's `evaluated in pod` debug line:
+/// (pod, start, end), the end being the line's timestamp.
+pub fn pod_use(line: &str) -> Option<(String, std::time::SystemTime, std::time::SystemTime)> {
+    if !line.contains("evaluated in pod") {
+        return None;
+    }
+    let end = humantime::parse_rfc3339(line.split_whitespace().next()?).ok()?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    let pod = field("pod")?;
+    let call_us: u64 = field("call_us")?.parse().ok()?;
+    Some((pod, end - Duration::from_micros(call_us), end))
+}
+
+/// Creates every object of the YAML stream `file` through `client` (what
+/// `kubectl create -f` does), resolving each kind by API discovery.
+pub async fn apply_file(client: &Client, file: &std::path::Path) {
+    let text = std::fs::read(file).unwrap();
+    let docs: Vec<serde_json::Value> =
+        krm_fn_runner::domain::codec::from_yaml_documents(&text).unwrap();
+    for doc in docs {
+        let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                doc["apiVersion"].as_str().unwrap().to_string(),
+            ),
+        };
+        let gvk = kube::api::GroupVersionKind::gvk(&group, &version, doc["kind"].as_str().unwrap());
+        let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
+            .await
+            .unwrap_or_else(|e| panic!("{gvk:?} from {}: {e}", file.display()));
+        let object: kube::api::DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+        let api: kube::Api<kube::api::DynamicObject> = match caps.scope {
+            kube::discovery::Scope::Namespaced => kube::Api::namespaced_with(
+                client.clone(),
+                doc["metadata"]["namespace"].as_str().unwrap_or("default"),
+                &resource,
+            ),
+            kube::discovery::Scope::Cluster => kube::Api::all_with(client.clone(), &resource),
+        };
+        api.create(&kube::api::PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("create {gvk:?} from {}: {e}", file.display()));
+    }
 }

@@ -302,6 +302,21 @@ pub fn clean_stale_nodes() {
     }
 }
 
+/// What a test binary's or benchmark's `main` does first, before any
+/// thread starts: removes nodes left by killed runs, moves the process into
+/// its own network namespace and starts the node there (on a runtime of
+/// its own, dropped before returning). Call [`Tools::prepare`] before it:
+/// builds need the Go module proxy, out of reach from the namespace.
+pub fn enter_and_start(tools: &Tools) -> Node {
+    clean_stale_nodes();
+    enter_network_namespace();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(Node::start(tools))
+}
+
 /// One component process; killed (SIGTERM, then SIGKILL) by [`Node::stop`].
 struct Component {
     name: &'static str,
@@ -721,6 +736,38 @@ iptables: {{localhostNodePorts: false, syncPeriod: 30s, minSyncPeriod: 0s}}
         self.image("porch/wrapper-server:v1.5.3")
     }
 
+    /// The memory limits (bytes) that the memory cgroups of the containers
+    /// of the pod with UID `pod_uid` enforce (cgroup v1
+    /// `memory.limit_in_bytes` or v2 `memory.max`), unlimited ones left
+    /// out, smallest first; empty when the pod's cgroup is not found.
+    pub fn container_memory_limits(&self, pod_uid: &str) -> Vec<u64> {
+        // The kubelet names pod cgroups pod<uid> under the QoS classes of
+        // its cgroup root; containerd adds one per container (its ID).
+        let root = cgroup_mounts()
+            .into_iter()
+            .map(|h| h.join(self.cgroup_root.trim_start_matches('/')))
+            .find(|p| p.join("kubepods").is_dir() && p.to_string_lossy().contains("memory"));
+        let Some(pod_dir) = root.and_then(|r| find_dir(&r, &format!("pod{pod_uid}"))) else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir(&pod_dir) else {
+            return Vec::new();
+        };
+        let mut limits: Vec<u64> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| {
+                let text = std::fs::read_to_string(e.path().join("memory.limit_in_bytes"))
+                    .or_else(|_| std::fs::read_to_string(e.path().join("memory.max")))
+                    .ok()?;
+                text.trim().parse().ok()
+            })
+            .filter(|&l: &u64| l < u64::MAX / 2)
+            .collect();
+        limits.sort();
+        limits
+    }
+
     /// A command running `program` as a process of the node's host network
     /// that resolves names through the cluster DNS (as a pod would): in a
     /// private mount namespace where `/etc/resolv.conf` names CoreDNS. For
@@ -801,6 +848,22 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The first directory named `name` under `dir` (depth first).
+fn find_dir(dir: &Path, name: &str) -> Option<PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if e.file_name() == name {
+            return Some(e.path());
+        }
+        if let Some(found) = find_dir(&e.path(), name) {
+            return Some(found);
+        }
+    }
+    None
 }
 
 /// Makes the kubelet's cgroup root in every hierarchy (cpuset's needs its

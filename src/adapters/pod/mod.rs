@@ -38,7 +38,7 @@ use crate::domain::evaluation::{EvalError, EvaluationRequest, EvaluationResponse
 use crate::domain::function_config::FunctionConfigStore;
 use crate::domain::image::resolve_image;
 use crate::domain::pod_cache::Input;
-use crate::domain::pod_cache::template::warning_failure;
+use crate::domain::pod_cache::template::{kubelet_failure, warning_failure};
 use crate::domain::pod_cache::{
     Assignment, ErrorClass, IMAGE_LABEL, PodCacheError, PodCachePolicy, RequestId, SlotState,
 };
@@ -126,6 +126,8 @@ pub struct PodEvaluator {
     health: watch::Receiver<bool>,
     next_id: AtomicU64,
     prefix: String,
+    /// To ask a pod whose connection broke what the kubelet says of it.
+    platform: Arc<dyn PodPlatform>,
 }
 
 impl std::fmt::Debug for PodEvaluator {
@@ -224,6 +226,7 @@ impl PodEvaluator {
                 None
             }
         };
+        let status_platform = platform.clone();
         let pool = Arc::new(ConnectionPool::new(
             resolver,
             config.connect_timeout,
@@ -266,7 +269,38 @@ impl PodEvaluator {
             health,
             next_id: AtomicU64::new(1),
             prefix,
+            platform: status_platform,
         })
+    }
+
+    /// What the kubelet says of pod `name` once a call's connection to it
+    /// broke: a container killed for memory or crashed
+    /// ([`kubelet_failure`]), read from the pod's status, which the kubelet
+    /// writes a second or two after the container died; `None` when it
+    /// says nothing within [`BROKEN_POD_PATIENCE`], or the pod is gone or
+    /// being deleted.
+    async fn why_broken(&self, name: &str) -> Option<String> {
+        let deadline = Instant::now() + BROKEN_POD_PATIENCE;
+        loop {
+            match tokio::time::timeout(BROKEN_POD_PATIENCE, self.platform.get_pod(name)).await {
+                Ok(Ok(pod)) => {
+                    if let Some(reason) = kubelet_failure(&pod) {
+                        return Some(reason);
+                    }
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        // Deleted: that is why, and the error says the pod
+                        // went away.
+                        return None;
+                    }
+                }
+                Ok(Err(e)) if e.is_not_found() => return None,
+                _ => {}
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// Resolves once startup adoption and warm-up are done (warm-up pods
@@ -349,6 +383,11 @@ fn pod_samples(cache: &crate::domain::pod_cache::PodCache) -> Vec<PodSample> {
         })
         .collect()
 }
+
+/// How long a call whose connection to its pod broke waits for the pod's
+/// status to say why (the kubelet writes it after its next look at the
+/// containers, about a second).
+const BROKEN_POD_PATIENCE: Duration = Duration::from_secs(3);
 
 /// Feeds the pod cache every warning that says the kubelet cannot start a
 /// pod ([`warning_failure`]), until the stream or the driver ends.
@@ -475,10 +514,17 @@ impl FunctionEvaluator for PodEvaluator {
             Some(Err(status)) => {
                 let pod = lease.assignment.pod_name.clone();
                 let source = StatusSource::WrapperPod(&pod);
-                let error = from_status(source, &request.image, &status, request.timeout);
+                let mut error = from_status(source, &request.image, &status, request.timeout);
                 if connection_lost(&status) {
                     self.pool.remove(&pod);
                     lease.unavailable();
+                    // A wrapper killed for memory or crashed: say so, rather
+                    // than only that the connection broke.
+                    if let EvalError::Unavailable(message) = &mut error
+                        && let Some(why) = self.why_broken(&pod).await
+                    {
+                        message.push_str(&format!("; the kubelet reports {why}"));
+                    }
                 }
                 Err(error)
             }

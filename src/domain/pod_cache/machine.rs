@@ -1318,7 +1318,6 @@ impl PodCache {
     /// The pending slot's pod is ready: wait for its service to publish it
     /// (service mode), or take calls now.
     fn on_pod_ready(&mut self, now: UnixTime, id: SlotId, endpoint: String, ip: Option<String>) {
-        let await_endpoints = self.policy.await_endpoints;
         let slot = self.slots.get_mut(&id).expect("live slot");
         let Phase::Pending(c) = &mut slot.phase else {
             return;
@@ -1328,6 +1327,26 @@ impl PodCache {
             c.step = Step::Claiming { endpoint };
             return self.issue_persist(now, id, 0);
         }
+        self.publish_then_ready(now, id, endpoint, ip);
+    }
+
+    /// A pending slot's pod is ready and, if adopted or joined, claimed:
+    /// in service mode its service must publish it (and the driver see the
+    /// wrapper answer through it) first — a pod the kubelet reports ready is
+    /// not yet routable through its ClusterIP until kube-proxy has written
+    /// the service's rules; otherwise it takes calls now.
+    fn publish_then_ready(
+        &mut self,
+        now: UnixTime,
+        id: SlotId,
+        endpoint: String,
+        ip: Option<String>,
+    ) {
+        let await_endpoints = self.policy.await_endpoints;
+        let slot = self.slots.get_mut(&id).expect("live slot");
+        let Phase::Pending(c) = &mut slot.phase else {
+            return;
+        };
         if await_endpoints {
             c.step = Step::Publishing;
             let cmd = Command::AwaitEndpoint {
@@ -1360,7 +1379,10 @@ impl PodCache {
                     pod: slot.pod_name.clone(),
                     reason,
                 };
-                self.evict(now, id, err, Some(DeleteReason::CreationFailed));
+                // An adopted or joined pod is not this replica's to delete.
+                let ours = !c.joined && !c.nonce.is_empty();
+                let delete = ours.then_some(DeleteReason::CreationFailed);
+                self.evict(now, id, err, delete);
             }
         }
     }
@@ -1565,7 +1587,7 @@ impl PodCache {
                     slot.confirmed = slot.confirmed.max(value);
                     slot.persist = Persist::Idle;
                     let endpoint = std::mem::take(endpoint);
-                    self.make_ready(now, id, endpoint);
+                    self.publish_then_ready(now, id, endpoint, None);
                 }
                 (Err(_), Some(attempt)) => {
                     let attempt = attempt + 1;

@@ -2104,3 +2104,63 @@ fn a_started_wrapper_is_probed_and_serves_before_the_kubelet_says_ready() {
         assert_eq!(a.endpoint, "10.244.0.7:9446");
     }
 }
+
+// In service mode an adopted pod, once claimed, also waits for its service
+// to publish it (and the driver to reach the wrapper through it) before
+// its first call: a pod the kubelet reports ready is not routable through
+// its ClusterIP until kube-proxy has its rules. If that never comes, the
+// pod is let go, not deleted: it is not this replica's.
+#[test]
+fn in_service_mode_a_claimed_pod_waits_for_its_endpoint() {
+    for published in [true, false] {
+        let mut policy = test_policy(2, 1);
+        policy.await_endpoints = true;
+        let mut pc = PodCache::new(policy, "v1");
+        let future = t(500).to_annotation();
+        let good = observed(
+            "good",
+            Some(&future),
+            ObservedPhase::Ready {
+                endpoint: "adopted-ep".into(),
+            },
+        );
+        pc.handle(
+            t(0),
+            Input::Adopt {
+                observed: vec![Arc::new(good)],
+            },
+        );
+        let cmds = drain(&mut pc);
+        assert!(replies(&request(&mut pc, t(1), 1, IMG)).is_empty());
+        let after_claim = ack(&mut pc, t(1), &cmds);
+        let Some(Command::AwaitEndpoint { slot, pod_name, .. }) = after_claim
+            .iter()
+            .find(|c| matches!(c, Command::AwaitEndpoint { .. }))
+            .cloned()
+        else {
+            panic!("the claimed pod waits for its endpoint: {after_claim:?}");
+        };
+        assert_eq!(pod_name, "good");
+        assert!(
+            replies(&after_claim).is_empty(),
+            "no call before it is published"
+        );
+        let result = if published {
+            Ok("svc-ep".to_string())
+        } else {
+            Err("not published".to_string())
+        };
+        pc.handle(t(2), Input::EndpointReady { slot, result });
+        let cmds = drain(&mut pc);
+        let r = replies(&cmds);
+        if published {
+            assert_eq!(r[0].1.as_ref().unwrap().endpoint, "svc-ep");
+        } else {
+            assert!(r[0].1.is_err(), "{r:?}");
+            assert!(
+                deleted(&cmds).is_empty(),
+                "an adopted pod is never deleted for it"
+            );
+        }
+    }
+}

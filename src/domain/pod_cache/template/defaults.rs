@@ -31,11 +31,37 @@ pub(super) fn tools_mount() -> VolumeMount {
     }
 }
 
-/// Porch's inline default pod template (spec §5.10): an init container
-/// `copy-wrapper-server` (image `wrapper_image`) copies the wrapper into an
+/// Where Porch's current wrapper-server image keeps the wrapper server
+/// and its health probe (`/home/nonroot/wrapper-server/`): what the
+/// FunctionConfig generation's inline template copies.
+pub const WRAPPER_IMAGE_DIR: &str = "/home/nonroot/wrapper-server";
+
+/// Where Porch v1.5.3's wrapper-server image keeps them (`/wrapper-server/`,
+/// its `func/Dockerfile-wrapperserver`): what that release's inline
+/// template, the config.yaml generation's, copies. This project's wrapper
+/// image has both.
+pub const WRAPPER_IMAGE_DIR_V1_5: &str = "/wrapper-server";
+
+/// Porch's inline default pod template (spec §5.10; Porch's current
+/// release): an init container `copy-wrapper-server` (image
+/// `wrapper_image`) copies the wrapper out of [`WRAPPER_IMAGE_DIR`] into an
 /// emptyDir, and the `function` container runs it, with a gRPC readiness
 /// probe and the OTEL environment.
 pub fn default_pod_template(wrapper_image: &str) -> Pod {
+    pod_template_copying(wrapper_image, WRAPPER_IMAGE_DIR)
+}
+
+/// The inline default pod template of Porch v1.5.3, the config.yaml
+/// generation: as [`default_pod_template`], the init container copying out
+/// of [`WRAPPER_IMAGE_DIR_V1_5`], where that release's wrapper image keeps
+/// the wrapper server (its `podevaluator.go`).
+pub fn config_yaml_pod_template(wrapper_image: &str) -> Pod {
+    pod_template_copying(wrapper_image, WRAPPER_IMAGE_DIR_V1_5)
+}
+
+/// The inline default pod template, its init container copying the
+/// wrapper out of directory `from` of `wrapper_image`.
+fn pod_template_copying(wrapper_image: &str, from: &str) -> Pod {
     let env = |name: &str, value: &str| EnvVar {
         name: name.to_string(),
         value: Some(value.to_string()),
@@ -54,7 +80,7 @@ pub fn default_pod_template(wrapper_image: &str) -> Pod {
                 name: WRAPPER_INIT_CONTAINER.to_string(),
                 image: Some(wrapper_image.to_string()),
                 command: Some(
-                    ["cp", "-a", "/home/nonroot/wrapper-server/.", TOOLS_PATH]
+                    ["cp", "-a", &format!("{from}/."), TOOLS_PATH]
                         .map(String::from)
                         .to_vec(),
                 ),
@@ -124,10 +150,11 @@ pub fn default_service_template() -> Service {
     }
 }
 
-/// The inline templates with version [`INLINE_TEMPLATE_VERSION`].
+/// The inline templates of the config.yaml generation (Porch v1.5.3's),
+/// with version [`INLINE_TEMPLATE_VERSION`].
 pub fn inline_templates(wrapper_image: &str) -> Templates {
     Templates {
-        pod: default_pod_template(wrapper_image),
+        pod: config_yaml_pod_template(wrapper_image),
         service: default_service_template(),
         version: INLINE_TEMPLATE_VERSION.to_string(),
     }

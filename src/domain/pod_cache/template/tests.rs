@@ -55,6 +55,39 @@ fn inline_templates_satisfy_the_contract() {
     validate_service_template(&t.service).unwrap();
 }
 
+// Each generation's inline template copies the wrapper from where that
+// Porch release's wrapper image keeps it: v1.5.3 (config.yaml) from
+// /wrapper-server, the current one (the PodTemplate object) from
+// /home/nonroot/wrapper-server.
+#[test]
+fn inline_templates_copy_from_their_releases_wrapper_image_layout() {
+    let copy = |pod: &Pod| {
+        pod.spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0]
+            .command
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(
+        copy(&inline_templates("w").pod),
+        ["cp", "-a", "/wrapper-server/.", "/wrapper-server-tools"]
+    );
+    let object = default_pod_template_object("ns", "w");
+    let pod = Pod {
+        metadata: Default::default(),
+        spec: object.template.unwrap().spec,
+        status: None,
+    };
+    assert_eq!(
+        copy(&pod),
+        [
+            "cp",
+            "-a",
+            "/home/nonroot/wrapper-server/.",
+            "/wrapper-server-tools"
+        ]
+    );
+}
+
 // Porch TestPatchNewPodContainer: image set, args appended, other containers untouched.
 #[test]
 fn build_patches_the_function_container_by_name() {
