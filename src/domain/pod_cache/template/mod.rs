@@ -33,9 +33,9 @@ pub use contract::{
 };
 pub use defaults::{
     POD_TEMPLATE_NAME, SERVICE_TEMPLATE_KIND, SERVICE_TEMPLATE_NAME, SERVICE_TEMPLATE_PLURAL,
-    ServiceTemplateObject, ServiceTemplateSpec, config_yaml_pod_template, default_pod_template,
-    default_pod_template_object, default_service_template, default_service_template_object,
-    inline_templates,
+    ServiceTemplateObject, ServiceTemplateSpec, WRAPPER_IMAGE_DIR, WRAPPER_IMAGE_DIR_V1_5,
+    config_yaml_pod_template, default_pod_template, default_pod_template_object,
+    default_service_template, default_service_template_object, inline_templates,
 };
 pub use observe::{failure_reason, kubelet_failure, observe_pod, observe_service, warning_failure};
 use overrides::apply_container_overrides;
