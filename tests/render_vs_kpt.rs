@@ -1432,17 +1432,22 @@ fn own_source(name: &str) -> PathBuf {
 }
 
 /// Compares one package of `tests/render_packages`, which must render with
-/// `expected_exit` under kpt; `check_ours` then inspects our rendered copy.
-fn own_package_with(name: &str, expected_exit: i32, check_ours: &dyn Fn(&Path, i32)) {
+/// `expected_exit` under kpt, with kpt's render first (any difference not
+/// listed fails, with both texts); `check_ours` then inspects our rendered
+/// copy. Returns our run.
+fn own_package_with(name: &str, expected_exit: i32, check_ours: &dyn Fn(&Path, i32)) -> Run {
     let mut diffs = Vec::new();
     let (kpt, ours, work) =
         compare_in_place(name, &own_source(name), &substitute_catalog, &mut diffs);
     assert_eq!(
         kpt.code, expected_exit,
-        "kpt's exit status for {name} is not the one the package is written for"
+        "kpt's exit status for {name} is not the one the package is written for\n{}",
+        kpt.stderr
     );
-    check_ours(&work.path().join("ours/pkg"), ours.code);
     check_against_known(&[name.to_string()], &diffs);
+    println!("our render's progress:\n{}", ours.stderr);
+    check_ours(&work.path().join("ours/pkg"), ours.code);
+    ours
 }
 
 /// Asserts that the file at `path` holds each of `parts` (naming the
@@ -1969,23 +1974,35 @@ fn package_untouched(pkg: &Path, name: &str) {
 
 /// A function whose output ResourceList has no `items` key fails its step
 /// and nothing is written, as with kpt (which reads the whole list as one
-/// object without `metadata.name`).
+/// object without `metadata.name`); the error names the missing field.
 #[test]
 fn output_without_items() {
-    own_package_with("output-items-absent", 1, &|pkg, code| {
+    let ours = own_package_with("output-items-absent", 1, &|pkg, code| {
         assert_eq!(code, 1, "an output without items must fail the render");
         package_untouched(pkg, "output-items-absent");
     });
+    assert!(
+        ours.stderr
+            .contains("the ResourceList has no `items` field"),
+        "{}",
+        ours.stderr
+    );
 }
 
 /// `items: null` is refused too (kpt takes it as an empty list and deletes
-/// every file of the package, Kptfile included: listed).
+/// every file of the package, Kptfile included: listed); the error says
+/// what to write instead.
 #[test]
 fn output_null_items() {
-    own_package_with("output-items-null", 0, &|pkg, code| {
+    let ours = own_package_with("output-items-null", 0, &|pkg, code| {
         assert_eq!(code, 1, "an output with items: null must fail the render");
         package_untouched(pkg, "output-items-null");
     });
+    assert!(
+        ours.stderr.contains("`items` is null") && ours.stderr.contains("items: []"),
+        "{}",
+        ours.stderr
+    );
 }
 
 /// `items: []` removes every object, the Kptfile included, as with kpt.
