@@ -32,8 +32,12 @@
 //! differences concern a whole render ([`NULL_ITEMS`], [`FOOT_BEFORE_JSON`]).
 //! Any other difference fails, with the package and both texts.
 //!
+//! Each rule, and each of the two, is a row of the README's table of
+//! differences from kpt, with its reason
+//! (`readme_lists_every_difference_rule` keeps them in step).
+//!
 //! Runs [`CASES`] generated packages (a fixed seed: every run checks the
-//! same ones), about 90 s on 2 cores; `KRM_FN_RENDER_DIFF_CASES=N`
+//! same ones), about 75 s on 2 cores; `KRM_FN_RENDER_DIFF_CASES=N`
 //! runs N instead and `KRM_FN_RENDER_DIFF_SEED=S` (a number, or `random`)
 //! picks other packages, for a longer campaign. The cases a rule explained
 //! are counted and printed (`--nocapture`).
@@ -1287,4 +1291,39 @@ fn generated_packages_render_as_with_kpt() {
     if let Err(e) = result {
         panic!("{e}");
     }
+}
+
+/// The README's table of differences from kpt (the rows after its
+/// `<!-- kpt-differences -->` marker) names every rule here (as
+/// ``rule `name` ``), and every rule it names is one of them: a difference
+/// the test accepts is one the README lists.
+#[test]
+fn readme_lists_every_difference_rule() {
+    let readme = include_str!("../../README.md");
+    let (_, after) = readme
+        .split_once("<!-- kpt-differences -->")
+        .expect("README.md: the `<!-- kpt-differences -->` marker before the table is missing");
+    let table: Vec<&str> = after
+        .lines()
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    let named: std::collections::BTreeSet<&str> = table
+        .iter()
+        .flat_map(|row| row.split("rule `").skip(1))
+        .filter_map(|rest| rest.split('`').next())
+        .collect();
+    let rules: std::collections::BTreeSet<&str> = RULES
+        .iter()
+        .map(|r| r.name)
+        .chain([NULL_ITEMS.0, FOOT_BEFORE_JSON.0])
+        .collect();
+    let missing: Vec<&&str> = rules.difference(&named).collect();
+    let unknown: Vec<&&str> = named.difference(&rules).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "README.md's table of differences from kpt ({} rows) does not name the rules {missing:?}, \
+         and names rules the differential test does not have: {unknown:?}",
+        table.len().saturating_sub(2)
+    );
 }
