@@ -13,7 +13,9 @@
 mod common;
 mod k8s_support;
 mod node_support;
+mod porch_support;
 mod registry_support;
+mod replicas_support;
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -53,6 +55,9 @@ fn main() -> ExitCode {
         two_replicas_share_a_warm_pool,
         porchs_template_and_a_memory_limit_override,
         the_config_yaml_generation_runs_porchs_own_wrapper_image,
+        replicas_behind_a_cluster_ip_take_turns_with_ageing_and_not_without,
+        a_replica_added_behind_the_cluster_ip_is_reached,
+        porch_server_renders_a_package_revision_through_our_pods,
     ];
     if args.list {
         let trials = scenarios
@@ -292,6 +297,10 @@ fn scenario(
     Box::pin(f)
 }
 
+/// The first call of a function creates its pod (a real container on the
+/// CNI bridge, pulled from the registry) and runs in it; the second reuses
+/// it without a new pod; after the TTL, GC deletes the pod and its service
+/// (graceful termination included) and the namespace is empty again.
 fn cold_start_then_warm_reuse_then_reclaim(
     bed: Bed,
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
@@ -999,4 +1008,295 @@ async fn install_porch_crds(bed: &Bed) {
         }
     })
     .await;
+}
+
+/// A ClusterIP Service `name` without a selector, port 9445 named `grpc`,
+/// in the scenario's namespace; its endpoints are the EndpointSlices
+/// [`add_replica_endpoint`] adds. Returns its cluster address.
+async fn replica_service(bed: &Bed, name: &str) -> std::net::SocketAddr {
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"type": "ClusterIP", "ports": [{"name": "grpc", "port": 9445, "protocol": "TCP"}]},
+    }))
+    .unwrap();
+    let created = Api::<Service>::namespaced(bed.client.clone(), &bed.namespace)
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("create the runners' Service");
+    let ip = created
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("a cluster IP");
+    format!("{ip}:9445").parse().unwrap()
+}
+
+/// Adds the runner `replica` (listening on the node's address) to the
+/// Service `service` as a ready endpoint: an EndpointSlice of its own, as
+/// the EndpointSlice controller writes one for a ready pod of a Deployment.
+async fn add_replica_endpoint(bed: &Bed, service: &str, name: &str, replica: &Runner) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let (ip, port) = replica.address.rsplit_once(':').unwrap();
+    let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": format!("{service}-{name}"),
+            "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": "krm-fn-runner-tests",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+        "ports": [{"name": "grpc", "port": port.parse::<i32>().unwrap(), "protocol": "TCP"}],
+    }))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(bed.client.clone(), &bed.namespace)
+        .create(&PostParams::default(), &slice)
+        .await
+        .expect("create the replica's EndpointSlice");
+}
+
+/// Waits until kube-proxy forwards `address` (a connection is accepted).
+async fn wait_for_cluster_ip(address: std::net::SocketAddr) {
+    eventually("kube-proxy to forward the Service", PATIENCE, || async {
+        tokio::net::TcpStream::connect(address).await.ok().map(drop)
+    })
+    .await;
+}
+
+/// `serve` replicas named `names` (exec runtime, the whoami functions of
+/// `replicas_support`) listening on the node's address, with `flags`.
+fn node_replicas(
+    functions: &replicas_support::Functions,
+    names: &[&str],
+    flags: &[&str],
+) -> Vec<Runner> {
+    let listen = format!("--listen={}:0", node_support::NODE_IP);
+    names
+        .iter()
+        .map(|n| {
+            let mut args = vec![listen.as_str()];
+            args.extend_from_slice(flags);
+            functions.replica(n, &args)
+        })
+        .collect()
+}
+
+/// Connection ageing behind a real Service: three `serve` replicas behind
+/// one ClusterIP (kube-proxy in iptables mode, which picks an endpoint at
+/// random for each new connection), Porch's own Go client calling through
+/// it over one connection at a time for 120 ages of 1 s, one 1.5 s call
+/// in flight across every GOAWAY: no call fails, and each replica serves
+/// at least 20% of the calls after the first age. (At random, 120
+/// connections put fewer than 24 on a replica about once in a thousand
+/// runs; 3 ages, as with a turn-taking balancer, would not do.) Then the
+/// same client with ageing off: one connection, one replica takes every
+/// call.
+fn replicas_behind_a_cluster_ip_take_turns_with_ageing_and_not_without(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    use replicas_support::{
+        AGE, AGE_FLAGS, Functions, SLOW_IMAGE, failures, pct, run_client, shares,
+    };
+    scenario(async move {
+        let functions = Functions::new();
+        let names = ["r1", "r2", "r3"];
+        let replicas = node_replicas(&functions, &names, &AGE_FLAGS);
+        let address = replica_service(&bed, "runners").await;
+        for (n, r) in names.iter().zip(&replicas) {
+            add_replica_endpoint(&bed, "runners", n, r).await;
+        }
+        wait_for_cluster_ip(address).await;
+        let report = run_client(&functions, address, AGE * 120, SLOW_IMAGE, 1, |_| async {}).await;
+        let goaways = report.goaways();
+        let first_age = *goaways.first().expect("the first connection was aged");
+        let after = report.per_replica(first_age);
+        let total: usize = after.values().sum();
+        eprintln!(
+            "ClusterIP, ageing on, 3 replicas, 120 ages of 1 s: {} calls, {} failed, {} GOAWAYs, \
+             {} connections; after the first age: {total} calls, {}; {} calls in flight across a \
+             GOAWAY",
+            report.calls.len(),
+            report.failed().len(),
+            goaways.len(),
+            report.connections(),
+            shares(&after),
+            report.across_goaway().len(),
+        );
+        assert!(report.failed().is_empty(), "{}", failures(&report));
+        for n in names {
+            let share = pct(*after.get(n).unwrap_or(&0), total);
+            assert!(
+                share >= 20.0,
+                "replica {n} served {share:.0}% of the calls after the first age: {}",
+                shares(&after)
+            );
+        }
+        assert!(
+            (100..=135).contains(&goaways.len()),
+            "about one GOAWAY per age: {}",
+            goaways.len()
+        );
+        assert!(
+            report.across_goaway().iter().filter(|c| c.slow).count() >= 50,
+            "slow calls were in flight across GOAWAYs, and all succeeded"
+        );
+        drop(replicas);
+
+        // Ageing off: the client's one connection stays on one replica.
+        let off = node_replicas(&functions, &["o1", "o2", "o3"], &["--max-connection-age=0"]);
+        let address = replica_service(&bed, "runners-off").await;
+        for (n, r) in ["o1", "o2", "o3"].iter().zip(&off) {
+            add_replica_endpoint(&bed, "runners-off", n, r).await;
+        }
+        wait_for_cluster_ip(address).await;
+        let report = run_client(&functions, address, AGE * 10, SLOW_IMAGE, 1, |_| async {}).await;
+        let all = report.per_replica(i64::MIN);
+        eprintln!(
+            "ClusterIP, ageing off, 3 replicas, 10 s: {} calls, {} failed, {} GOAWAYs, {} \
+             connections: {}",
+            report.calls.len(),
+            report.failed().len(),
+            report.goaways().len(),
+            report.connections(),
+            shares(&all)
+        );
+        assert!(report.failed().is_empty(), "{}", failures(&report));
+        assert_eq!(
+            all.len(),
+            1,
+            "one replica took every call: {}",
+            shares(&all)
+        );
+        assert_eq!(report.connections(), 1);
+    })
+}
+
+/// A replica added behind the ClusterIP mid-run (its EndpointSlice
+/// created, as when a Deployment scales out) is reached by a reconnection
+/// of the client's one connection and serves calls from then on, no call
+/// failing. kube-proxy's iptables mode sends each new connection to one of
+/// the three at random, so the first reaches it in about 3 ages on average;
+/// the scenario allows 30 (missed about once in 60,000 runs).
+fn a_replica_added_behind_the_cluster_ip_is_reached(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    use replicas_support::{
+        AGE, AGE_FLAGS, Functions, SLOW_IMAGE, failures, pct, run_client, shares,
+    };
+    scenario(async move {
+        let functions = Functions::new();
+        let first = node_replicas(&functions, &["r1", "r2"], &AGE_FLAGS);
+        let address = replica_service(&bed, "runners").await;
+        for (n, r) in ["r1", "r2"].iter().zip(&first) {
+            add_replica_endpoint(&bed, "runners", n, r).await;
+        }
+        wait_for_cluster_ip(address).await;
+        let joined: Arc<std::sync::Mutex<Option<(Runner, i64)>>> = Arc::default();
+        let slot = joined.clone();
+        let (functions_ref, bed_ref) = (&functions, &bed);
+        let report = run_client(
+            &functions,
+            address,
+            AGE * 40,
+            SLOW_IMAGE,
+            1,
+            |started| async move {
+                tokio::time::sleep(AGE * 5).await;
+                let r3 = node_replicas(functions_ref, &["r3"], &AGE_FLAGS).remove(0);
+                add_replica_endpoint(bed_ref, "runners", "r3", &r3).await;
+                *slot.lock().unwrap() = Some((r3, started.elapsed().as_millis() as i64));
+            },
+        )
+        .await;
+        let (_r3, joined_ms) = joined.lock().unwrap().take().unwrap();
+        let first_call = report
+            .calls
+            .iter()
+            .filter(|c| c.replica == "r3")
+            .map(|c| c.start_ms)
+            .min();
+        let after = report.per_replica(joined_ms);
+        let total: usize = after.values().sum();
+        eprintln!(
+            "ClusterIP, two replicas, a third added at {joined_ms} ms: {} calls, {} failed, {} \
+             GOAWAYs, {} connections; the third's first call {} ms after it was added; calls \
+             since: {total}, {} (r3 {:.0}%)",
+            report.calls.len(),
+            report.failed().len(),
+            report.goaways().len(),
+            report.connections(),
+            first_call.map_or(-1, |t| t - joined_ms),
+            shares(&after),
+            pct(*after.get("r3").unwrap_or(&0), total),
+        );
+        assert!(report.failed().is_empty(), "{}", failures(&report));
+        let first_call = first_call.expect("the added replica served calls");
+        assert!(
+            first_call - joined_ms <= 30_000,
+            "the added replica's first call came {} ms after it was added",
+            first_call - joined_ms
+        );
+    })
+}
+
+/// porch-server v1.5.3 (`porch_support`, on the node's API server) renders
+/// a package revision through our runner on the pod runtime: `porchctl rpkg
+/// push` of a package whose Kptfile names two catalog function images of
+/// the node's registry; each function runs in a real pod of its own, and
+/// the package revision porch-server serves is the rendered one.
+fn porch_server_renders_a_package_revision_through_our_pods(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let runner = bed.runner(&[]);
+        let porch =
+            porch_support::PorchBed::start_on(bed.node.plane.clone(), &runner.address, &[]).await;
+        let name = porch.init("on-node", "v1").await;
+        let setters = bed.node.function_image("apply-setters");
+        let namespace = bed.node.function_image("set-namespace");
+        let files = std::collections::BTreeMap::from([
+            (
+                "Kptfile".to_string(),
+                format!(
+                    "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: on-node\npipeline:\n  mutators:\n  - image: {setters}\n    configMap:\n      app: rendered-app\n  - image: {namespace}\n    configMap:\n      namespace: rendered\n"
+                ),
+            ),
+            (
+                "app.yaml".to_string(),
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app # kpt-set: ${app}\ndata:\n  k: v\n"
+                    .to_string(),
+            ),
+        ]);
+        let push = porch.edit_and_push(&name, &files).await;
+        assert!(
+            push.ok && !push.stderr.contains("[FAIL]"),
+            "porchctl rpkg push: {push:?}\n--- runner:\n{}\n--- porch:\n{}",
+            runner.log(),
+            porch.porch.log_tail(30)
+        );
+        let resources = porch.resources(&name).await;
+        let app = &resources["app.yaml"];
+        assert!(
+            app.contains("name: rendered-app") && app.contains("namespace: rendered"),
+            "the package revision is rendered: {app}"
+        );
+        let used = pods_called(&runner);
+        assert_eq!(used.len(), 2, "two calls, each in a pod: {used:?}");
+        let pods = bed.pods().await;
+        assert_eq!(pods.len(), 2, "one pod per function");
+        for pod in &pods {
+            let container = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.name == "function"))
+                .and_then(|c| c.container_id.clone())
+                .unwrap_or_default();
+            assert!(
+                container.starts_with("containerd://"),
+                "a real container: {container}"
+            );
+        }
+        eprintln!("porch-server rendered {name} through pods {used:?}");
+    })
 }

@@ -2,18 +2,9 @@
 //! client connection: connection ageing (`--max-connection-age`,
 //! `--max-connection-age-grace`), proven with Porch's own Go client.
 //!
-//! **The client** is `tests/go/porch-runtime-client`, built by
-//! `scripts/build-porch-client.sh` from the Go module proxy: it dials as
-//! porch-server v1.5.3's gRPC function runtime does (one `grpc.NewClient`
-//! with Porch's options, Porch's `func/evaluator` client package, the
-//! grpc-go v1.72.0 Porch requires, pick_first), so all its calls share one
-//! connection at a time, and it reports every call and every change of its
-//! channel's state (each READY is a new connection).
-//!
-//! **The replicas** are `krm-fn-runner serve` processes (exec runtime) whose
-//! test function answers `served-by-<replica>` (the replica's name reaches
-//! it through `--exec-env REPLICA=…`), so the client itself tells which
-//! replica served each call. Their `/metrics` must agree.
+//! The client (Porch's own Go client package) and the replicas (`serve`
+//! processes whose test function names the replica) are in
+//! `tests/replicas_support`; their `/metrics` must agree with the client.
 //!
 //! **The Service is a stand-in**, not kube-proxy: `Balancer`
 //! (`tests/service_support`), a TCP
@@ -26,109 +17,31 @@
 //! many), and a replica added later is reached at the first reconnection
 //! the Service sends to it.
 //!
-//! To run the same against a real Service (a ClusterIP on a real node):
-//! the replicas become the pods of the runner's Deployment with these flags
-//! and `REPLICA` set from the pod name (downward API), the client's
-//! `-address` becomes the ClusterIP, an added replica is `kubectl scale`,
-//! and the per-replica shares are read from the client's report exactly as
-//! here; with iptables-mode kube-proxy the spread needs more ages than the
-//! turn-taking stand-in does.
+//! The same behind a real ClusterIP (kube-proxy in iptables mode, on the
+//! real node) is in `tests/pod_real.rs`:
+//! `replicas_behind_a_cluster_ip_take_turns_with_ageing_and_not_without`
+//! and `a_replica_added_behind_the_cluster_ip_is_reached`; random picks
+//! need more ages there (120) than the turn-taking stand-in (8).
 
 mod common;
 mod otel_support;
+mod replicas_support;
 mod service_support;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Runner, built_tool, script};
+use common::Runner;
 use otel_support::{Scrape, metrics_url};
-use serde::Deserialize;
+use replicas_support::{
+    AGE, AGE_FLAGS, Call, Functions, Report, SLOW_IMAGE, SLOWER_IMAGE, failures, pct, run_client,
+    shares,
+};
 use service_support::Balancer;
-
-/// Answers a ResourceList naming the replica that ran it.
-const WHOAMI: &str = "#!/bin/sh\ncat >/dev/null\nprintf 'apiVersion: config.kubernetes.io/v1\\nkind: ResourceList\\nitems:\\n- apiVersion: v1\\n  kind: ConfigMap\\n  metadata:\\n    name: served-by-%s\\n' \"$REPLICA\"\n";
-/// The same after 1.5 s: a call still running when its connection ages.
-const SLOW_WHOAMI: &str = "#!/bin/sh\nsleep 1.5\ncat >/dev/null\nprintf 'apiVersion: config.kubernetes.io/v1\\nkind: ResourceList\\nitems:\\n- apiVersion: v1\\n  kind: ConfigMap\\n  metadata:\\n    name: served-by-%s\\n' \"$REPLICA\"\n";
-/// Runs for 4 s: longer than a 1 s grace.
-const SLOWER: &str = "#!/bin/sh\nsleep 4\ncat\n";
-
-const WHOAMI_IMAGE: &str = "example.com/test/whoami:v1";
-const SLOW_IMAGE: &str = "example.com/test/slow-whoami:v1";
-const SLOWER_IMAGE: &str = "example.com/test/slower:v1";
-
-/// The ages in these tests: 1 s (the shortest the flag takes), jittered to
-/// 0.9–1.1 s; the grace, 3 s, outlasts the 1.5 s calls.
-const AGE: Duration = Duration::from_secs(1);
-const AGE_FLAGS: [&str; 2] = ["--max-connection-age=1s", "--max-connection-age-grace=3s"];
-
-/// `/metrics` on an ephemeral loopback port, as Porch's manifest asks.
-const METRICS_ENV: [(&str, &str); 4] = [
-    ("OTEL_METRICS_EXPORTER", "prometheus"),
-    ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
-    ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
-    ("OTEL_TRACES_EXPORTER", "none"),
-];
 
 /// The scenarios share the machine's two cores: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The client, from `KRM_FN_PORCH_CLIENT` or `scripts/build-porch-client.sh`.
-fn porch_client() -> PathBuf {
-    built_tool("KRM_FN_PORCH_CLIENT", "build-porch-client.sh")
-}
-
-/// The functions every replica serves, and a ResourceList to send.
-struct Functions {
-    dir: tempfile::TempDir,
-    config: String,
-    input: PathBuf,
-}
-
-impl Functions {
-    fn new() -> Functions {
-        let dir = tempfile::tempdir().unwrap();
-        let mut yaml = String::from("functions:\n");
-        for (name, body, image) in [
-            ("whoami", WHOAMI, WHOAMI_IMAGE),
-            ("slow-whoami", SLOW_WHOAMI, SLOW_IMAGE),
-            ("slower", SLOWER, SLOWER_IMAGE),
-        ] {
-            let path = script(dir.path(), name, body);
-            yaml.push_str(&format!(
-                "- function: {}\n  images:\n  - {image}\n",
-                path.display()
-            ));
-        }
-        let config = dir.path().join("config.yaml");
-        std::fs::write(&config, yaml).unwrap();
-        let input = dir.path().join("input.yaml");
-        std::fs::write(&input, common::config_map_rl("in")).unwrap();
-        Functions {
-            config: format!("--config={}", config.display()),
-            input,
-            dir,
-        }
-    }
-
-    /// A replica named `name` with `flags` (exec runtime only).
-    fn replica(&self, name: &str, flags: &[&str]) -> Runner {
-        let replica = format!("--exec-env=REPLICA={name}");
-        let functions = format!("--functions={}", self.dir.path().display());
-        let mut args = vec![
-            self.config.as_str(),
-            functions.as_str(),
-            "--disable-runtimes=pod",
-            replica.as_str(),
-        ];
-        args.extend_from_slice(flags);
-        Runner::start_with_env(&args, &METRICS_ENV)
-    }
-}
 
 /// Replicas r1, r2 and r3 with `flags`, behind a new stand-in Service.
 async fn three_replicas(
@@ -142,121 +55,6 @@ async fn three_replicas(
         service.add(n, &r.address);
     }
     (names, replicas, service)
-}
-
-/// One call as the client reports it.
-#[derive(Debug, Clone, Deserialize)]
-struct Call {
-    start_ms: i64,
-    end_ms: i64,
-    slow: bool,
-    #[serde(default)]
-    replica: String,
-    code: String,
-    #[serde(default)]
-    error: String,
-}
-
-/// A change of the client channel's state.
-#[derive(Debug, Clone, Deserialize)]
-struct Change {
-    at_ms: i64,
-    state: String,
-}
-
-/// The client's report.
-#[derive(Debug, Clone, Deserialize)]
-struct Report {
-    #[serde(default)]
-    calls: Vec<Call>,
-    #[serde(default)]
-    changes: Vec<Change>,
-}
-
-impl Report {
-    /// Calls that did not succeed.
-    fn failed(&self) -> Vec<&Call> {
-        self.calls.iter().filter(|c| c.code != "OK").collect()
-    }
-
-    /// Times (client ms) at which the channel was seen to leave READY: a
-    /// GOAWAY received (or the connection lost). A change seen from READY
-    /// to READY is a reconnection quicker than the client's watcher.
-    fn goaways(&self) -> Vec<i64> {
-        self.changes
-            .windows(2)
-            .filter(|w| w[0].state == "READY")
-            .map(|w| w[1].at_ms)
-            .collect()
-    }
-
-    /// Connections the client opened (times it became READY).
-    fn connections(&self) -> usize {
-        self.changes.iter().filter(|c| c.state == "READY").count()
-    }
-
-    /// Calls per replica among those started at or after `from_ms`.
-    fn per_replica(&self, from_ms: i64) -> BTreeMap<String, usize> {
-        let mut out = BTreeMap::new();
-        for c in self.calls.iter().filter(|c| c.start_ms >= from_ms) {
-            *out.entry(c.replica.clone()).or_insert(0) += 1;
-        }
-        out
-    }
-
-    /// Calls that were running when a GOAWAY arrived.
-    fn across_goaway(&self) -> Vec<&Call> {
-        let goaways = self.goaways();
-        self.calls
-            .iter()
-            .filter(|c| goaways.iter().any(|g| c.start_ms < *g && *g < c.end_ms))
-            .collect()
-    }
-}
-
-/// Runs the client against `address` for `duration` (regular calls at 40
-/// per second, 4 in flight at most, plus `slow_callers` callers of `slow`
-/// back to back); `during` runs meanwhile, given when the client started.
-async fn run_client<F, Fut>(
-    functions: &Functions,
-    address: SocketAddr,
-    duration: Duration,
-    slow: &str,
-    slow_callers: usize,
-    during: F,
-) -> Report
-where
-    F: FnOnce(Instant) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let started = Instant::now();
-    let child = tokio::process::Command::new(porch_client())
-        .arg(format!("-address={address}"))
-        .arg(format!("-image={WHOAMI_IMAGE}"))
-        .arg(format!("-input={}", functions.input.display()))
-        .arg(format!("-duration={}ms", duration.as_millis()))
-        .arg("-rate=40")
-        .arg("-callers=4")
-        .arg(format!("-slow-image={slow}"))
-        .arg(format!("-slow-callers={slow_callers}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start porch-runtime-client");
-    let (out, ()) = tokio::join!(child.wait_with_output(), during(started));
-    let out = out.unwrap();
-    assert!(
-        out.status.success(),
-        "porch-runtime-client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "porch-runtime-client printed no report ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
 }
 
 /// The client through `service` for 8 ages, with one caller of 1.5 s calls.
@@ -302,31 +100,6 @@ fn counted(replica: &Runner) -> Counted {
         in_flight: scrape.value("krm_fn_runner_evaluations_in_flight", &[]),
         open: scrape.value("krm_fn_runner_connections", &[]),
     }
-}
-
-/// The failed calls of `report`, counted, and the first few.
-fn failures(report: &Report) -> String {
-    let failed = report.failed();
-    format!(
-        "{} of {} calls failed, first: {:?}",
-        failed.len(),
-        report.calls.len(),
-        &failed[..failed.len().min(3)]
-    )
-}
-
-/// `n` of `of` as a percentage.
-fn pct(n: usize, of: usize) -> f64 {
-    100.0 * n as f64 / of.max(1) as f64
-}
-
-fn shares(counts: &BTreeMap<String, usize>) -> String {
-    let total: usize = counts.values().sum();
-    counts
-        .iter()
-        .map(|(r, n)| format!("{r}: {n} ({:.0}%)", pct(*n, total)))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Asserts the replicas' own counts match what the client saw, and

@@ -15,7 +15,7 @@
 //! local is dropped) and the CNI bridge of the pods. No traffic leaves it.
 //! The mount namespace is the host's (kubelet's volume mounts must be
 //! visible to containerd); runners get a private one only to see a
-//! `resolv.conf` naming the cluster DNS ([`Node::runner_command`]).
+//! `resolv.conf` naming the cluster DNS ([`Node::host_command`]).
 //!
 //! Every path of the node is under one directory, `/tmp/krm-node-<pid>`;
 //! the kubelet's cgroups under `/krm-node-<pid>` in every hierarchy; runc's
@@ -329,7 +329,7 @@ pub struct Node {
     pub dir: PathBuf,
     components: Mutex<Vec<Component>>,
     /// etcd and kube-apiserver.
-    pub plane: ControlPlane,
+    pub plane: std::sync::Arc<ControlPlane>,
     /// The plain registry (`127.0.0.1:<port>`), holding every node image.
     pub registry: TestRegistry,
     /// The registry with basic auth ([`PRIVATE_USER`]) and TLS, holding the
@@ -374,7 +374,7 @@ impl Node {
         let registry = TestRegistry::start(Setup::anonymous().seeded(&seed));
         let private_registry =
             TestRegistry::start(Setup::tls_basic(PRIVATE_USER, PRIVATE_PASSWORD).seeded(&seed));
-        let plane = ControlPlane::start().await;
+        let plane = std::sync::Arc::new(ControlPlane::start().await);
         let node = Node {
             dir,
             components: Mutex::new(Vec::new()),

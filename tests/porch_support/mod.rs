@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -426,8 +427,8 @@ pub struct PorchBed {
     pub api: Client,
     /// A client of the core API server.
     pub core: Client,
-    /// etcd + kube-apiserver.
-    pub plane: ControlPlane,
+    /// etcd + kube-apiserver (the bed's own, or a real node's).
+    pub plane: Arc<ControlPlane>,
     /// The package repository.
     pub git: GitRemote,
     /// Scratch space (pulled packages).
@@ -461,12 +462,36 @@ impl PorchBed {
     /// pointed at that port, registers the repository and waits until Porch
     /// reports it ready. `porch_flags` go to porch-server.
     pub async fn start(runner: Option<(Peer, &[&str])>, porch_flags: &[&str]) -> PorchBed {
-        let plane = ControlPlane::start().await;
+        let runner_port = free_port();
+        let plane = Arc::new(ControlPlane::start().await);
+        Self::start_with(plane, runner_port, runner, porch_flags).await
+    }
+
+    /// As [`PorchBed::start`] on an API server that runs already (a real
+    /// node's), with porch-server rendering through the runner listening at
+    /// `function_runner` (`127.0.0.1:<port>`, started by the caller).
+    pub async fn start_on(
+        plane: Arc<ControlPlane>,
+        function_runner: &str,
+        porch_flags: &[&str],
+    ) -> PorchBed {
+        let runner_port = function_runner
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or_else(|| panic!("not host:port: {function_runner}"));
+        Self::start_with(plane, runner_port, None, porch_flags).await
+    }
+
+    async fn start_with(
+        plane: Arc<ControlPlane>,
+        runner_port: u16,
+        runner: Option<(Peer, &[&str])>,
+        porch_flags: &[&str],
+    ) -> PorchBed {
         let core = plane.client().await.expect("core client");
         install_crds(&core).await;
         crate::k8s_support::create_namespace(&core, NS).await;
         let git = GitRemote::new();
-        let runner_port = free_port();
         let runner =
             runner.map(|(peer, extra)| FunctionRunner::start_exec(peer, runner_port, extra));
         let porch = PorchServer::start(&plane, &format!("127.0.0.1:{runner_port}"), porch_flags);
