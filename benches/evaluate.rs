@@ -133,13 +133,24 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// Where criterion keeps its estimates for this bench: `CRITERION_HOME`
+/// (criterion's own override) or `criterion/` in the target directory in
+/// use, so the ratios below read what this run wrote whatever
+/// `CARGO_TARGET_DIR` or `build.target-dir` says.
+fn criterion_dir() -> PathBuf {
+    std::env::var_os("CRITERION_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| common::target_dir().join("criterion"))
+}
+
+/// The bench's criterion settings: the defaults, writing to `criterion_dir`.
+fn criterion() -> Criterion {
+    Criterion::default().output_directory(&criterion_dir())
+}
+
 /// Reads criterion's median estimate (nanoseconds) for `group/name`.
 fn median_ns(group: &str, name: &str) -> Option<f64> {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let path = dir
-        .join("criterion")
+    let path = criterion_dir()
         .join(group.replace('/', "_"))
         .join(name)
         .join("new/estimates.json");
@@ -148,11 +159,15 @@ fn median_ns(group: &str, name: &str) -> Option<f64> {
     v["median"]["point_estimate"].as_f64()
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    config = criterion();
+    targets = bench
+}
 
 fn main() {
     benches();
-    Criterion::default().configure_from_args().final_summary();
+    criterion().configure_from_args().final_summary();
     let mut report = std::io::stdout();
     for c in [1, 16] {
         let group = format!("evaluate/c{c}");

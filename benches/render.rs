@@ -33,7 +33,10 @@
 //!
 //! To profile a render by hand, `KRM_FN_BENCH_PACKAGE=DIR cargo bench --bench
 //! render` only writes the full-pipeline package into `DIR` (which must not
-//! exist) and exits.
+//! exist) and exits; render it under `perf record` with the binary of the
+//! `profiling` profile (`cargo build --profile profiling`: release code with
+//! line tables and symbols, in `target/profiling/`). `cargo bench --profile
+//! profiling --bench render` runs the whole bench on those binaries.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

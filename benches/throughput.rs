@@ -30,8 +30,9 @@
 //! runner under the same load (the last two columns).
 //!
 //! Prints a Markdown table and writes a JSON summary (machine cores, load
-//! average before and after, every figure) to `target/throughput.json`, or
-//! to `KRM_FN_BENCH_JSON`. Needs the catalog functions, Porch's runner
+//! average before and after, every figure) to `throughput.json` in the
+//! target directory in use (`CARGO_TARGET_DIR` or `build.target-dir` when
+//! set, else `target/`), or to `KRM_FN_BENCH_JSON`. Needs the catalog functions, Porch's runner
 //! (`scripts/build-porch.sh`, or `KRM_FN_PORCH_RUNNER`) and ghz (or
 //! `KRM_FN_GHZ_BIN`). Run: `cargo bench --bench throughput`.
 //! `KRM_FN_BENCH_ROUNDS` sets the number of A/B rounds (default 4).
@@ -687,7 +688,12 @@ fn main() {
     println!("{}", table.join("\n"));
     let path = std::env::var_os("KRM_FN_BENCH_JSON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/throughput.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&summary).unwrap()).unwrap();
+        .unwrap_or_else(|| common::target_dir().join("throughput.json"));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .unwrap_or_else(|e| panic!("cannot create {} for the summary: {e}", dir.display()));
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&summary).unwrap())
+        .unwrap_or_else(|e| panic!("cannot write the summary to {}: {e}", path.display()));
     println!("\nsummary: {}", path.display());
 }

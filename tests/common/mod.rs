@@ -102,6 +102,16 @@ pub fn wrapper_binary() -> PathBuf {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_wrapper-server").into())
 }
 
+/// The cargo target directory this test or bench was built in
+/// (`CARGO_TARGET_DIR`, `build.target-dir` or `<manifest dir>/target`): the
+/// parent of the `CARGO_TARGET_TMPDIR` cargo gives integration tests and
+/// benches, which it creates. Where reports such as a bench's JSON summary
+/// go.
+pub fn target_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).to_path_buf()
+}
+
 /// The `main` of a benchmark without criterion: under `cargo bench` (which
 /// passes `--bench`) runs `bench` on a multi-threaded tokio runtime; under
 /// `cargo test --benches` (no `--bench`) does nothing, the build was the
