@@ -24,7 +24,11 @@
 #     kube-controller-manager and CoreDNS from the Go module proxy (about 7
 #     minutes once), and its container images (pause, both wrapper servers,
 #     the catalog functions) built with buildah from this checkout's static
-#     binaries (scripts/build-node.sh, scripts/build-node-images.sh).
+#     binaries (scripts/build-node.sh, scripts/build-node-images.sh);
+#   - mdBook and the lychee link checker, installed with cargo from
+#     crates.io (scripts/build-mdbook.sh, scripts/build-lychee.sh; about 2
+#     and 6 minutes the first time on 2 cores), for the book's build and
+#     link check in tests/readme.rs.
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail
@@ -53,6 +57,10 @@ KRM_FN_NODE_BIN="$(bash scripts/build-node.sh)"
 export KRM_FN_NODE_BIN
 KRM_FN_NODE_IMAGES="$(bash scripts/build-node-images.sh)"
 export KRM_FN_NODE_IMAGES
+KRM_FN_MDBOOK_BIN="$(bash scripts/build-mdbook.sh)"
+export KRM_FN_MDBOOK_BIN
+KRM_FN_LYCHEE_BIN="$(bash scripts/build-lychee.sh)"
+export KRM_FN_LYCHEE_BIN
 
 # With KRM_FN_FREE_GO_BUILD_CACHE=1 (.ci/run sets it: a one-off machine),
 # Go's build cache (5 to 6 GB after the builds above) is emptied now that

@@ -1,8 +1,12 @@
-//! The README is executable: its marked shell blocks are run, their expected
-//! output compared, and the flags it documents checked against the binaries'
-//! own command lines, so the README cannot drift from the behaviour.
+//! The README and the book (`docs/`) are executable: their marked shell
+//! blocks are run, their expected output compared, the flags they document
+//! checked against the binaries' own command lines, and the book built with
+//! every link checked, so neither can drift from the behaviour.
 //!
-//! Marking (HTML comments, invisible on GitHub), on the line before a fence:
+//! The documents: `README.md` and each page of the book, in the order of
+//! `docs/src/SUMMARY.md` (every Markdown file under `docs/src` must be
+//! listed there). Marking is the same in all of them (HTML comments,
+//! invisible on GitHub and in the book), on the line before a fence:
 //!
 //! - `<!-- readme-test: NAME -->` before a ```` ```sh ```` block: run it
 //!   with bash (`-e -o pipefail`); it must exit 0.
@@ -18,9 +22,11 @@
 //!   the prose of the flag sections, must exist).
 //!
 //! Only marked blocks run; unmarked blocks (the release build, scripts that
-//! build or test the whole project) are not. Blocks run in document order,
-//! sharing one scratch directory that stands for the checkout: a copy of
-//! `examples/` and a link to `scripts/`. `krm-fn-runner` and `wrapper-server`
+//! build or test the whole project) are not. Each document's blocks run in
+//! its order, sharing one scratch directory of their own that stands for the
+//! checkout: a copy of `examples/` and a link to `scripts/` (a page's
+//! commands never rely on another page's; background blocks end with their
+//! page). `krm-fn-runner` and `wrapper-server`
 //! come from cargo's target directory, first on `PATH` (what the Quick
 //! start's build provides). The catalog functions come from
 //! `scripts/install-catalog-functions.sh`, as the README says. One
@@ -40,6 +46,80 @@ use common::free_port;
 mod common;
 
 const README: &str = include_str!("../README.md");
+
+/// A document whose marked blocks run and whose flag sections count.
+struct Doc {
+    /// Its path from the repository root (`README.md`, `docs/src/…`).
+    path: String,
+    text: String,
+}
+
+/// The book's pages, in `SUMMARY.md` order, as paths from the repository
+/// root; panics if a Markdown file under `docs/src` is not listed (mdBook
+/// would leave it out of the book, and so this test out of its runs).
+fn book_pages() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let summary = std::fs::read_to_string(root.join("docs/src/SUMMARY.md"))
+        .expect("docs/src/SUMMARY.md (the book's table of contents)");
+    let pages: Vec<String> = summary_links(&summary)
+        .into_iter()
+        .map(|p| format!("docs/src/{p}"))
+        .collect();
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("docs/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().map(Result::unwrap) {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                let rel = path.strip_prefix(root).unwrap().display().to_string();
+                if rel != "docs/src/SUMMARY.md" {
+                    files.push(rel);
+                }
+            }
+        }
+    }
+    let unlisted: Vec<&String> = files.iter().filter(|f| !pages.contains(f)).collect();
+    assert!(
+        unlisted.is_empty(),
+        "pages under docs/src that docs/src/SUMMARY.md does not list (the book would leave them out): {unlisted:?}"
+    );
+    pages
+}
+
+/// The page paths `SUMMARY.md` links to (`[Title](path.md)`), in order;
+/// draft chapters (`[Title]()`) have none.
+fn summary_links(summary: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in summary.lines() {
+        let Some(start) = line.find("](") else {
+            continue;
+        };
+        let rest = &line[start + 2..];
+        let Some(end) = rest.find(')') else { continue };
+        let target = rest[..end].trim();
+        if !target.is_empty() {
+            out.push(target.to_string());
+        }
+    }
+    out
+}
+
+/// The README and the book's pages.
+fn documents() -> Vec<Doc> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs = vec![Doc {
+        path: "README.md".into(),
+        text: README.to_string(),
+    }];
+    for page in book_pages() {
+        let text = std::fs::read_to_string(root.join(&page))
+            .unwrap_or_else(|e| panic!("{page} (listed in docs/src/SUMMARY.md): {e}"));
+        docs.push(Doc { path: page, text });
+    }
+    docs
+}
 
 /// What a marked block asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,12 +156,12 @@ fn marked_blocks(readme: &str) -> Vec<Block> {
                 None => Mode::Run,
                 Some("background") => Mode::Background,
                 Some("expect-stdout") => Mode::ExpectStdout,
-                Some(other) => panic!("README line {}: unknown readme-test mode {other:?}", i + 1),
+                Some(other) => panic!("line {}: unknown readme-test mode {other:?}", i + 1),
             };
             let fence = lines.get(i + 1).map(|l| l.trim_start()).unwrap_or("");
             assert!(
                 fence.starts_with("```"),
-                "README line {}: a readme-test marker must be followed by a fenced block",
+                "line {}: a readme-test marker must be followed by a fenced block",
                 i + 1
             );
             let lang = fence.trim_start_matches('`').trim().to_string();
@@ -92,11 +172,11 @@ fn marked_blocks(readme: &str) -> Vec<Block> {
                 text.push('\n');
                 j += 1;
             }
-            assert!(j < lines.len(), "README line {}: unclosed block", i + 1);
+            assert!(j < lines.len(), "line {}: unclosed block", i + 1);
             if mode != Mode::ExpectStdout {
                 assert!(
                     lang == "sh" || lang == "bash",
-                    "README line {}: only sh blocks can be run, not {lang:?}",
+                    "line {}: only sh blocks can be run, not {lang:?}",
                     i + 1
                 );
             }
@@ -115,7 +195,7 @@ fn marked_blocks(readme: &str) -> Vec<Block> {
     blocks
 }
 
-/// The README's sections (heading line to the next heading, outside code
+/// A document's sections (heading line to the next heading, outside code
 /// blocks) as (heading, text).
 fn sections(readme: &str) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = vec![(String::new(), String::new())];
@@ -183,22 +263,72 @@ fn shell(text: &str, cwd: &Path, path: &str) -> Command {
     cmd
 }
 
+/// Blocks that must stay marked for testing, by document: the commands
+/// each kind of user starts with.
+const REQUIRED_BLOCKS: &[(&str, &str)] = &[
+    ("README.md", "quick-start"),
+    ("README.md", "using-it-functions"),
+    ("README.md", "using-it-serve"),
+    ("README.md", "using-it-eval"),
+    ("README.md", "rendering"),
+    ("README.md", "simulator"),
+];
+
 #[test]
 fn readme_commands_run() {
-    let blocks = marked_blocks(README);
-    let names: BTreeSet<&str> = blocks.iter().map(|b| b.name.as_str()).collect();
-    for required in [
-        "quick-start",
-        "using-it-functions",
-        "using-it-serve",
-        "using-it-eval",
-        "rendering",
-        "simulator",
-    ] {
+    let docs = documents();
+    run_document(&docs[0]);
+}
+
+/// Every page of the book runs its marked blocks as the README does, each
+/// page in a scratch checkout of its own.
+#[test]
+fn book_commands_run() {
+    for doc in documents().iter().skip(1) {
+        run_document(doc);
+    }
+}
+
+/// Every block of `REQUIRED_BLOCKS` is marked in its document.
+#[test]
+fn required_blocks_are_marked() {
+    let docs = documents();
+    for (path, name) in REQUIRED_BLOCKS {
+        let doc = docs
+            .iter()
+            .find(|d| d.path == *path)
+            .unwrap_or_else(|| panic!("{path} is not among the documents (README, book pages)"));
         assert!(
-            names.contains(required),
-            "the README block {required:?} is no longer marked for testing"
+            marked_blocks(&doc.text).iter().any(|b| b.name == *name),
+            "the {path} block {name:?} is no longer marked for testing"
         );
+    }
+}
+
+/// The book builds without warnings and every relative link and `#anchor`
+/// in it, the README and the changelog resolves (`scripts/check-book.sh`:
+/// mdBook, then lychee offline).
+#[test]
+fn book_builds_and_every_link_resolves() {
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check-book.sh"))
+        .arg(out.path())
+        .stdin(Stdio::null())
+        .status()
+        .expect("run scripts/check-book.sh");
+    assert!(
+        status.success(),
+        "scripts/check-book.sh failed ({status}): the book does not build cleanly or a link is broken (output above)"
+    );
+    assert!(out.path().join("index.html").is_file());
+}
+
+/// Runs `doc`'s marked blocks in order in a scratch checkout of its own.
+fn run_document(doc: &Doc) {
+    let blocks = marked_blocks(&doc.text);
+    if blocks.is_empty() {
+        return;
     }
     let work = checkout_copy();
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
@@ -216,8 +346,8 @@ fn readme_commands_run() {
     for block in &blocks {
         let text = block.text.replace("9445", &port);
         let what = format!(
-            "README block {:?} (line {}, {})",
-            block.name, block.line, block.lang
+            "{} block {:?} (line {}, {})",
+            doc.path, block.name, block.line, block.lang
         );
         match block.mode {
             Mode::ExpectStdout => {
@@ -235,7 +365,7 @@ fn readme_commands_run() {
                 assert_eq!(
                     trim(stdout),
                     trim(&block.text),
-                    "{what}: the README shows other output than {from:?} prints"
+                    "{what}: the document shows other output than {from:?} prints"
                 );
             }
             Mode::Run => {
@@ -324,7 +454,7 @@ fn mentions(text: &str, token: &str) -> bool {
     })
 }
 
-/// Flags of other tools that the README's flag sections mention in prose.
+/// Flags of other tools that the flag sections mention in prose.
 const FOREIGN_FLAGS: &[(&str, &str)] = &[("--flag", "Go's flag syntax, as an example")];
 
 /// The `--name` tokens of `text` (`--x=1` gives `--x`; a bare `--` none).
@@ -345,7 +475,7 @@ fn flag_tokens(text: &str) -> Vec<String> {
     out
 }
 
-/// The lines of the README's code blocks that run one of our binaries,
+/// The lines of a document's code blocks that run one of our binaries,
 /// as (command, flags): `krm-fn-runner SUB …` gives `SUB`,
 /// `wrapper-server …` gives `wrapper-server`. Continuation lines are
 /// joined; pipelines and lists are split; leading `NAME=value`
@@ -394,8 +524,8 @@ fn command_lines(readme: &str) -> Vec<(String, Vec<String>, String)> {
     out
 }
 
-/// Each command's `--help` flags appear in the README sections marked
-/// `<!-- flags: COMMAND -->`; every flag in the README's command lines of
+/// Each command's `--help` flags appear in the sections of the README and
+/// the book marked `<!-- flags: COMMAND -->`; every flag in their command lines of
 /// our binaries is a flag of that command; every `--flag` in the prose of
 /// the marked sections is a flag of one of the commands (or listed in
 /// `FOREIGN_FLAGS`). Flags of other tools elsewhere (cargo, kubectl) are
@@ -414,7 +544,8 @@ fn every_flag_is_documented() {
         .iter()
         .map(|(name, cmd)| (name.as_str(), documented_surface(cmd)))
         .collect();
-    let sections = sections(README);
+    let docs = documents();
+    let sections: Vec<(String, String)> = docs.iter().flat_map(|d| sections(&d.text)).collect();
     let mut missing = Vec::new();
     let mut marked_prose = String::new();
     for (name, items) in &surface {
@@ -426,7 +557,7 @@ fn every_flag_is_documented() {
             .collect();
         assert!(
             !text.is_empty(),
-            "no README section is marked {marker}: add the marker to the section documenting `{name}`"
+            "no section of the README or the book is marked {marker}: add the marker to the section documenting `{name}`"
         );
         for item in items {
             if !mentions(&text, item) {
@@ -445,10 +576,10 @@ fn every_flag_is_documented() {
     }
     assert!(
         missing.is_empty(),
-        "flags missing from the README sections marked <!-- flags: COMMAND -->: {missing:?}"
+        "flags missing from the sections marked <!-- flags: COMMAND --> (README and book): {missing:?}"
     );
     let mut wrong = Vec::new();
-    for (command, flags, line) in command_lines(README) {
+    for (command, flags, line) in docs.iter().flat_map(|d| command_lines(&d.text)) {
         let Some(known) = surface.get(command.as_str()) else {
             wrong.push(format!("{line:?}: no command {command:?}"));
             continue;
@@ -469,7 +600,7 @@ fn every_flag_is_documented() {
     wrong.dedup();
     assert!(
         wrong.is_empty(),
-        "the README names flags that do not exist: {wrong:#?}"
+        "the README or the book names flags that do not exist: {wrong:#?}"
     );
 }
 
@@ -501,4 +632,14 @@ fn markers_are_read_as_documented() {
         ("wrapper-server", vec!["--port".to_string()])
     );
     assert!(!mentions("--portal", "--port") && !mentions("x--port", "--port"));
+    assert_eq!(
+        summary_links(
+            "# Summary\n\n[Intro](introduction.md)\n\n- [Ops](operators/index.md)\n  - [Flags](operators/flags.md)\n- [Later]()\n"
+        ),
+        [
+            "introduction.md",
+            "operators/index.md",
+            "operators/flags.md"
+        ]
+    );
 }
