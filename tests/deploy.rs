@@ -1,4 +1,4 @@
-//! deploy/ against a real kube-apiserver, with the README's "Deploying with
+//! deploy/ against a real kube-apiserver, with the book's "Deploying with
 //! Porch" commands: the real kustomize CLI (`scripts/build-kustomize.sh`)
 //! builds each generation's kustomization, real kubectl
 //! (`scripts/build-kubectl.sh`) applies Porch's CRDs and namespaces, waits for
@@ -127,7 +127,7 @@ impl Kubectl {
 }
 
 /// Porch's own installation of the FunctionConfig generation, as its
-/// manifests ship (client-side `kubectl apply`): the state the README's
+/// manifests ship (client-side `kubectl apply`): the state the book's
 /// commands take over.
 fn install_porch(kubectl: &Kubectl) {
     let head = Path::new(REPO).join("third_party/porch");
@@ -167,7 +167,7 @@ fn wait_for_crds(kubectl: &Kubectl) {
     ]);
 }
 
-/// The README's steps for one generation: Porch's namespaces (and, given
+/// The book's steps for one generation: Porch's namespaces (and, given
 /// `crds`, its CRDs, waited for) applied for real, then the kustomize build
 /// of `deploy/<variant>` applied with a server-side dry run, then for real
 /// (`--force-conflicts`: over a Porch installation it takes over the fields
@@ -524,7 +524,7 @@ fn deploy_copy() -> tempfile::TempDir {
 
 #[test]
 fn images_are_set_with_kustomize_edit() {
-    // The README's way to point the manifests at a registry, on a copy.
+    // The book's way to point the manifests at a registry, on a copy.
     let dir = deploy_copy();
     let head = dir.path().join("deploy/head");
     for set in [
@@ -558,7 +558,7 @@ fn images_are_set_with_kustomize_edit() {
 
 #[tokio::test]
 async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
-    // The README's way to add it, on a copy of deploy/.
+    // The book's way to add it, on a copy of deploy/.
     let dir = deploy_copy();
     let head = dir.path().join("deploy/head");
     let out = Command::new(kustomize())

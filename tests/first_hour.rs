@@ -1,5 +1,5 @@
 //! A new user's first hour: the mistakes people make while following the
-//! README, each answered by the real binaries with a message that names the
+//! README and the book, each answered by the real binaries with a message that names the
 //! problem and the next step, printed once, with the documented exit code —
 //! and nothing of theirs destroyed.
 

@@ -1,5 +1,5 @@
 //! The container images, for real: `scripts/build-images.sh --push` (the
-//! README's command) builds both with buildah and pushes them to a real
+//! book's command, `docs/src/operators/deploying.md`) builds both with buildah and pushes them to a real
 //! registry (Debian's docker-registry); the runner's own image inspection
 //! (OciImageInspector) reads their digests and entrypoints back. Then, as a
 //! kubelet would run them:
@@ -231,7 +231,7 @@ fn sections(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// The README's "Allocator" promise: the static `bin` in `dir` allocates
+/// The book's "Allocator" promise (`docs/src/benchmarks/history.md`): the static `bin` in `dir` allocates
 /// with mimalloc (asked to be verbose through its `MIMALLOC_VERBOSE`
 /// option, it reports its start on stderr; the C library's `malloc` says
 /// nothing).
@@ -249,7 +249,7 @@ fn assert_allocates_with_mimalloc(dir: &Path, bin: &str) {
     );
 }
 
-/// The README's promise: the runner at most 30 MB and the wrapper server at
+/// The book's promise (`docs/src/operators/deploying.md`): the runner at most 30 MB and the wrapper server at
 /// most 15 MB, stripped (no symbols, no debug info), each with its debug
 /// info (line tables) in a `.debug` file beside it that it names.
 fn assert_binaries_stripped_and_split() {
@@ -295,7 +295,7 @@ async fn images_build_push_inspect_and_run() {
     let runner_image = format!("{}/krm-fn-runner:test", reg.addr);
     let wrapper_image = format!("{}/krm-fn-wrapper-server:test", reg.addr);
 
-    // Build and push with the README's command; "IMAGE DIGEST" per image.
+    // Build and push with the book's command; "IMAGE DIGEST" per image.
     let build_and_push = || {
         let mut build = Command::new("bash");
         build

@@ -322,7 +322,7 @@ fn fault_rates_must_be_probabilities() {
     assert!(stderr.contains("diurnal ratio"), "{stderr}");
 }
 
-// Warm pools: the README's trade-off on `examples/warm-pool` (two working
+// Warm pools: the book's trade-off (`docs/src/operators/warm-pools.md`) on `examples/warm-pool` (two working
 // days with quiet nights and gaps longer than the TTL): each pod kept warm
 // removes cold starts and costs pod-hours; the pool never exceeds maxPods.
 #[test]

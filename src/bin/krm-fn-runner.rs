@@ -2,8 +2,8 @@
 
 /// The process's allocator: mimalloc instead of the C library's `malloc`
 /// (musl's, in the static image builds, cost a render of 1,000 resources
-/// 0.52 s of its own CPU against mimalloc's 0.32 s; see the README's
-/// "Allocator" section). Set here, not in the library, whose users choose
+/// 0.52 s of its own CPU against mimalloc's 0.32 s; see the
+/// "Allocator" section of the book's `docs/src/benchmarks/history.md`). Set here, not in the library, whose users choose
 /// their own.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -32,7 +32,7 @@ fn main() -> std::process::ExitCode {
 /// again by the next step (each step frees the objects and texts it replaces, and page
 /// faults were about a quarter of the render's own CPU). At 5,000
 /// resources this took a tenth off the render's own CPU for a tenth more
-/// peak RSS (README, "Allocator"). `serve` keeps mimalloc's default, so its
+/// peak RSS (the book's measurement log, "Allocator"). `serve` keeps mimalloc's default, so its
 /// RSS goes back down after a large call. An explicit
 /// `MIMALLOC_PURGE_DELAY` in the environment (`explicit`) wins.
 fn purge_delay(command: Option<&std::ffi::OsStr>, explicit: bool) -> Option<std::ffi::c_long> {

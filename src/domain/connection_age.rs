@@ -18,8 +18,8 @@
 
 use std::time::Duration;
 
-/// `--max-connection-age`'s default: 2 minutes (see the README's
-/// deployment chapter for the reasoning).
+/// `--max-connection-age`'s default: 2 minutes (see the book's
+/// `docs/src/operators/replicas.md` for the reasoning).
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(120);
 /// `--max-connection-age-grace`'s default: 10 minutes, twice the longest
 /// call Porch waits for (porch-server v1.5.3 gives each API request, and so

@@ -25,8 +25,8 @@
 //! namespace's name; [`clean_stale_nodes`] does the same for the nodes of
 //! test processes that were killed before they could.
 //!
-//! Facts of this environment the bed works around (see the README's pod
-//! evaluator section): root here lacks `CAP_SYS_RESOURCE`, so containerd
+//! Facts of this environment the bed works around (see the book's pod
+//! evaluator page, `docs/src/operators/pod-evaluator.md`): root here lacks `CAP_SYS_RESOURCE`, so containerd
 //! clamps `oom_score_adj` (`restrict_oom_score_adj`); there is no `dummy`
 //! link driver, so `node0` is an empty bridge.
 #![allow(dead_code)]

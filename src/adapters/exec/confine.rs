@@ -173,8 +173,8 @@ pub(crate) unsafe fn enter_function(
 /// a running task, so concurrent functions run in longer stretches and
 /// switch less, while the runner, the supervisors and everything else on
 /// the machine still preempt them as soon as they wake: less CPU per call
-/// and more calls per second under concurrency (figures in the README,
-/// "Benchmarks"). The function's threads and children inherit it.
+/// and more calls per second under concurrency (figures in the book,
+/// `docs/src/benchmarks/history.md`). The function's threads and children inherit it.
 ///
 /// Any other policy is left as it is: `SCHED_IDLE` (which an unprivileged
 /// process may leave for `SCHED_BATCH`) is not raised, and a real-time

@@ -35,7 +35,8 @@ pub const DEFAULT_MAX_QUEUED: usize = 1024;
 
 /// Default of `--function-start-limit`: 0, off. On a 2-core machine shared
 /// with other work, one function per CPU lost throughput and tail latency
-/// to the other processes (see the README's throughput section), so the
+/// to the other processes (see the book's measurement log,
+/// `docs/src/benchmarks/history.md`), so the
 /// limiter is opt-in.
 pub const DEFAULT_START_LIMIT: usize = 0;
 

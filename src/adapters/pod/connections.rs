@@ -92,7 +92,7 @@ impl Resolver for MapFileResolver {
 /// socket. A call costs two hand-offs between tasks (request out, answer
 /// in); hyper's client connection adds a dispatch channel, a task spawned
 /// per request and a callback, and tonic's `Channel` a buffering task in
-/// front of that (README, "Benchmarks": half the futex calls and a third
+/// front of that (the book's `docs/src/benchmarks/history.md`: half the futex calls and a third
 /// fewer socket writes per call than hyper's). A failed dial is
 /// `UNAVAILABLE` (as with tonic's `Channel`: [`tonic::ConnectError`]); a
 /// connection that breaks mid-call is `UNKNOWN` with the transport error as
