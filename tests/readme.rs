@@ -272,6 +272,19 @@ const REQUIRED_BLOCKS: &[(&str, &str)] = &[
     ("README.md", "using-it-eval"),
     ("README.md", "rendering"),
     ("README.md", "simulator"),
+    ("docs/src/getting-started.md", "quick-start"),
+    ("docs/src/getting-started.md", "using-it-functions"),
+    ("docs/src/getting-started.md", "using-it-serve"),
+    ("docs/src/getting-started.md", "using-it-eval"),
+    ("docs/src/operators/flags.md", "completions-and-man"),
+    ("docs/src/rendering/index.md", "rendering"),
+    ("docs/src/operators/admission.md", "admission-eval"),
+    ("docs/src/operators/warm-pools.md", "warm-pool-simulator"),
+    ("docs/src/operators/wrapper-server.md", "wrapper-serve"),
+    ("docs/src/operators/wrapper-server.md", "wrapper-eval"),
+    ("docs/src/simulator.md", "simulator"),
+    ("docs/src/simulator.md", "simulator-faults"),
+    ("docs/src/operators/replicas.md", "replica-model"),
 ];
 
 #[test]
@@ -324,6 +337,92 @@ fn book_builds_and_every_link_resolves() {
     assert!(out.path().join("index.html").is_file());
 }
 
+/// The plot the simulator page shows is the one its first block draws:
+/// that block, run again, writes the same SVG byte for byte (`simulate` is
+/// seeded). When the plot changes on purpose, copy the new `day.svg` over
+/// `docs/src/images/simulator-day.svg`.
+#[test]
+fn the_simulator_page_shows_the_plot_simulate_draws() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/src/simulator.md")).unwrap();
+    assert!(
+        page.contains("](images/simulator-day.svg)"),
+        "docs/src/simulator.md no longer shows images/simulator-day.svg"
+    );
+    let block = marked_blocks(&page)
+        .into_iter()
+        .find(|b| b.name == "simulator" && b.mode == Mode::Run)
+        .expect("the simulator page's `simulator` block");
+    assert!(block.text.contains("--plot day.svg"), "{}", block.text);
+    let work = tempfile::tempdir().unwrap();
+    let out = shell(&block.text, work.path(), &binaries_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let drawn = std::fs::read(work.path().join("day.svg")).unwrap();
+    let shown = std::fs::read(root.join("docs/src/images/simulator-day.svg")).unwrap();
+    assert!(
+        drawn == shown,
+        "simulate draws another plot than docs/src/images/simulator-day.svg shows ({} against {} bytes): \
+         copy the new one over it if the change is meant",
+        drawn.len(),
+        shown.len()
+    );
+}
+
+/// The README's library example is the book's five-line example, which the
+/// doc tests compile (`src/lib.rs` includes `docs/src/library.md` under
+/// `cfg(doctest)`): each line of the README's Rust block is a line of that
+/// block.
+#[test]
+fn the_readme_library_example_is_the_compiled_one() {
+    let rust_blocks = |text: &str| -> Vec<Vec<String>> {
+        let mut blocks = Vec::new();
+        let mut current: Option<Vec<String>> = None;
+        for line in text.lines() {
+            let fence = line.trim_start();
+            match &mut current {
+                None if fence.starts_with("```rust") => current = Some(Vec::new()),
+                Some(_) if fence.starts_with("```") => blocks.push(current.take().unwrap()),
+                Some(lines) => lines.push(line.to_string()),
+                None => {}
+            }
+        }
+        blocks
+    };
+    let readme = rust_blocks(README);
+    assert_eq!(readme.len(), 1, "the README has one Rust example");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let book = rust_blocks(&std::fs::read_to_string(root.join("docs/src/library.md")).unwrap());
+    let compiled = book
+        .iter()
+        .find(|b| b.iter().any(|l| l.contains("fn five_lines")))
+        .expect("docs/src/library.md: the five-line example (`fn five_lines`)");
+    let shown: Vec<&String> = compiled.iter().filter(|l| !l.starts_with("# ")).collect();
+    let wanted: Vec<&String> = readme[0].iter().collect();
+    assert_eq!(
+        wanted, shown,
+        "the README's library example differs from the compiled one in docs/src/library.md"
+    );
+}
+
+/// `PATH` with this build's binaries first.
+fn binaries_path() -> String {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 /// Runs `doc`'s marked blocks in order in a scratch checkout of its own.
 fn run_document(doc: &Doc) {
     let blocks = marked_blocks(&doc.text);
@@ -331,15 +430,7 @@ fn run_document(doc: &Doc) {
         return;
     }
     let work = checkout_copy();
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = binaries_path();
     let port = free_port().to_string();
     let mut background: Vec<Background> = Vec::new();
     let mut last_stdout: Option<(String, String)> = None;
@@ -483,13 +574,18 @@ fn flag_tokens(text: &str) -> Vec<String> {
 fn command_lines(readme: &str) -> Vec<(String, Vec<String>, String)> {
     let mut out = Vec::new();
     let mut in_code = false;
+    // Blocks in a data or program language (a Cargo.toml dependency line,
+    // YAML, Rust) hold no command lines.
+    let mut data = false;
     let mut logical = String::new();
     for line in readme.lines() {
-        if line.trim_start().starts_with("```") {
+        if let Some(fence) = line.trim_start().strip_prefix("```") {
             in_code = !in_code;
+            let lang = fence.trim().split(',').next().unwrap_or_default();
+            data = in_code && ["toml", "yaml", "yml", "json", "rust"].contains(&lang);
             continue;
         }
-        if !in_code {
+        if !in_code || data {
             continue;
         }
         logical.push_str(line.trim_end().trim_end_matches('\\'));
@@ -623,6 +719,7 @@ fn markers_are_read_as_documented() {
         "```sh\nPATH=x krm-fn-runner render p --allow-exec \\\n    -o d | cat && wrapper-server --port=1 -- f --x\nkubectl apply --dry-run\n```\n",
     );
     assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(command_lines("```toml\nkrm-fn-runner = { version = \"0.1\" }\n```\n").is_empty());
     assert_eq!(
         (lines[0].0.as_str(), lines[0].1.clone()),
         ("render", vec!["--allow-exec".to_string()])

@@ -32,9 +32,9 @@
 //! differences concern a whole render ([`NULL_ITEMS`], [`FOOT_BEFORE_JSON`]).
 //! Any other difference fails, with the package and both texts.
 //!
-//! Each rule, and each of the two, is a row of the README's table of
-//! differences from kpt, with its reason
-//! (`readme_lists_every_difference_rule` keeps them in step).
+//! Each rule, and each of the two, is a row of the book's table of
+//! differences from kpt (`docs/src/rendering/kpt-differences.md`), with its
+//! reason (`the_book_lists_every_difference_rule` keeps them in step).
 //!
 //! Runs [`CASES`] generated packages (a fixed seed: every run checks the
 //! same ones), about 75 s on 2 cores; `KRM_FN_RENDER_DIFF_CASES=N`
@@ -1293,16 +1293,17 @@ fn generated_packages_render_as_with_kpt() {
     }
 }
 
-/// The README's table of differences from kpt (the rows after its
+/// The book's table of differences from kpt
+/// (`docs/src/rendering/kpt-differences.md`, the rows after its
 /// `<!-- kpt-differences -->` marker) names every rule here (as
 /// ``rule `name` ``), and every rule it names is one of them: a difference
-/// the test accepts is one the README lists.
+/// the test accepts is one the book lists.
 #[test]
-fn readme_lists_every_difference_rule() {
-    let readme = include_str!("../../README.md");
-    let (_, after) = readme
-        .split_once("<!-- kpt-differences -->")
-        .expect("README.md: the `<!-- kpt-differences -->` marker before the table is missing");
+fn the_book_lists_every_difference_rule() {
+    let page = include_str!("../../docs/src/rendering/kpt-differences.md");
+    let (_, after) = page.split_once("<!-- kpt-differences -->").expect(
+        "docs/src/rendering/kpt-differences.md: the `<!-- kpt-differences -->` marker before the table is missing",
+    );
     let table: Vec<&str> = after
         .lines()
         .skip_while(|l| l.trim().is_empty())
@@ -1322,7 +1323,7 @@ fn readme_lists_every_difference_rule() {
     let unknown: Vec<&&str> = named.difference(&rules).collect();
     assert!(
         missing.is_empty() && unknown.is_empty(),
-        "README.md's table of differences from kpt ({} rows) does not name the rules {missing:?}, \
+        "the table of differences from kpt in docs/src/rendering/kpt-differences.md ({} rows) does not name the rules {missing:?}, \
          and names rules the differential test does not have: {unknown:?}",
         table.len().saturating_sub(2)
     );
