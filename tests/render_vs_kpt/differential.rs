@@ -38,8 +38,9 @@
 //!
 //! Runs [`CASES`] generated packages (a fixed seed: every run checks the
 //! same ones), about 75 s on 2 cores; `KRM_FN_RENDER_DIFF_CASES=N`
-//! runs N instead and `KRM_FN_RENDER_DIFF_SEED=S` (a number, or `random`)
-//! picks other packages, for a longer campaign. The cases a rule explained
+//! runs N instead and `KRM_FN_RENDER_DIFF_SEED=S` (a number, or `random`
+//! for one drawn from the clock; the seed is printed) picks other packages,
+//! for a longer campaign. The cases a rule explained
 //! are counted and printed (`--nocapture`).
 
 use std::collections::BTreeMap;
@@ -1245,35 +1246,39 @@ fn check_case(case: &Case) -> Result<(), TestCaseError> {
     }
 }
 
-/// The runner's configuration: [`CASES`] and [`SEED`] unless the
-/// environment says otherwise; shrinking bounded (each step renders four
-/// times).
-fn config() -> Config {
+/// The runner's configuration and its seed: [`CASES`] and [`SEED`] unless
+/// the environment says otherwise (`random` draws a seed from the clock,
+/// printed so that a failing campaign can be run again); shrinking bounded
+/// (each step renders four times).
+fn config() -> (Config, u64) {
     let cases = std::env::var("KRM_FN_RENDER_DIFF_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(CASES);
     let seed = match std::env::var("KRM_FN_RENDER_DIFF_SEED").ok().as_deref() {
-        Some("random") => RngSeed::Random,
-        Some(s) => RngSeed::Fixed(
-            s.parse()
-                .expect("KRM_FN_RENDER_DIFF_SEED: a number or `random`"),
-        ),
-        None => RngSeed::Fixed(SEED),
+        Some("random") => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(SEED, |d| d.as_nanos() as u64),
+        Some(s) => s
+            .parse()
+            .expect("KRM_FN_RENDER_DIFF_SEED: a number or `random`"),
+        None => SEED,
     };
-    Config {
+    let config = Config {
         cases,
-        rng_seed: seed,
+        rng_seed: RngSeed::Fixed(seed),
         max_shrink_iters: 64,
         failure_persistence: None,
         ..Config::default()
-    }
+    };
+    (config, seed)
 }
 
 #[test]
 fn generated_packages_render_as_with_kpt() {
-    let config = config();
+    let (config, seed) = config();
     let cases = config.cases;
+    println!("{cases} generated packages, seed {seed} (KRM_FN_RENDER_DIFF_SEED)");
     let started = std::time::Instant::now();
     let mut runner = TestRunner::new(config);
     let result = runner.run(&case(), |case| check_case(&case));
