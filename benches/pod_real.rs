@@ -15,6 +15,12 @@
 //! - cold start: a call that needs a new pod, the images cached on the node
 //!   (the runner's pods deleted and gone before each sample);
 //! - warm call: calls on a ready pod over one client connection;
+//! - the node's own share of a cold start, measured in the same rounds: a
+//!   copy of the pod ours creates (same spec, its own namespace, no runner
+//!   watching) created directly, timed until its wrapper server answers a
+//!   gRPC health check at the pod IP (the least any runner can wait with
+//!   this pod) and until the kubelet reports it Ready (the least a runner
+//!   waiting for readiness, as Porch's does, can wait);
 //! - time to a clear error when the node cannot pull the image (its layer
 //!   missing from the registry, its manifest readable): ours answers with
 //!   the kubelet's reason; Porch waits for its fixed 60 s pod-ready timeout.
@@ -135,6 +141,81 @@ async fn clear_pods(client: &Client, namespace: &str) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     panic!("the pods of {namespace} did not go within 90 s");
+}
+
+/// One sample of the node alone: creates a pod named `name` in
+/// `namespace` from `spec` (a copy of a spec ours created), then polls
+/// (every 10 ms) its status for the pod IP and its wrapper server there
+/// for a gRPC health answer, and the status for the kubelet's Ready.
+/// Returns the time to a serving wrapper and to Ready, from the create
+/// call; deletes the pod (no grace) and waits until it is gone.
+async fn node_floor(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> (Duration, Duration) {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod = Pod {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: Some(spec.clone()),
+        status: None,
+    };
+    let started = Instant::now();
+    pods.create(&kube::api::PostParams::default(), &pod)
+        .await
+        .expect("create the floor pod");
+    let (mut serving, mut ready) = (None, None);
+    let deadline = started + Duration::from_secs(60);
+    while (serving.is_none() || ready.is_none()) && Instant::now() < deadline {
+        let Ok(p) = pods.get(name).await else {
+            continue;
+        };
+        let status = p.status.unwrap_or_default();
+        if ready.is_none()
+            && status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        {
+            ready = Some(started.elapsed());
+        }
+        if serving.is_none()
+            && let Some(ip) = status.pod_ip
+        {
+            let endpoint = Endpoint::from_shared(format!(
+                "http://{ip}:{}",
+                krm_fn_runner::domain::pod_cache::WRAPPER_PORT
+            ))
+            .unwrap()
+            .connect_timeout(Duration::from_millis(100))
+            .timeout(Duration::from_millis(200));
+            if let Ok(channel) = endpoint.connect().await
+                && let Ok(r) = HealthClient::new(channel)
+                    .check(HealthCheckRequest::default())
+                    .await
+                && r.get_ref().status == ServingStatus::Serving as i32
+            {
+                serving = Some(started.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = pods
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await;
+    clear_pods(client, namespace).await;
+    (
+        serving.expect("the floor pod's wrapper answered within 60 s"),
+        ready.expect("the floor pod became Ready within 60 s"),
+    )
 }
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
@@ -289,6 +370,20 @@ async fn bench(node: &Node) {
         );
     }
 
+    // The spec of the pod ours (pod-ip) created, for the node's own share.
+    let mut spec = Api::<Pod>::namespaced(client.clone(), "bench-ours-ip")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .next()
+        .and_then(|p| p.spec)
+        .expect("ours created a pod");
+    spec.node_name = None;
+    k8s_support::create_namespace(&client, "bench-floor").await;
+    let (mut floor_serving, mut floor_ready) = (Vec::new(), Vec::new());
+
     // Cold starts, interleaved.
     let mut cold: Vec<Vec<Duration>> = vec![Vec::new(); contenders.len()];
     let mut cold_errors = vec![0usize; contenders.len()];
@@ -309,6 +404,15 @@ async fn bench(node: &Node) {
             }
             eprintln!("{} cold round {round}: {}", c.name, ms(took));
         }
+        let (serving, ready) =
+            node_floor(&client, "bench-floor", &format!("floor-{round}"), &spec).await;
+        eprintln!(
+            "the node alone, round {round}: wrapper serving {}, Ready {}",
+            ms(serving),
+            ms(ready)
+        );
+        floor_serving.push(serving);
+        floor_ready.push(ready);
     }
 
     // Warm calls over one connection each, in interleaved blocks of 50.
@@ -363,6 +467,16 @@ async fn bench(node: &Node) {
         }
     }
 
+    floor_serving.sort();
+    floor_ready.sort();
+    println!(
+        "\nthe node alone (a copy of ours' pod created directly): wrapper serving p50 / p95 {} / {}, kubelet's Ready p50 / p95 {} / {} ({} rounds)",
+        ms(quantile(&floor_serving, 0.5)),
+        ms(quantile(&floor_serving, 0.95)),
+        ms(quantile(&floor_ready, 0.5)),
+        ms(quantile(&floor_ready, 0.95)),
+        floor_serving.len()
+    );
     println!(
         "\n| | cold start p50 / p95 (n, errors) | warm call p50 / p99 | unpullable image: time to error, first words |"
     );
