@@ -589,7 +589,6 @@ impl SimCluster {
             uid: Some(format!("uid-{}", self.next_id)),
             resource_version: Some(self.next_id.to_string()),
             ip: None,
-            started: false,
             phase: ObservedPhase::Pending,
         };
         let lost = self.rng.chance(self.failures.create_lost);

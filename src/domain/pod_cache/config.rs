@@ -567,7 +567,7 @@ pub struct PodCachePolicy {
     /// the probe's period, 10 s in Porch's template, can delay by that much
     /// when its first try comes before the server listens). The machine
     /// then emits [`Command::ProbeWrapper`](super::Command::ProbeWrapper)
-    /// once the pod has an IP and its `function` container runs.
+    /// once the pod has an IP.
     pub probe_wrapper: bool,
     /// First delay before a failed reclaim-after patch or pod deletion is
     /// retried; it doubles per failure up to

@@ -62,9 +62,6 @@ pub struct ObservedPod {
     pub resource_version: Option<String>,
     /// `status.podIP`, if assigned.
     pub ip: Option<String>,
-    /// Whether its `function` container is running (the wrapper server may
-    /// be listening already, before the kubelet's first readiness probe).
-    pub started: bool,
     /// Where it is in its life.
     pub phase: ObservedPhase,
 }

@@ -203,8 +203,8 @@ struct Creation {
     /// Pool names this creation found taken.
     tried: Vec<String>,
     /// The wrapper's pod-IP endpoint once the watch showed the pod with an
-    /// IP and its `function` container running.
-    started: Option<String>,
+    /// IP (its containers may still be starting).
+    address: Option<String>,
     /// Whether [`Command::ProbeWrapper`] is out for it.
     probing: bool,
 }
@@ -861,7 +861,7 @@ impl PodCache {
             reclaim_after: extended(now, ttl),
             joined: false,
             tried: Vec::new(),
-            started: None,
+            address: None,
             probing: false,
         };
         let slot = Slot {
@@ -1239,15 +1239,18 @@ impl PodCache {
         if let Some((endpoint, ip)) = seen {
             self.on_pod_ready(now, id, endpoint, ip);
         } else {
-            self.probe_if_started(id);
+            self.probe_if_addressed(id);
         }
     }
 
     /// Emits [`Command::ProbeWrapper`] for a starting pod of this replica's
-    /// own creation whose `function` container runs at a known IP, once,
-    /// when the policy asks for it (pod-IP address mode): the wrapper may
-    /// answer well before the kubelet's next readiness probe.
-    fn probe_if_started(&mut self, id: SlotId) {
+    /// own creation once it has an IP, once, when the policy asks for it
+    /// (pod-IP address mode): the wrapper may answer well before the
+    /// kubelet's next readiness probe, and before the kubelet's status
+    /// even says its container runs (the kubelet learns that at its next
+    /// relist of the containers, up to a second later). The probe retries
+    /// until the wrapper answers.
+    fn probe_if_addressed(&mut self, id: SlotId) {
         if !self.policy.probe_wrapper || self.policy.await_endpoints {
             return;
         }
@@ -1260,7 +1263,7 @@ impl PodCache {
         if c.probing || c.joined || !matches!(c.step, Step::Starting) {
             return;
         }
-        let Some(endpoint) = c.started.clone() else {
+        let Some(endpoint) = c.address.clone() else {
             return;
         };
         c.probing = true;
@@ -1679,14 +1682,12 @@ impl PodCache {
                 }
             }
             (Phase::Pending(c), ObservedPhase::Pending) => {
-                if pod.started
-                    && let Some(ip) = &pod.ip
-                {
-                    c.started = Some(pod_ip_endpoint(ip));
+                if let Some(ip) = &pod.ip {
+                    c.address = Some(pod_ip_endpoint(ip));
                 }
                 if !matches!(c.step, Step::Creating { .. }) {
                     slot.known_since.get_or_insert(now);
-                    self.probe_if_started(id);
+                    self.probe_if_addressed(id);
                 }
             }
             (Phase::Ready { .. }, ObservedPhase::Failed { .. }) => {
@@ -2191,7 +2192,7 @@ impl PodCache {
                 reclaim_after,
                 joined: false,
                 tried: Vec::new(),
-                started: None,
+                address: None,
                 probing: false,
             };
             self.slots.insert(

@@ -2040,12 +2040,13 @@ fn a_warning_about_a_ready_pod_is_left_to_its_status() {
     ));
 }
 
-// In pod-IP mode, a starting pod whose wrapper runs at a known IP is
-// probed, once; a SERVING answer makes it take calls before the kubelet
+// In pod-IP mode, a starting pod is probed, once, as soon as it has an IP
+// (its containers may not run yet: the probe retries until the wrapper
+// answers); a SERVING answer makes it take calls before the kubelet
 // reports it ready. Not in service mode (kube-proxy routes only to ready
 // endpoints), and not when the policy does not ask for it.
 #[test]
-fn a_started_wrapper_is_probed_and_serves_before_the_kubelet_says_ready() {
+fn a_starting_pod_is_probed_at_its_ip_and_serves_before_the_kubelet_says_ready() {
     for (probe, await_endpoints, expect) in [
         (true, false, true),
         (false, false, false),
@@ -2058,7 +2059,6 @@ fn a_started_wrapper_is_probed_and_serves_before_the_kubelet_says_ready() {
         let c = requested_and_created(&mut pc, 1);
         let started = ObservedPod {
             ip: Some("10.244.0.7".into()),
-            started: true,
             ..seen(&c.pod_name, ObservedPhase::Pending)
         };
         pc.handle(

@@ -73,10 +73,6 @@ pub fn observe_pod(pod: &Pod) -> Option<ObservedPod> {
         uid: meta.uid.clone(),
         resource_version: meta.resource_version.clone(),
         ip: status.and_then(|s| s.pod_ip.clone()),
-        started: status
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.name == FUNCTION_CONTAINER))
-            .is_some_and(|c| c.state.as_ref().is_some_and(|s| s.running.is_some())),
         image,
         name,
         phase,

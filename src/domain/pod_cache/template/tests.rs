@@ -653,9 +653,10 @@ fn kubelet_reasons_fail_the_pod() {
 }
 
 // A pod on its way up is pending: pulling, creating, an init container
-// that finished, a running container not yet ready.
+// that finished, a running container not yet ready; its IP is observed as
+// soon as the status has one.
 #[test]
-fn a_starting_pod_is_pending_and_started_once_its_wrapper_runs() {
+fn a_starting_pod_is_pending_with_its_ip_once_assigned() {
     let cases = [
         (serde_json::json!({"phase": "Pending"}), false),
         (
@@ -674,10 +675,10 @@ fn a_starting_pod_is_pending_and_started_once_its_wrapper_runs() {
             true,
         ),
     ];
-    for (status, started) in cases {
+    for (status, has_ip) in cases {
         let o = observe_pod(&pod_with_status(status.clone())).unwrap();
         assert_eq!(o.phase, ObservedPhase::Pending, "{status}");
-        assert_eq!(o.started, started, "{status}");
+        assert_eq!(o.ip.is_some(), has_ip, "{status}");
     }
 }
 
