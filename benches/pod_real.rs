@@ -303,46 +303,6 @@ fn start_porch(node: &Node, namespace: &str, dir: &std::path::Path) -> Contender
     }
 }
 
-/// Pushes an image whose manifest and config are readable and whose layer
-/// is not (deleted from the registry): the runners read its entrypoint,
-/// the node cannot pull it.
-async fn unpullable_image(node: &Node) -> String {
-    let registry = &node.registry;
-    registry
-        .push_image(
-            "broken/no-layer:v1",
-            "amd64",
-            Some(&["/usr/local/bin/function"]),
-            None,
-            "bench",
-        )
-        .await;
-    let out = std::process::Command::new("curl")
-        .args([
-            "-sf",
-            "-H",
-            "Accept: application/vnd.oci.image.manifest.v1+json",
-        ])
-        .arg(format!(
-            "http://{}/v2/broken/no-layer/manifests/v1",
-            registry.addr
-        ))
-        .output()
-        .unwrap();
-    let manifest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let layer = manifest["layers"][0]["digest"].as_str().unwrap();
-    let st = std::process::Command::new("curl")
-        .args(["-sf", "-X", "DELETE"])
-        .arg(format!(
-            "http://{}/v2/broken/no-layer/blobs/{layer}",
-            registry.addr
-        ))
-        .status()
-        .unwrap();
-    assert!(st.success(), "delete the layer");
-    format!("{}/broken/no-layer:v1", registry.addr)
-}
-
 async fn bench(node: &Node) {
     let cold_rounds = env_number("KRM_FN_BENCH_COLD_ROUNDS", 8);
     let warm_calls = env_number("KRM_FN_BENCH_WARM_CALLS", 300);
@@ -447,7 +407,7 @@ async fn bench(node: &Node) {
     }
 
     // Time to a clear error for an image the node cannot pull.
-    let broken = unpullable_image(node).await;
+    let broken = node.unpullable_image("broken/no-layer:v1").await;
     let mut unpullable: Vec<Vec<(Duration, String)>> = vec![Vec::new(); contenders.len()];
     for (i, c) in contenders.iter().enumerate() {
         let samples = if c.name.starts_with("porch") {

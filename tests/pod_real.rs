@@ -482,37 +482,8 @@ fn an_image_the_node_cannot_pull_fails_the_call_at_once(
     bed: Bed,
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
     scenario(async move {
-        let registry = &bed.node.registry;
         let repo_tag = "broken/no-layer:v1";
-        registry
-            .push_image(
-                repo_tag,
-                "amd64",
-                Some(&["/usr/local/bin/function"]),
-                None,
-                "no-layer",
-            )
-            .await;
-        // Remove the layer blob: the manifest and config stay readable.
-        let manifest: serde_json::Value = reqwest_json(&format!(
-            "http://{}/v2/broken/no-layer/manifests/v1",
-            registry.addr
-        ))
-        .await;
-        let layer = manifest["layers"][0]["digest"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let status = std::process::Command::new("curl")
-            .args(["-sf", "-X", "DELETE"])
-            .arg(format!(
-                "http://{}/v2/broken/no-layer/blobs/{layer}",
-                registry.addr
-            ))
-            .status()
-            .unwrap();
-        assert!(status.success(), "delete the layer blob");
-        let image = format!("{}/{repo_tag}", registry.addr);
+        let image = bed.node.unpullable_image(repo_tag).await;
         let runner = bed.runner(&["--pod-ready-timeout=120s"]);
         let started = Instant::now();
         let err = call(&runner, &image, set_namespace_rl("x"))
@@ -540,22 +511,6 @@ fn an_image_the_node_cannot_pull_fails_the_call_at_once(
         let created = runner.log().matches("creating function pod").count();
         assert_eq!(created, 2, "the second call tried a new pod");
     })
-}
-
-/// GET `url` and parse the JSON answer (an OCI manifest: the media type
-/// asked for).
-async fn reqwest_json(url: &str) -> serde_json::Value {
-    let out = std::process::Command::new("curl")
-        .args([
-            "-sf",
-            "-H",
-            "Accept: application/vnd.oci.image.manifest.v1+json",
-            url,
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "GET {url}");
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Templates whose containers the kubelet cannot run: an invalid wrapper
@@ -1150,24 +1105,10 @@ fn replicas_behind_a_cluster_ip_take_turns_with_ageing_and_not_without(
         }
         wait_for_cluster_ip(address).await;
         let report = run_client(&functions, address, AGE * 10, SLOW_IMAGE, 1, |_| async {}).await;
-        let all = report.per_replica(i64::MIN);
-        eprintln!(
-            "ClusterIP, ageing off, 3 replicas, 10 s: {} calls, {} failed, {} GOAWAYs, {} \
-             connections: {}",
-            report.calls.len(),
-            report.failed().len(),
-            report.goaways().len(),
-            report.connections(),
-            shares(&all)
+        replicas_support::assert_one_replica_took_every_call(
+            &report,
+            "ClusterIP, ageing off, 3 replicas, 10 s",
         );
-        assert!(report.failed().is_empty(), "{}", failures(&report));
-        assert_eq!(
-            all.len(),
-            1,
-            "one replica took every call: {}",
-            shares(&all)
-        );
-        assert_eq!(report.connections(), 1);
     })
 }
 

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use common::Runner;
 use otel_support::{Scrape, metrics_url};
 use replicas_support::{
-    AGE, AGE_FLAGS, Call, Functions, Report, SLOW_IMAGE, SLOWER_IMAGE, failures, pct, run_client,
-    shares,
+    AGE, AGE_FLAGS, Call, Functions, Report, SLOW_IMAGE, SLOWER_IMAGE,
+    assert_one_replica_took_every_call, failures, pct, run_client, shares,
 };
 use service_support::Balancer;
 
@@ -198,23 +198,7 @@ async fn without_ageing_one_replica_takes_every_call() {
     let functions = Functions::new();
     let (names, replicas, service) = three_replicas(&functions, &["--max-connection-age=0"]).await;
     let report = eight_ages(&functions, &service).await;
-    let all = report.per_replica(i64::MIN);
-    eprintln!(
-        "ageing off, 3 replicas, 8 s: {} calls, {} failed, {} GOAWAYs, {} connections: {}",
-        report.calls.len(),
-        report.failed().len(),
-        report.goaways().len(),
-        report.connections(),
-        shares(&all)
-    );
-    assert!(report.failed().is_empty(), "{}", failures(&report));
-    assert_eq!(
-        all.len(),
-        1,
-        "one replica took every call: {}",
-        shares(&all)
-    );
-    assert_eq!(report.connections(), 1);
+    assert_one_replica_took_every_call(&report, "ageing off, 3 replicas, 8 s");
     assert!(report.goaways().is_empty());
     let refs: Vec<(&str, &Runner)> = names.iter().copied().zip(replicas.iter()).collect();
     assert_eq!(assert_metrics_agree(&refs, &report), (0.0, 0.0));

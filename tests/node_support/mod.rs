@@ -726,6 +726,46 @@ iptables: {{localhostNodePorts: false, syncPeriod: 30s, minSyncPeriod: 0s}}
         self.image(&format!("krm-fn/{f}:{}", crate::common::catalog_version(f)))
     }
 
+    /// Pushes a one-layer function image `repo_tag` to the plain registry
+    /// and deletes its layer blob: the runner reads its manifest and config
+    /// (the entrypoint), the node cannot pull it (`ErrImagePull`). Returns
+    /// the image reference.
+    pub async fn unpullable_image(&self, repo_tag: &str) -> String {
+        let registry = &self.registry;
+        registry
+            .push_image(
+                repo_tag,
+                "amd64",
+                Some(&["/usr/local/bin/function"]),
+                None,
+                "no-layer",
+            )
+            .await;
+        let (repo, tag) = repo_tag.rsplit_once(':').expect("repository:tag");
+        let out = Command::new("curl")
+            .args([
+                "-sf",
+                "-H",
+                "Accept: application/vnd.oci.image.manifest.v1+json",
+            ])
+            .arg(format!(
+                "http://{}/v2/{repo}/manifests/{tag}",
+                registry.addr
+            ))
+            .output()
+            .expect("run curl");
+        assert!(out.status.success(), "read the manifest of {repo_tag}");
+        let manifest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let layer = manifest["layers"][0]["digest"].as_str().unwrap();
+        let deleted = Command::new("curl")
+            .args(["-sf", "-X", "DELETE"])
+            .arg(format!("http://{}/v2/{repo}/blobs/{layer}", registry.addr))
+            .status()
+            .expect("run curl");
+        assert!(deleted.success(), "delete the layer blob of {repo_tag}");
+        format!("{}/{repo_tag}", registry.addr)
+    }
+
     /// This checkout's wrapper-server image in the plain registry.
     pub fn wrapper_image(&self) -> String {
         self.image("krm/wrapper-server:node")

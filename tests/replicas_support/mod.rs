@@ -245,3 +245,26 @@ pub fn shares(counts: &BTreeMap<String, usize>) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Prints `report` under `what` and asserts what a client connection that
+/// is never aged shows: no call failed, one connection, one replica took
+/// every call.
+pub fn assert_one_replica_took_every_call(report: &Report, what: &str) {
+    let all = report.per_replica(i64::MIN);
+    eprintln!(
+        "{what}: {} calls, {} failed, {} GOAWAYs, {} connections: {}",
+        report.calls.len(),
+        report.failed().len(),
+        report.goaways().len(),
+        report.connections(),
+        shares(&all)
+    );
+    assert!(report.failed().is_empty(), "{}", failures(report));
+    assert_eq!(
+        all.len(),
+        1,
+        "one replica took every call: {}",
+        shares(&all)
+    );
+    assert_eq!(report.connections(), 1);
+}
