@@ -1018,6 +1018,23 @@ async fn wait_for_cluster_ip(address: std::net::SocketAddr) {
     .await;
 }
 
+/// The Service `service` ([`replica_service`]) with `replicas` (named
+/// `names`) as its endpoints, once kube-proxy forwards it; returns its
+/// cluster address.
+async fn serve_behind_cluster_ip(
+    bed: &Bed,
+    service: &str,
+    names: &[&str],
+    replicas: &[Runner],
+) -> std::net::SocketAddr {
+    let address = replica_service(bed, service).await;
+    for (n, r) in names.iter().zip(replicas) {
+        add_replica_endpoint(bed, service, n, r).await;
+    }
+    wait_for_cluster_ip(address).await;
+    address
+}
+
 /// `serve` replicas named `names` (exec runtime, the whoami functions of
 /// `replicas_support`) listening on the node's address, with `flags`.
 fn node_replicas(
@@ -1049,18 +1066,12 @@ fn node_replicas(
 fn replicas_behind_a_cluster_ip_take_turns_with_ageing_and_not_without(
     bed: Bed,
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
-    use replicas_support::{
-        AGE, AGE_FLAGS, Functions, SLOW_IMAGE, failures, pct, run_client, shares,
-    };
+    use replicas_support::{AGE, AGE_FLAGS, Functions, SLOW_IMAGE, failures, run_client, shares};
     scenario(async move {
         let functions = Functions::new();
         let names = ["r1", "r2", "r3"];
         let replicas = node_replicas(&functions, &names, &AGE_FLAGS);
-        let address = replica_service(&bed, "runners").await;
-        for (n, r) in names.iter().zip(&replicas) {
-            add_replica_endpoint(&bed, "runners", n, r).await;
-        }
-        wait_for_cluster_ip(address).await;
+        let address = serve_behind_cluster_ip(&bed, "runners", &names, &replicas).await;
         let report = run_client(&functions, address, AGE * 120, SLOW_IMAGE, 1, |_| async {}).await;
         let goaways = report.goaways();
         let first_age = *goaways.first().expect("the first connection was aged");
@@ -1078,14 +1089,7 @@ fn replicas_behind_a_cluster_ip_take_turns_with_ageing_and_not_without(
             report.across_goaway().len(),
         );
         assert!(report.failed().is_empty(), "{}", failures(&report));
-        for n in names {
-            let share = pct(*after.get(n).unwrap_or(&0), total);
-            assert!(
-                share >= 20.0,
-                "replica {n} served {share:.0}% of the calls after the first age: {}",
-                shares(&after)
-            );
-        }
+        replicas_support::assert_each_replica_served(&after, &names, 20.0, "after the first age");
         assert!(
             (100..=135).contains(&goaways.len()),
             "about one GOAWAY per age: {}",
@@ -1099,11 +1103,7 @@ fn replicas_behind_a_cluster_ip_take_turns_with_ageing_and_not_without(
 
         // Ageing off: the client's one connection stays on one replica.
         let off = node_replicas(&functions, &["o1", "o2", "o3"], &["--max-connection-age=0"]);
-        let address = replica_service(&bed, "runners-off").await;
-        for (n, r) in ["o1", "o2", "o3"].iter().zip(&off) {
-            add_replica_endpoint(&bed, "runners-off", n, r).await;
-        }
-        wait_for_cluster_ip(address).await;
+        let address = serve_behind_cluster_ip(&bed, "runners-off", &["o1", "o2", "o3"], &off).await;
         let report = run_client(&functions, address, AGE * 10, SLOW_IMAGE, 1, |_| async {}).await;
         replicas_support::assert_one_replica_took_every_call(
             &report,
@@ -1127,11 +1127,7 @@ fn a_replica_added_behind_the_cluster_ip_is_reached(
     scenario(async move {
         let functions = Functions::new();
         let first = node_replicas(&functions, &["r1", "r2"], &AGE_FLAGS);
-        let address = replica_service(&bed, "runners").await;
-        for (n, r) in ["r1", "r2"].iter().zip(&first) {
-            add_replica_endpoint(&bed, "runners", n, r).await;
-        }
-        wait_for_cluster_ip(address).await;
+        let address = serve_behind_cluster_ip(&bed, "runners", &["r1", "r2"], &first).await;
         let joined: Arc<std::sync::Mutex<Option<(Runner, i64)>>> = Arc::default();
         let slot = joined.clone();
         let (functions_ref, bed_ref) = (&functions, &bed);

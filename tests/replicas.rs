@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use common::Runner;
 use otel_support::{Scrape, metrics_url};
 use replicas_support::{
-    AGE, AGE_FLAGS, Call, Functions, Report, SLOW_IMAGE, SLOWER_IMAGE,
+    AGE, AGE_FLAGS, Call, Functions, Report, SLOW_IMAGE, SLOWER_IMAGE, assert_each_replica_served,
     assert_one_replica_took_every_call, failures, pct, run_client, shares,
 };
 use service_support::Balancer;
@@ -153,14 +153,7 @@ async fn ageing_spreads_one_client_connection_over_three_replicas_without_a_fail
         shares(&report.per_replica(i64::MIN)),
         report.across_goaway().len(),
     );
-    for n in names {
-        let share = pct(*after.get(n).unwrap_or(&0), total);
-        assert!(
-            share >= 20.0,
-            "replica {n} served {share:.0}% of the calls after the first age: {}",
-            shares(&after)
-        );
-    }
+    assert_each_replica_served(&after, &names, 20.0, "after the first age");
     // Connections end at their age (0.9–1.1 s), so about 8 in 8 s.
     assert!(
         (6..=10).contains(&goaways.len()),

@@ -268,3 +268,23 @@ pub fn assert_one_replica_took_every_call(report: &Report, what: &str) {
     );
     assert_eq!(report.connections(), 1);
 }
+
+/// Asserts each replica of `names` served at least `min_percent` of the
+/// calls counted in `counts` (calls per replica, `when` naming the span
+/// for the message).
+pub fn assert_each_replica_served(
+    counts: &BTreeMap<String, usize>,
+    names: &[&str],
+    min_percent: f64,
+    when: &str,
+) {
+    let total: usize = counts.values().sum();
+    for n in names {
+        let share = pct(*counts.get(*n).unwrap_or(&0), total);
+        assert!(
+            share >= min_percent,
+            "replica {n} served {share:.0}% of the calls {when}: {}",
+            shares(counts)
+        );
+    }
+}
