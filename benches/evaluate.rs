@@ -51,6 +51,7 @@ async fn bare(binary: &PathBuf) {
 async fn through_server(client: &mut FunctionEvaluatorClient<Channel>, image: &str) {
     let r = client
         .evaluate_function(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: INPUT.as_bytes().to_vec().into(),
             image: image.to_string(),
         })

@@ -89,6 +89,7 @@ async fn run() {
             std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset peak RSS");
             let response = client
                 .evaluate_function(EvaluateFunctionRequest {
+                    tag: String::new(),
                     resource_list: input.clone(),
                     image: image.clone(),
                 })

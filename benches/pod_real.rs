@@ -114,6 +114,7 @@ async fn timed_call(address: &str, image: &str) -> (Duration, Result<(), tonic::
     let mut client = connect(address).await;
     let r = client
         .evaluate_function(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: set_namespace_rl("bench").into(),
             image: image.to_string(),
         })
@@ -383,6 +384,7 @@ async fn bench(node: &Node) {
         // A ready pod first.
         client
             .evaluate_function(EvaluateFunctionRequest {
+                tag: String::new(),
                 resource_list: set_namespace_rl("warm").into(),
                 image: image.clone(),
             })
@@ -396,6 +398,7 @@ async fn bench(node: &Node) {
                 let started = Instant::now();
                 client
                     .evaluate_function(EvaluateFunctionRequest {
+                        tag: String::new(),
                         resource_list: set_namespace_rl("warm").into(),
                         image: image.clone(),
                     })

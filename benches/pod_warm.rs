@@ -34,6 +34,7 @@ async fn once(client: &mut FunctionEvaluatorClient<Channel>, image: &str) -> Dur
     let started = Instant::now();
     let r = client
         .evaluate_function(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: INPUT.as_bytes().to_vec().into(),
             image: image.to_string(),
         })

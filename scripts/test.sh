@@ -20,6 +20,8 @@
 #   - a test client that dials the runner as porch-server does, with Porch's
 #     own client package (tests/go/porch-runtime-client; seconds once Porch's
 #     module is downloaded);
+#   - the Masterminds semver library as a peer of the tag-constraint parser
+#     (tests/go/semver-peer, scripts/build-semver-peer.sh; seconds);
 #   - the real node: kubelet, kube-proxy, kube-scheduler,
 #     kube-controller-manager and CoreDNS from the Go module proxy (about 7
 #     minutes once), and its container images (pause, both wrapper servers,
@@ -52,6 +54,8 @@ KRM_FN_PORCH="$(bash scripts/build-porch.sh)"
 export KRM_FN_PORCH
 KRM_FN_PORCH_CLIENT="$(bash scripts/build-porch-client.sh)"
 export KRM_FN_PORCH_CLIENT
+KRM_FN_SEMVER_PEER="$(bash scripts/build-semver-peer.sh)"
+export KRM_FN_SEMVER_PEER
 KRM_FN_NODE_BIN="$(bash scripts/build-node.sh)"
 export KRM_FN_NODE_BIN
 KRM_FN_NODE_IMAGES="$(bash scripts/build-node-images.sh)"

@@ -795,6 +795,9 @@ pub struct PodSettings {
     /// Bound on each Kubernetes API call (an API server that does not answer fails the call after this long).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub api_timeout: Duration,
+    /// How long a registry's tag list answers a step's tag constraint (Tag) before the registry is asked again; 0s lists on every call, as Porch does.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    pub tag_list_ttl: Duration,
     /// Attempts of a Kubernetes API call that fails transiently (5xx, 429, timeouts), the first included.
     #[arg(long, default_value_t = 4)]
     pub api_retries: u32,
@@ -1046,6 +1049,7 @@ pub async fn start_pod_runtime(
         connect_timeout: s.connect_timeout,
         api_timeout: s.api_timeout,
         default_image_prefix: s.default_image_prefix.clone(),
+        tag_list_ttl: s.tag_list_ttl,
         clock: Arc::new(SystemClock),
     };
     tracing::info!(namespace = %s.namespace, replica = %token, mode = ?s.address_mode, "starting the pod runtime");

@@ -618,6 +618,7 @@ async fn a_call_cut_at_the_end_of_shutdown_gets_a_clear_status() {
     let call = tokio::spawn(async move {
         client
             .evaluate_function(EvaluateFunctionRequest {
+                tag: String::new(),
                 resource_list: config_map_rl("a").into(),
                 image: "example.com/sleepy:v1".into(),
             })

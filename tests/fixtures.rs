@@ -379,6 +379,7 @@ async fn run_case(
         let mut rl = ResourceList::new(items.clone());
         rl.function_config = function_config;
         let request = EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: with_comments(work, rl).into_bytes().into(),
             image: step.image.clone(),
         };

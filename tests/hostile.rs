@@ -67,6 +67,7 @@ fn any_cmdline_contains(text: &str) -> bool {
 
 fn request(image: &str, rl: Vec<u8>) -> EvaluateFunctionRequest {
     EvaluateFunctionRequest {
+        tag: String::new(),
         resource_list: rl.into(),
         image: image.to_string(),
     }

@@ -183,6 +183,7 @@ async fn set_namespace(port: u16, image: &str, ns: &str) -> Result<String, tonic
         .expect("connect");
     client
         .evaluate_function(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: rl.into_bytes().into(),
             image: image.into(),
         })

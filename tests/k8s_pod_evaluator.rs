@@ -224,6 +224,7 @@ async fn cold_start_then_reuse() {
     let second = tokio::time::timeout(
         Duration::from_secs(5),
         client.evaluate_function(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: set_namespace_rl("warm").into(),
             image: image.clone(),
         }),
@@ -487,6 +488,7 @@ async fn traced_call(
     (trace, parent): &(String, String),
 ) -> Result<krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse, tonic::Status> {
     let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        tag: String::new(),
         resource_list: rl.into(),
         image: image.to_string(),
     });
@@ -744,6 +746,7 @@ async fn a_wrapper_killed_mid_call_fails_clearly_and_the_next_call_gets_a_fresh_
     // also end the call on its own timer.)
     let mut client = runner.client_without_local_deadline();
     let mut late = tonic::Request::new(EvaluateFunctionRequest {
+        tag: String::new(),
         resource_list: slow_starlark_rl().into(),
         image: image.clone(),
     });

@@ -234,6 +234,7 @@ async fn call(runner: &Runner, image: &str, attempt: &str) -> String {
     let mut client = runner.client().await;
     let reply = client
         .evaluate_function(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: input(attempt).into(),
             image: image.to_string(),
         })

@@ -50,6 +50,7 @@ fn bed(extra: &[&str]) -> Bed {
 
 fn request(image: &str, rl: Vec<u8>) -> EvaluateFunctionRequest {
     EvaluateFunctionRequest {
+        tag: String::new(),
         resource_list: rl.into(),
         image: image.to_string(),
     }

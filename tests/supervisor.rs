@@ -772,6 +772,7 @@ async fn echo(runner: &common::Runner, name: &str) {
         .client()
         .await
         .evaluate_function(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: common::config_map_rl(name).into(),
             image: "example.com/test/echo:v1".into(),
         })

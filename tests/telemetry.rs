@@ -50,6 +50,7 @@ async fn call(
     traceparent: Option<&str>,
 ) -> Result<(), tonic::Status> {
     let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        tag: String::new(),
         resource_list: rl.into(),
         image: image.to_string(),
     });

@@ -32,6 +32,7 @@ async fn call(runner: &Runner, input: &[u8]) -> Result<Vec<u8>, tonic::Status> {
         .client()
         .await
         .evaluate_function(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: input.to_vec().into(),
             image: "example.com/fn:v1".into(),
         })
@@ -129,6 +130,7 @@ async fn runs_a_real_catalog_function() {
         .client()
         .await
         .evaluate_function(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: input.into_bytes().into(),
             image: catalog_image("set-namespace"),
         })
@@ -179,6 +181,7 @@ async fn serves_metrics_and_continues_the_callers_trace() {
             rl(item).into_bytes()
         };
         let mut request = tonic::Request::new(EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: input.into(),
             image: "example.com/fn:v1".into(),
         });

@@ -21,6 +21,9 @@ pub struct EvalArgs {
     /// The function image, e.g. ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5.
     #[arg(long)]
     pub image: String,
+    /// The step's tag, sent as Porch sends a Kptfile step's `tag` (field 3): a literal tag or a semver constraint (~0.4, >=0.5), winning over any tag in --image.
+    #[arg(long)]
+    pub tag: Option<String>,
     /// Run locally with this exec config.yaml (with --functions).
     #[arg(long, conflicts_with = "address")]
     pub config: Option<PathBuf>,
@@ -91,11 +94,11 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::FAILURE);
     }
-    let request = EvaluationRequest {
-        image: args.image.clone(),
-        resource_list: input.into(),
-        timeout: args.timeout,
-    };
+    let mut request = EvaluationRequest::new(args.image.clone(), input);
+    request.timeout = args.timeout;
+    if let Some(tag) = &args.tag {
+        request = request.with_tag(tag.clone());
+    }
     match evaluator.evaluate(request).await {
         Ok(response) => {
             std::io::stderr().write_all(&response.log)?;

@@ -26,6 +26,12 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 6 * 1024 * 1024;
 pub struct EvaluationRequest {
     /// The image as the caller sent it (Porch sends it already resolved).
     pub image: String,
+    /// The Kptfile step's `tag` as the caller sent it (Porch's
+    /// `EvaluateFunctionRequest.Tag`, field 3): a literal tag or a semver
+    /// constraint that picks the version to run and wins over any tag in
+    /// [`image`](Self::image). `None` when the caller sent none (Porch
+    /// v1.5.3 never does), and for an empty string.
+    pub tag: Option<String>,
     /// The input ResourceList, opaque bytes (YAML or JSON).
     pub resource_list: Bytes,
     /// Time left for this evaluation, if the caller set a deadline. The
@@ -39,8 +45,25 @@ impl EvaluationRequest {
     pub fn new(image: impl Into<String>, resource_list: impl Into<Bytes>) -> Self {
         Self {
             image: image.into(),
+            tag: None,
             resource_list: resource_list.into(),
             timeout: None,
+        }
+    }
+
+    /// The same request with the step's `tag` set (an empty `tag` clears it).
+    pub fn with_tag(mut self, tag: impl Into<String>) -> Self {
+        let tag = tag.into();
+        self.tag = (!tag.is_empty()).then_some(tag);
+        self
+    }
+
+    /// The image with the tag it asks for, for messages: `image` alone, or
+    /// `image` and the step's tag as `set-namespace (tag "~0.4")`.
+    pub fn describe(&self) -> String {
+        match &self.tag {
+            Some(t) => format!("{} (tag {t:?})", self.image),
+            None => self.image.clone(),
         }
     }
 }

@@ -27,8 +27,9 @@ use serde::Deserialize;
 
 use super::codec;
 use super::codec::keys::{Shape, ignored_key_warnings};
-use super::image::resolve_image;
+use super::image::{resolve_image, split_reference};
 use super::sandbox::{SandboxAllow, SandboxSpec};
+use super::tag_selection::TagRequest;
 
 /// The keys of `config.yaml` (Porch's `configuration` and `function` types).
 const FORMAT: Shape = Shape::Map(&[(
@@ -113,6 +114,7 @@ impl ExecConfig {
     /// `functions_dir`. Returns the table and one warning per ignored duplicate.
     pub fn table(&self, functions_dir: &Path, default_prefix: &str) -> (ExecTable, Vec<String>) {
         let mut exact = HashMap::new();
+        let mut versions: HashMap<String, Vec<String>> = HashMap::new();
         let mut warnings = Vec::new();
         for f in &self.functions {
             let binary = ExecBinary {
@@ -133,11 +135,18 @@ impl ExecConfig {
                     continue;
                 }
                 exact.insert(image.clone(), binary.clone());
+                if let (name, Some(tag), None) = split_reference(image) {
+                    versions
+                        .entry(name.to_string())
+                        .or_default()
+                        .push(tag.to_string());
+                }
             }
         }
         (
             ExecTable {
                 exact,
+                versions,
                 default_prefix: default_prefix.to_string(),
             },
             warnings,
@@ -154,6 +163,14 @@ pub trait BinaryCatalog: Send + Sync + std::fmt::Debug {
     /// `None` when the exec runtime does not serve it (the evaluator then
     /// answers NotFound).
     fn binary_for(&self, image: &str) -> Option<ExecBinary>;
+    /// The binary for `image` at the version a step's `tag` picks (a literal
+    /// or a semver constraint, [`tag_selection`](super::tag_selection)); the
+    /// tag wins over any tag or digest in `image`.
+    ///
+    /// Errors: why nothing serves it — no such function, or no configured
+    /// version matches (naming the tag and the versions) — the detail of
+    /// the evaluator's NotFound.
+    fn binary_for_tag(&self, image: &str, tag: &str) -> Result<ExecBinary, String>;
     /// Every distinct binary path, sorted (for start-up checks).
     fn binaries(&self) -> Vec<PathBuf>;
     /// Number of configured entries (images for `config.yaml`, objects for
@@ -170,6 +187,9 @@ pub trait BinaryCatalog: Send + Sync + std::fmt::Debug {
 impl BinaryCatalog for ExecTable {
     fn binary_for(&self, image: &str) -> Option<ExecBinary> {
         self.entry(image).cloned()
+    }
+    fn binary_for_tag(&self, image: &str, tag: &str) -> Result<ExecBinary, String> {
+        self.entry_for_tag(image, tag).cloned()
     }
     fn binaries(&self) -> Vec<PathBuf> {
         ExecTable::binaries(self)
@@ -189,6 +209,9 @@ impl BinaryCatalog for ExecTable {
 impl BinaryCatalog for super::function_config::FunctionConfigStore {
     fn binary_for(&self, image: &str) -> Option<ExecBinary> {
         super::function_config::FunctionConfigStore::binary_entry(self, image)
+    }
+    fn binary_for_tag(&self, image: &str, tag: &str) -> Result<ExecBinary, String> {
+        super::function_config::FunctionConfigStore::binary_entry_for_tag(self, image, tag)
     }
     fn binaries(&self) -> Vec<PathBuf> {
         super::function_config::FunctionConfigStore::binaries(self)
@@ -214,6 +237,8 @@ pub struct ExecBinary {
 #[derive(Debug, Clone, Default)]
 pub struct ExecTable {
     exact: HashMap<String, ExecBinary>,
+    /// Image name (no tag) → the tags its keys give it, in file order.
+    versions: HashMap<String, Vec<String>>,
     default_prefix: String,
 }
 
@@ -229,6 +254,36 @@ impl ExecTable {
         self.exact
             .get(image)
             .or_else(|| self.exact.get(&resolve_image(image, &self.default_prefix)))
+    }
+
+    /// The binary for `image` at the version a step's `tag` picks, by
+    /// Porch's rule for `config.yaml` keys: among the keys of the same image
+    /// name (the image's own tag or digest dropped; a short name also as
+    /// kpt resolves it), the highest whose tag satisfies the constraint
+    /// ([`select_tag`](super::tag_selection::select_tag)); a tag that is no
+    /// constraint (`latest`) only the key spelled with it. Digest keys are
+    /// never picked by a tag.
+    ///
+    /// Errors: the NotFound detail — no key has this image name, or none
+    /// of its versions matches (the tag, why, and the versions).
+    pub fn entry_for_tag(&self, image: &str, tag: &str) -> Result<&ExecBinary, String> {
+        let (name, _, _) = split_reference(image);
+        let resolved = resolve_image(name, &self.default_prefix);
+        let (resolved_name, _, _) = split_reference(&resolved);
+        let Some((name, versions)) = [name, resolved_name]
+            .into_iter()
+            .find_map(|n| self.versions.get(n).map(|v| (n, v)))
+        else {
+            return Err(format!(
+                "no image named {name:?} is configured in --config (at any version)"
+            ));
+        };
+        let chosen = TagRequest::parse(tag)
+            .select(versions)
+            .map_err(|miss| format!("{name}: {miss}"))?;
+        self.exact
+            .get(&format!("{name}:{chosen}"))
+            .ok_or_else(|| format!("{name}:{chosen} is listed but has no entry"))
     }
 
     /// Every distinct binary path, sorted (for start-up checks).
@@ -272,6 +327,49 @@ mod tests {
         assert_eq!(table.lookup("set-namespace"), want);
         assert_eq!(table.lookup("set-labels"), None);
         assert_eq!(table.binaries(), vec![Path::new("/fns/set-namespace")]);
+    }
+
+    #[test]
+    fn a_step_tag_picks_the_highest_configured_version_it_allows() {
+        let cfg = ExecConfig::parse(
+            b"functions:\n- function: sn-v041\n  images: [ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.1]\n- function: sn-v045\n  images: [ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5, ghcr.io/kptdev/krm-functions-catalog/set-namespace:latest]\n- function: sn-v052\n  images: [ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.5.2]\n- function: pinned\n  images: ['ghcr.io/kptdev/krm-functions-catalog/set-namespace@sha256:0123']\n",
+            "c",
+        )
+        .unwrap();
+        let (table, _) = cfg.table(Path::new("/fns"), DEFAULT_IMAGE_PREFIX);
+        let ran = |image: &str, tag: &str| {
+            table
+                .entry_for_tag(image, tag)
+                .map(|b| b.path.file_name().unwrap().to_str().unwrap().to_string())
+        };
+        let full = "ghcr.io/kptdev/krm-functions-catalog/set-namespace";
+        assert_eq!(ran(full, "~0.4").as_deref(), Ok("sn-v045"));
+        assert_eq!(ran(full, ">=0.5").as_deref(), Ok("sn-v052"));
+        assert_eq!(ran(full, "<0.4.2").as_deref(), Ok("sn-v041"));
+        assert_eq!(ran(full, "v0.4.5").as_deref(), Ok("sn-v045"));
+        assert_eq!(ran(full, "~0.4 || ~0.5").as_deref(), Ok("sn-v052"));
+        assert_eq!(ran(full, "latest").as_deref(), Ok("sn-v045"));
+        // The tag wins over the image's own; short names resolve.
+        assert_eq!(
+            ran(&format!("{full}:v0.4.1"), "~0.5").as_deref(),
+            Ok("sn-v052")
+        );
+        assert_eq!(ran("set-namespace", "~0.4").as_deref(), Ok("sn-v045"));
+        let e = ran(full, ">=1.0").unwrap_err();
+        assert!(
+            e.contains(full)
+                && e.contains("\">=1.0\"")
+                && e.contains("v0.4.1, v0.4.5, latest, v0.5.2"),
+            "{e}"
+        );
+        assert!(
+            ran(full, "sha256:0123").is_err(),
+            "digest keys are never picked"
+        );
+        let e = ran(full, "~0.4 |").unwrap_err();
+        assert!(e.contains("is not a valid semver constraint"), "{e}");
+        let e = ran("example.com/other", "~0.4").unwrap_err();
+        assert!(e.contains("no image named \"example.com/other\""), "{e}");
     }
 
     #[test]

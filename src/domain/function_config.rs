@@ -24,11 +24,17 @@
 //! An image `<repository>/<name>:<tag>` (short names first get
 //! `--default-image-prefix`, and `:latest` when they have no tag) is
 //! configured by the object whose `spec.image` is `<name>` and one of whose
-//! prefixes is exactly `<repository>`. Its exec binary is
-//! `binaryExecutor.path` when `<tag>` (or the digest of a pinned reference)
-//! is one of `binaryExecutor.tags`; its pod settings are `podExecutor` when
-//! the tag is one of `podExecutor.tags`, or for every tag when that list is
-//! empty (the CRD's documented meaning).
+//! prefixes is exactly `<repository>`. The executors' `tags` are semver
+//! constraints, as in Porch today (`~0.4`, `~0.1 != v0.1.4`, `*` for every
+//! version; a literal version is the constraint `=` it): its exec binary is
+//! `binaryExecutor.path` when the tag — the step's `tag` when the request
+//! carries one, else the image's own tag, or the digest of a pinned
+//! reference — satisfies one of `binaryExecutor.tags`
+//! ([`matches_config_tags`], Porch's `MatchesConfigTags`, which also lets a
+//! constraint tag select a list that names a satisfying version); its pod
+//! settings are `podExecutor` when the tag satisfies one of
+//! `podExecutor.tags`, or for every tag when that list is empty (the CRD's
+//! documented meaning).
 //!
 //! Differences from Porch's store (spec §3.2, §10 item 22), all deliberate:
 //! - prefixes match the whole repository: `ghcr.io/foo` matches
@@ -64,6 +70,7 @@ use super::pod_cache::PodCacheConfigEntry;
 use super::pod_cache::config::{check_pool, check_whole_numbers, parse_go_duration};
 use super::pod_cache::template::{ContainerOverrides, TemplateOverrides};
 use super::sandbox::{SandboxAllow, SandboxSpec};
+use super::tag_selection::matches_config_tags;
 
 /// The API group of `FunctionConfig` and `ServiceTemplate`.
 pub const GROUP: &str = "config.porch.kpt.dev";
@@ -228,7 +235,9 @@ struct Rule {
     function: String,
     /// Repositories, in the order given (the first one names warm-up images).
     repositories: Vec<String>,
-    binary: Option<(BTreeSet<String>, PathBuf, SandboxAllow)>,
+    /// `binaryExecutor`: its tags (constraints, as written, duplicates
+    /// dropped), its binary and the sandbox layers it may do without.
+    binary: Option<(Vec<String>, PathBuf, SandboxAllow)>,
     pod: Option<PodRule>,
 }
 
@@ -284,9 +293,23 @@ impl Reference {
         })
     }
 
-    /// Whether `tags` names this reference's tag or digest.
-    fn listed_in<'a>(&self, mut tags: impl Iterator<Item = &'a String>) -> bool {
-        tags.any(|t| Some(t) == self.tag.as_ref() || Some(t) == self.digest.as_ref())
+    /// Whether an executor's `tags` (constraints) admit this reference:
+    /// its tag by [`matches_config_tags`], or its digest spelled in the list.
+    fn admitted_by(&self, tags: &[String]) -> bool {
+        self.tag
+            .as_deref()
+            .is_some_and(|t| matches_config_tags(t, tags))
+            || self
+                .digest
+                .as_ref()
+                .is_some_and(|d| tags.iter().any(|t| t == d))
+    }
+
+    /// This reference with the step's `tag` in place of its own tag and digest.
+    fn with_tag(mut self, tag: &str) -> Self {
+        self.tag = Some(tag.to_string());
+        self.digest = None;
+        self
     }
 }
 
@@ -389,7 +412,10 @@ fn compile(
         };
         (!b.path.trim().is_empty()).then(|| {
             (
-                b.tags.iter().cloned().collect::<BTreeSet<_>>(),
+                b.tags.iter().fold(Vec::new(), |mut v, t| {
+                    push_unique(&mut v, t.clone());
+                    v
+                }),
                 functions_dir.join(b.path.trim()),
                 allow,
             )
@@ -581,10 +607,37 @@ impl FunctionConfigStore {
     pub fn binary_entry(&self, image: &str) -> Option<ExecBinary> {
         let (rule, r) = self.rule_for(image)?;
         let (tags, path, allow) = rule.binary.as_ref()?;
-        r.listed_in(tags.iter()).then(|| ExecBinary {
+        r.admitted_by(tags).then(|| ExecBinary {
             path: path.clone(),
             allow: *allow,
         })
+    }
+
+    /// [`FunctionConfigStore::binary_entry`] for a request that carries a
+    /// step's `tag`, which wins over the image's own tag or digest.
+    ///
+    /// Errors: the NotFound detail: no object configures the image, it has
+    /// no `binaryExecutor`, or its tags do not admit `tag` (naming both).
+    pub fn binary_entry_for_tag(&self, image: &str, tag: &str) -> Result<ExecBinary, String> {
+        let Some((rule, r)) = self.rule_for(image) else {
+            return Err(format!("no FunctionConfig configures {image:?}"));
+        };
+        let Some((tags, path, allow)) = rule.binary.as_ref() else {
+            return Err(format!(
+                "the FunctionConfig of {image:?} has no binaryExecutor"
+            ));
+        };
+        if r.with_tag(tag).admitted_by(tags) {
+            Ok(ExecBinary {
+                path: path.clone(),
+                allow: *allow,
+            })
+        } else {
+            Err(format!(
+                "the tag {tag:?} satisfies none of the binaryExecutor.tags [{}] of the FunctionConfig of {image:?}",
+                tags.join(", ")
+            ))
+        }
     }
 
     /// The pod settings for `image`: the configuring object's `podExecutor`
@@ -593,7 +646,7 @@ impl FunctionConfigStore {
     pub fn pod_entry(&self, image: &str) -> Option<PodCacheConfigEntry> {
         let (rule, r) = self.rule_for(image)?;
         let pod = rule.pod.as_ref()?;
-        (pod.tags.is_empty() || r.listed_in(pod.tags.iter())).then(|| PodCacheConfigEntry {
+        (pod.tags.is_empty() || r.admitted_by(&pod.tags)).then(|| PodCacheConfigEntry {
             name: image.to_string(),
             ..pod.entry.clone()
         })

@@ -22,3 +22,5 @@ pub mod sandbox;
 #[cfg(feature = "pod-cache")]
 pub mod simulation;
 pub mod start_limit;
+pub mod tag_selection;
+pub mod version_constraint;

@@ -217,6 +217,20 @@ pub trait ImageInspector: Send + Sync {
     /// Errors: see [`ImageInspectError`]; only
     /// [`is_transient`](ImageInspectError::is_transient) ones are worth a retry.
     async fn inspect(&self, image: &str) -> Result<ImageMetadata, ImageInspectError>;
+
+    /// The tags of `repository` (registry host and path, no tag or digest),
+    /// as [`TagLister::list_tags`](super::TagLister::list_tags) lists them,
+    /// with the same credentials as [`inspect`](Self::inspect): the pod
+    /// runtime resolves a step's tag constraint (`EvaluateFunctionRequest.Tag`)
+    /// against it.
+    ///
+    /// Errors: a message naming the repository and what went wrong; an
+    /// inspector that cannot list tags says so (the default).
+    async fn repository_tags(&self, repository: &str) -> Result<Vec<String>, String> {
+        Err(format!(
+            "cannot list the tags of {repository}: this image inspector does not list tags"
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -553,6 +553,7 @@ pub async fn call(
         .client()
         .await
         .evaluate_function(krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: rl.into(),
             image: image.to_string(),
         })

@@ -256,17 +256,30 @@ pub(crate) fn process_error(image: &str, err: ProcessError) -> EvalError {
 
 #[async_trait]
 impl FunctionEvaluator for ExecEvaluator {
-    /// Looks the image up; unknown images are [`EvalError::NotFound`], and so
-    /// are images whose binary is missing or not executable (with the path in
+    /// Looks the image up — at the version the step's `tag` picks when the
+    /// request carries one ([`BinaryCatalog::binary_for_tag`], Porch's rule)
+    /// — unknown images and tags no configured version matches are
+    /// [`EvalError::NotFound`] (naming the tag and the versions), and so are
+    /// images whose binary is missing or not executable (with the path in
     /// the message), so a pod evaluator behind this one can still serve them.
     /// Exit 0 returns stdout and stderr verbatim; a non-zero exit is
     /// [`EvalError::FunctionFailed`] with the structured results read from
     /// stdout.
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let image = request.image.as_str();
-        let Some(binary) = self.catalog.binary_for(image) else {
-            return Err(EvalError::not_found(image));
-        };
+        let binary =
+            match request.tag.as_deref() {
+                None => self
+                    .catalog
+                    .binary_for(image)
+                    .ok_or_else(|| EvalError::not_found(image))?,
+                Some(tag) => self.catalog.binary_for_tag(image, tag).map_err(|detail| {
+                    EvalError::NotFound {
+                        image: image.to_string(),
+                        detail: Some(detail),
+                    }
+                })?,
+            };
         let path = binary.path.as_path();
         if let Some(problem) = binary_problem(path) {
             return Err(EvalError::NotFound {

@@ -49,7 +49,8 @@ impl RemoteEvaluator {
 
 #[async_trait]
 impl FunctionEvaluator for RemoteEvaluator {
-    /// Sends the request unchanged; `request.timeout` becomes the call's
+    /// Sends the request unchanged (the step's tag as `Tag`, field 3);
+    /// `request.timeout` becomes the call's
     /// `grpc-timeout`, and the remote status is mapped back to an [`EvalError`]
     /// (`UNAVAILABLE`, whether the runner said it or the connection failed,
     /// names the runner's address).
@@ -57,6 +58,7 @@ impl FunctionEvaluator for RemoteEvaluator {
         let mut call = tonic::Request::new(EvaluateFunctionRequest {
             resource_list: request.resource_list,
             image: request.image.clone(),
+            tag: request.tag.clone().unwrap_or_default(),
         });
         if let Some(t) = request.timeout {
             call.set_timeout(t);

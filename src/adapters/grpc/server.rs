@@ -402,6 +402,7 @@ impl EvaluatorService {
     async fn handle(
         &self,
         image: String,
+        tag: String,
         resource_list: Bytes,
         timeout: Option<Duration>,
     ) -> Result<pb::EvaluateFunctionResponse, EvalError> {
@@ -438,11 +439,8 @@ impl EvaluatorService {
                 .await?
                 .map_err(|e| EvalError::InvalidInput(format!("resource_list: {e}")))?;
         }
-        let request = EvaluationRequest {
-            image,
-            resource_list,
-            timeout: timeout.map(stop_before_deadline),
-        };
+        let mut request = EvaluationRequest::new(image, resource_list).with_tag(tag);
+        request.timeout = timeout.map(stop_before_deadline);
         let response = self.evaluator.evaluate(request).await?;
         let size = response.resource_list.len() + response.log.len();
         if size > self.max_message_bytes {
@@ -503,9 +501,13 @@ impl pb::function_evaluator_server::FunctionEvaluator for EvaluatorService {
         let pb::EvaluateFunctionRequest {
             resource_list,
             image,
+            tag,
         } = request.into_inner();
         // The per-call span is open (the telemetry layer); it learns the image.
         spans::record_image(&log_excerpt(&image));
+        if !tag.is_empty() {
+            spans::record_tag(&log_excerpt(&tag));
+        }
         let started = Instant::now();
         let result = match (connection, self.connection_age) {
             (Some(calls), Some(age)) => {
@@ -513,10 +515,10 @@ impl pb::function_evaluator_server::FunctionEvaluator for EvaluatorService {
                 tokio::select! {
                     biased;
                     () = calls.cut().cancelled() => Err(stopped_at_age_grace(&name, age.grace())),
-                    r = self.handle(image, resource_list, timeout) => r,
+                    r = self.handle(image, tag, resource_list, timeout) => r,
                 }
             }
-            _ => self.handle(image, resource_list, timeout).await,
+            _ => self.handle(image, tag, resource_list, timeout).await,
         };
         let elapsed = started.elapsed();
         match &result {

@@ -89,6 +89,13 @@ impl BinaryCatalog for LiveCatalog {
     fn binary_for(&self, image: &str) -> Option<crate::domain::exec_config::ExecBinary> {
         self.0.borrow().binary_entry(image)
     }
+    fn binary_for_tag(
+        &self,
+        image: &str,
+        tag: &str,
+    ) -> Result<crate::domain::exec_config::ExecBinary, String> {
+        self.0.borrow().binary_entry_for_tag(image, tag)
+    }
     fn binaries(&self) -> Vec<std::path::PathBuf> {
         self.0.borrow().binaries()
     }

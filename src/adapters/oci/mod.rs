@@ -520,6 +520,11 @@ impl ImageInspector for OciImageInspector {
             entrypoint: meta.entrypoint.clone(),
         })
     }
+
+    /// [`TagLister::list_tags`] with the same client.
+    async fn repository_tags(&self, repository: &str) -> Result<Vec<String>, String> {
+        TagLister::list_tags(self, repository).await
+    }
 }
 
 /// Tags listed per request of the registry's tag list (the OCI

@@ -18,6 +18,7 @@ mod driver;
 mod endpoints;
 #[cfg(test)]
 mod sim_tests;
+mod tags;
 pub mod templates;
 
 use std::sync::Arc;
@@ -45,6 +46,7 @@ use crate::domain::pod_cache::{
 use crate::ports::{Clock, FunctionEvaluator, ImageInspector, PodPlatform, PodWarningStream};
 use connections::{ConnectionPool, Resolver};
 use driver::{Ctx, Driver, Msg, Shared};
+pub use tags::DEFAULT_TAG_LIST_TTL;
 pub use templates::{TemplateFeed, TemplatePublisher};
 use tokio_stream::StreamExt;
 
@@ -90,6 +92,9 @@ pub struct PodRuntimeConfig {
     pub api_timeout: Duration,
     /// `--default-image-prefix`, applied to short image names.
     pub default_image_prefix: String,
+    /// `--tag-list-ttl`: how long a registry's tag list answers step tag
+    /// constraints before it is listed again (zero: listed on every call).
+    pub tag_list_ttl: Duration,
     /// Where the time fed to the pod cache comes from: the wall clock in
     /// production (reclaim-after annotations are wall-clock times shared by
     /// the replicas).
@@ -114,8 +119,9 @@ pub enum PodRuntimeError {
     },
 }
 
-/// The pod runtime as a [`FunctionEvaluator`]: never answers NotFound (any
-/// image can run in a pod), so it goes last in a chain.
+/// The pod runtime as a [`FunctionEvaluator`]: answers NotFound only for a
+/// step's tag constraint that no registry tag satisfies (any image can run
+/// in a pod), so it goes last in a chain.
 pub struct PodEvaluator {
     shared: Arc<Shared>,
     tx: mpsc::UnboundedSender<Msg>,
@@ -128,6 +134,8 @@ pub struct PodEvaluator {
     prefix: String,
     /// To ask a pod whose connection broke what the kubelet says of it.
     platform: Arc<dyn PodPlatform>,
+    /// Registry tag lists, to resolve a step's tag constraint.
+    tag_lists: tags::TagLists,
 }
 
 impl std::fmt::Debug for PodEvaluator {
@@ -233,6 +241,7 @@ impl PodEvaluator {
             config.max_message_bytes,
         ));
         let prefix = config.default_image_prefix.clone();
+        let tag_lists = tags::TagLists::new(inspector.clone(), config.tag_list_ttl);
         let warm_up = config.warm_up.clone();
         let policy = config.policy.clone();
         let ctx = Arc::new(Ctx {
@@ -270,6 +279,7 @@ impl PodEvaluator {
             next_id: AtomicU64::new(1),
             prefix,
             platform: status_platform,
+            tag_lists,
         })
     }
 
@@ -426,11 +436,21 @@ fn pod_error(image: &str, e: &PodCacheError) -> EvalError {
 
 #[async_trait]
 impl FunctionEvaluator for PodEvaluator {
-    /// Gets a pod for the (resolved) image, then forwards the request
-    /// unchanged to its wrapper server; `request.timeout` covers both.
+    /// Gets a pod for the (resolved) image — at the version the step's
+    /// `tag` picks from the registry's tag list when the request carries one
+    /// (Porch's rule; each list kept for `--tag-list-ttl`) — then forwards
+    /// the ResourceList to its wrapper server; `request.timeout` covers
+    /// both.
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let started = Instant::now();
-        let image = resolve_image(&request.image, &self.prefix);
+        let image = match request.tag.as_deref() {
+            Some(tag) => {
+                self.tag_lists
+                    .resolve(&request.image, tag, &self.prefix)
+                    .await?
+            }
+            None => resolve_image(&request.image, &self.prefix),
+        };
         spans::claim("pod");
         let lease = self.lease(&image).instrument(spans::pod_wait(&image));
         let lease = match request.timeout {
@@ -453,7 +473,13 @@ impl FunctionEvaluator for PodEvaluator {
         };
         let mut call = tonic::Request::new(EvaluateFunctionRequest {
             resource_list: request.resource_list,
-            image: request.image.clone(),
+            // The version the pod runs; its wrapper server needs no tag.
+            image: if request.tag.is_some() {
+                image.clone()
+            } else {
+                request.image.clone()
+            },
+            tag: String::new(),
         });
         let remaining = request.timeout.map(|t| t.saturating_sub(started.elapsed()));
         if let Some(left) = remaining {

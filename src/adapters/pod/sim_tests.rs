@@ -102,6 +102,7 @@ async fn replica_via(
         connect_timeout: Duration::from_secs(1),
         api_timeout: Duration::from_secs(2),
         default_image_prefix: "ghcr.io/kptdev/krm-functions-catalog".into(),
+        tag_list_ttl: Duration::from_secs(300),
         clock: Arc::new(clock.clone()),
     };
     let evaluator = PodEvaluator::start(

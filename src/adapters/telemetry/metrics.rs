@@ -15,6 +15,7 @@
 //! | `krm_fn_runner.admission.denials` | `krm_fn_runner_admission_denials_total` | counter | `rule` |
 //! | `krm_fn_runner.connections.aged` | `krm_fn_runner_connections_aged_total` | counter | `outcome` |
 //! | `krm_fn_runner.connections` | `krm_fn_runner_connections` | gauge | |
+//! | `krm_fn_runner.tag_lists` | `krm_fn_runner_tag_lists_total` | counter | `result` |
 //!
 //! Image labels are bounded: a call no runtime took (NOT_FOUND, a request
 //! refused before evaluation) is labelled [`OTHER_IMAGE`], and so is every
@@ -78,6 +79,9 @@ pub mod names {
     pub const CONNECTIONS_AGED: &str = "krm_fn_runner.connections.aged";
     /// Client connections open now.
     pub const CONNECTIONS: &str = "krm_fn_runner.connections";
+    /// Registry tag lists the pod runtime needed to resolve a step's tag
+    /// constraint, by result.
+    pub const TAG_LISTS: &str = "krm_fn_runner.tag_lists";
 }
 
 /// Bounded set of image label values.
@@ -140,6 +144,31 @@ static STATE: OnceLock<MetricsState> = OnceLock::new();
 static DENIALS: OnceLock<Counter<u64>> = OnceLock::new();
 static AGED: OnceLock<Counter<u64>> = OnceLock::new();
 static CONNECTIONS: OnceLock<UpDownCounter<i64>> = OnceLock::new();
+static TAG_LISTS: OnceLock<Counter<u64>> = OnceLock::new();
+
+/// Counts one tag list the pod runtime needed to resolve a step's tag
+/// constraint (`krm_fn_runner_tag_lists_total{result}`): `result` is
+/// `cached` when a list younger than `--tag-list-ttl` answered, `listed`
+/// when the registry was asked, `failed` when asking it failed. Does
+/// nothing when metrics are off.
+pub fn count_tag_list(result: &'static str) {
+    let Some(state) = STATE.get() else {
+        return;
+    };
+    TAG_LISTS
+        .get_or_init(|| {
+            state
+                .meter
+                .u64_counter(names::TAG_LISTS)
+                .with_unit("{list}")
+                .with_description(
+                    "Registry tag lists needed to resolve a step's tag constraint, by result: \
+                     cached (no registry request), listed, failed",
+                )
+                .build()
+        })
+        .add(1, &[KeyValue::new("result", result)]);
+}
 
 /// The open-connections gauge (`krm_fn_runner_connections`), made on first
 /// use; `None` when metrics are off.

@@ -36,8 +36,8 @@ pub const FUNCTION_RUN: &str = "function.run";
 pub const EVALUATE_OTEL_NAME: &str = "evaluator.FunctionEvaluator/EvaluateFunction";
 
 /// The span of one `EvaluateFunction` call, a server span under the RPC
-/// semantic conventions. `image`, `runtime` and `code` are recorded later
-/// ([`record_image`], [`claim`], the server layer).
+/// semantic conventions. `image`, `tag`, `runtime` and `code` are recorded
+/// later ([`record_image`], [`record_tag`], [`claim`], the server layer).
 pub fn evaluate(request_id: u64) -> Span {
     tracing::info_span!(
         target: TARGET,
@@ -51,6 +51,7 @@ pub fn evaluate(request_id: u64) -> Span {
         rpc.grpc.status_code = Empty,
         request_id,
         image = Empty,
+        tag = Empty,
         runtime = Empty,
         code = Empty,
     )
@@ -59,6 +60,12 @@ pub fn evaluate(request_id: u64) -> Span {
 /// Records the requested image on the current (per-call) span.
 pub fn record_image(image: &str) {
     Span::current().record("image", display(image));
+}
+
+/// Records the step's tag (`EvaluateFunctionRequest.Tag`, a literal or a
+/// semver constraint) on the current (per-call) span, when the caller sent one.
+pub fn record_tag(tag: &str) {
+    Span::current().record("tag", display(tag));
 }
 
 /// Records on the current (per-call) span that `runtime` (`exec`, `pod`,

@@ -547,3 +547,75 @@ proptest! {
         prop_assert!(empty.warm_up_images().is_empty());
     }
 }
+
+/// Porch's current default objects give constraints as tags
+/// (`~0.4`, `~0.1 != v0.1.4`): a request's tag — the step's `Tag`, else the
+/// image's own — is admitted when it satisfies one, or when it is a
+/// constraint that one of them (a version) satisfies.
+#[test]
+fn executor_tags_are_semver_constraints() {
+    let mut s = store();
+    s.apply(object(
+        "set-annotations",
+        "2026-01-01T00:00:00Z",
+        serde_json::json!({
+            "image": "set-annotations",
+            "prefixes": ["", CATALOG],
+            "binaryExecutor": {"tags": ["~0.1 != v0.1.4", "v0.2.1"], "path": "set-annotations"},
+        }),
+    ));
+    let full = format!("{CATALOG}/set-annotations");
+    assert_eq!(
+        bin(&s, &format!("{full}:v0.1.3")).as_deref(),
+        Some("/fns/set-annotations")
+    );
+    assert_eq!(bin(&s, &format!("{full}:v0.1.4")), None);
+    assert_eq!(
+        bin(&s, &format!("{full}:v0.2.1")).as_deref(),
+        Some("/fns/set-annotations")
+    );
+    assert_eq!(
+        bin(&s, "set-annotations:v0.1.9").as_deref(),
+        Some("/fns/set-annotations")
+    );
+    let tagged = |s: &FunctionConfigStore, image: &str, tag: &str| {
+        s.binary_entry_for_tag(image, tag)
+            .map(|b| b.path.display().to_string())
+    };
+    // A constraint meets a constraint only when spelled the same (Porch
+    // compares no two ranges): `~0.1` is not admitted by `~0.1 != v0.1.4`.
+    assert!(tagged(&s, &full, "~0.1").is_err());
+    assert_eq!(
+        tagged(&s, &full, "~0.1 != v0.1.4").as_deref(),
+        Ok("/fns/set-annotations")
+    );
+    assert_eq!(
+        tagged(&s, &full, "v0.1.2").as_deref(),
+        Ok("/fns/set-annotations")
+    );
+    // A constraint admitted through the version entry it selects.
+    assert_eq!(
+        tagged(&s, &full, ">=0.2, <0.3").as_deref(),
+        Ok("/fns/set-annotations")
+    );
+    // The step's tag wins over the image's own.
+    assert!(tagged(&s, &format!("{full}:v0.1.3"), "v0.1.4").is_err());
+    let e = tagged(&s, &full, "~0.3").unwrap_err();
+    assert!(
+        e.contains("\"~0.3\"") && e.contains("~0.1 != v0.1.4, v0.2.1"),
+        "{e}"
+    );
+    // The prefix still has to be one of the object's.
+    let e = tagged(&s, "example.com/other/set-annotations", "~0.1").unwrap_err();
+    assert!(e.contains("no FunctionConfig configures"), "{e}");
+    s.apply(object(
+        "any",
+        "2026-01-01T00:00:00Z",
+        serde_json::json!({
+            "image": "any",
+            "binaryExecutor": {"tags": ["*"], "path": "any"},
+        }),
+    ));
+    assert_eq!(tagged(&s, "any", "whatever").as_deref(), Ok("/fns/any"));
+    assert_eq!(bin(&s, "any:main").as_deref(), Some("/fns/any"));
+}
