@@ -5,6 +5,7 @@
 #[cfg(doc)]
 use super::Renderer;
 use crate::domain::image::{image_repository, split_reference, with_prefix};
+use crate::domain::version_constraint::{Constraint, Version};
 #[cfg(doc)]
 use crate::ports::TagLister;
 
@@ -47,85 +48,32 @@ pub fn is_tag_constraint(tag: &str) -> bool {
 
 /// Picks the highest of `tags` (a registry's tag list) that satisfies the
 /// semver `constraint`, as kpt resolves a step's `tag` (§3.10): `sha256-*`
-/// and `*-git-*` tags are ignored, a leading `v` and missing minor/patch
-/// numbers are accepted (`v0.4` = 0.4.0), constraints use Masterminds'
-/// syntax (`~0.4`, `^1.2`, `>=0.4, <1`, `>=0.4 <1`, `1.x`, `a || b`; a
-/// version without an operator is an exact match, `=`, as in Masterminds).
+/// and `*-git-*` tags are ignored; tags and the constraint are read by
+/// Masterminds semver v3's grammar, kpt's library
+/// ([`version_constraint`](crate::domain::version_constraint): a leading
+/// `v` and missing minor/patch numbers, `~0.4`, `^1.2`, `>=0.4, <1`,
+/// `>=0.4 <1`, `1.2 - 1.4`, `!=`, `1.x`, `a || b`, its prerelease rule; a
+/// version without an operator is an exact match, `=`).
 /// Returns the tag as the registry spells it (`v0.4.5`).
 ///
 /// Errors: a constraint that does not parse, or no tag satisfies it (kpt's
 /// "no tag could be found matching the version constraint").
 pub fn pick_tag(constraint: &str, tags: &[String]) -> Result<String, String> {
-    let alternatives = constraint
-        .split("||")
-        .map(|alt| semver::VersionReq::parse(&cargo_requirement(alt)))
-        .collect::<Result<Vec<_>, _>>()
+    let constraint = Constraint::parse(constraint)
         .map_err(|e| format!("tag {constraint:?} is not a valid version constraint: {e}"))?;
     tags.iter()
         .filter(|t| !t.starts_with("sha256-") && !t.contains("-git-"))
-        .filter_map(|t| lenient_version(t).map(|v| (v, t)))
-        .filter(|(v, _)| alternatives.iter().any(|req| req.matches(v)))
+        .filter_map(|t| Version::parse(t).ok().map(|v| (v, t)))
+        .filter(|(v, _)| constraint.matches(v))
         .max_by(|a, b| a.0.cmp(&b.0))
         .map(|(_, t)| t.clone())
         .ok_or_else(|| {
             format!(
-                "no tag could be found matching the version constraint {constraint:?} (among {} tags)",
+                "no tag could be found matching the version constraint {:?} (among {} tags)",
+                constraint.text(),
                 tags.len()
             )
         })
-}
-
-/// A Masterminds-style AND group (`>= 0.4 <1`, `~v0.4`) in Cargo's
-/// comma-separated requirement syntax (`>=0.4, <1`, `~0.4`).
-fn cargo_requirement(group: &str) -> String {
-    let mut joined = String::new();
-    let mut chars = group.trim().chars().peekable();
-    while let Some(c) = chars.next() {
-        joined.push(c);
-        // Glue an operator to its version: `>= 0.4` → `>=0.4`.
-        if "<>=~^".contains(c) {
-            while chars.peek().is_some_and(|n| n.is_whitespace()) {
-                chars.next();
-            }
-        }
-    }
-    joined
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            // `v` before a version number goes: `~v0.4` → `~0.4`.
-            let op_end = p.find(|c: char| !"<>=~^".contains(c)).unwrap_or(p.len());
-            let (op, version) = p.split_at(op_end);
-            let version = version
-                .strip_prefix(['v', 'V'])
-                .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
-                .unwrap_or(version);
-            // A bare version means `=` in Masterminds' syntax (where Cargo
-            // reads `^`): `1.2.3` is exactly 1.2.3, and a partial `1.2` is
-            // 1.2.x as with Cargo's `=1.2`. Wildcards (`1.2.x`) keep their
-            // own meaning, the same in both.
-            let wildcard = version.split('.').any(|p| matches!(p, "x" | "X" | "*"));
-            let op = if op.is_empty() && !wildcard { "=" } else { op };
-            format!("{op}{version}")
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// A tag read as a version the way Masterminds' `NewVersion` does: optional
-/// `v`, and `1` or `1.2` padded to `1.0.0` / `1.2.0`; `None` otherwise.
-fn lenient_version(tag: &str) -> Option<semver::Version> {
-    let t = tag.strip_prefix(['v', 'V']).unwrap_or(tag);
-    let (core, rest) = match t.find(['-', '+']) {
-        Some(i) => t.split_at(i),
-        None => (t, ""),
-    };
-    let parts = core.split('.').count();
-    if core.is_empty() || parts > 3 {
-        return None;
-    }
-    let padded = format!("{core}{}{rest}", ".0".repeat(3 - parts));
-    semver::Version::parse(&padded).ok()
 }
 
 #[cfg(test)]
