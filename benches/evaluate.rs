@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 
-#[path = "../tests/common/mod.rs"]
-mod common;
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;
+use krm_fn_testbed::common;
 use tonic::transport::Channel;
 
 const INPUT: &str = "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata:\n    name: web\n  spec:\n    replicas: 3\n    template:\n      spec:\n        containers:\n        - name: nginx\n          image: nginx:1.14\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    k: v\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: bench\n";

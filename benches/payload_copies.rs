@@ -13,8 +13,7 @@
 //! Needs the catalog functions (`scripts/install-catalog-functions.sh`) and
 //! Linux's `/proc`. Run: `cargo bench --bench payload_copies`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use krm_fn_testbed::common;
 
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 

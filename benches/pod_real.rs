@@ -1,7 +1,7 @@
 //! The pod runtime on a real node, side by side with Porch's Go function
 //! runner v1.5.3: `cargo bench --bench pod_real`.
 //!
-//! One node of the real-node bed (`tests/node_support`: kubelet, containerd,
+//! One node of the real-node bed (`testbed/src/node_support.rs`: kubelet, containerd,
 //! runc, kube-proxy, CoreDNS, in a network namespace of this process's own)
 //! runs the function pods of three runners, each in a namespace of its own:
 //! - ours in `pod-ip` mode (the wrapper's own health check makes a pod
@@ -33,14 +33,9 @@
 
 use std::time::{Duration, Instant};
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/k8s_support/mod.rs"]
-mod k8s_support;
-#[path = "../tests/node_support/mod.rs"]
-mod node_support;
-#[path = "../tests/registry_support/mod.rs"]
-mod registry_support;
+use krm_fn_testbed::common;
+use krm_fn_testbed::k8s_support;
+use krm_fn_testbed::node_support;
 
 use common::{Runner, set_namespace_rl};
 use k8s_openapi::api::core::v1::Pod;

@@ -13,14 +13,10 @@
 
 use std::time::{Duration, Instant};
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/k8s_support/mod.rs"]
-mod k8s_support;
-#[path = "../tests/k8s_support/kubelet.rs"]
-mod kubelet;
-#[path = "../tests/registry_support/mod.rs"]
-mod registry_support;
+use krm_fn_testbed::common;
+use krm_fn_testbed::k8s_support;
+use krm_fn_testbed::kubelet;
+use krm_fn_testbed::registry_support;
 
 use krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest;
 use krm_fn_runner::adapters::grpc::pb::function_evaluator_client::FunctionEvaluatorClient;

@@ -1,5 +1,5 @@
 //! Porch's render time through us versus through Porch's own Go function
-//! runner v1.5.3, on the Porch test bed (`tests/porch_support`):
+//! runner v1.5.3, on the Porch test bed (`testbed/src/porch_support.rs`):
 //! porch-server v1.5.3 on a real kube-apiserver + etcd with a `file://` git
 //! repository updates the resources of one draft package revision of 50
 //! Deployments whose Kptfile runs apply-setters and a starlark mutator (both
@@ -24,12 +24,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/k8s_support/mod.rs"]
-mod k8s_support;
-#[path = "../tests/porch_support/mod.rs"]
-mod porch_support;
+use krm_fn_testbed::porch_support;
 
 use porch_support::{Peer, PorchBed, deployments, setters_and_starlark_pipeline};
 

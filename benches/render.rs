@@ -42,8 +42,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use krm_fn_testbed::common;
 
 use krm_fn_runner::adapters::runtime::{BuiltinRuntime, ExecCommandRuntime};
 use krm_fn_runner::domain::resource_list::ResourceList;

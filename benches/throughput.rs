@@ -44,8 +44,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use krm_fn_testbed::common;
 
 /// The runner-side message limit for every runner in this bench: room for
 /// a 6 MiB ResourceList and the function's larger output.

@@ -6,7 +6,7 @@
 # Usage: scripts/build-kpt.sh
 #   The binary lands in ${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}/kpt/<version>/kpt.
 #
-# The render conformance tests (tests/render_vs_kpt.rs) and the render
+# The render conformance tests (tests/hermetic/render_vs_kpt.rs) and the render
 # benchmark (benches/render.rs) run `kpt fn render` from this binary; they find
 # it through the KRM_FN_KPT_BIN environment variable that scripts/test.sh sets.
 #

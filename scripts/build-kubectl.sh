@@ -2,7 +2,7 @@
 # Builds (once per machine, cached) kubectl from the Go module proxy, the
 # same Kubernetes release as the test API server, and prints its path.
 #
-# The deployment tests (tests/deploy.rs) run the book's deployment commands with it:
+# The deployment tests (tests/beds/deploy.rs) run the book's deployment commands with it:
 # `kubectl apply --server-side` of the CRDs and namespaces, then of each
 # `kustomize build deploy/...` output with `--dry-run=server`. They find it
 # through KRM_FN_KUBECTL_BIN (scripts/test.sh sets it).

@@ -7,7 +7,7 @@
 #   The binary lands in ${KRM_FN_CACHE:-$HOME/.cache/krm-fn-runner}/kustomize/<version>/kustomize.
 #
 # deploy/ is a set of kustomizations (Porch's manifests with this project's
-# images, RBAC and hardening); the deployment tests (tests/deploy.rs) build
+# images, RBAC and hardening); the deployment tests (tests/beds/deploy.rs) build
 # them with this binary, which they find through KRM_FN_KUSTOMIZE_BIN
 # (scripts/test.sh sets it).
 #

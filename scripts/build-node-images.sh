@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the container images the real-node test bed (tests/node_support)
+# Builds the container images the real-node test bed (testbed/src/node_support.rs)
 # runs, with buildah, and pushes them into a registry storage directory that
 # every node start copies and serves (docker-registry's filesystem storage is
 # independent of the address it is served on). Prints that directory's

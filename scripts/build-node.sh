@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds (once per machine, cached) what the real-node test bed
-# (tests/node_support) runs besides kube-apiserver and etcd
+# (testbed/src/node_support.rs) runs besides kube-apiserver and etcd
 # (scripts/build-test-apiserver.sh): kubelet, kube-proxy, kube-scheduler and
 # kube-controller-manager of the same Kubernetes release, CoreDNS (cluster
 # DNS, kubernetes plugin), and the node's pause image binary; prints the

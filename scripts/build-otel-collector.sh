@@ -12,7 +12,7 @@
 # (go.opentelemetry.io/collector/cmd/builder, "ocb") from a manifest naming
 # the collector's OTLP receiver (gRPC and HTTP) and the file exporter (OTLP
 # JSON lines) plus the debug exporter. The telemetry tests
-# (tests/telemetry.rs) send the runner's spans to it; they find it through
+# (tests/beds/telemetry.rs) send the runner's spans to it; they find it through
 # the KRM_FN_OTELCOL_BIN environment variable that scripts/test.sh sets.
 #
 # Needs only Go. Idempotent: a stamp file records the versions and recipe;

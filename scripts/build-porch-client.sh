@@ -13,7 +13,7 @@
 # A throw-away module requires github.com/nephio-project/porch at the
 # version scripts/build-porch.sh builds; the peer imports only its
 # func/evaluator package, so the build pulls grpc-go and protobuf, not the
-# rest of Porch. tests/replicas.rs runs the peer (KRM_FN_PORCH_CLIENT, or
+# rest of Porch. tests/beds/replicas.rs runs the peer (KRM_FN_PORCH_CLIENT, or
 # this script).
 #
 # Needs only Go. Idempotent: a stamp records the recipe, module, version and

@@ -11,9 +11,9 @@
 #   <first 12 hex digits of the sha256 of go.mod, go.sum and main.go>/.
 #
 # The Masterminds version is the one tests/go/semver-peer/go.mod requires
-# (go.sum pins its hash). tests/version_constraint_vs_go.rs runs the peer:
+# (go.sum pins its hash). tests/hermetic/version_constraint_vs_go.rs runs the peer:
 #   KRM_FN_SEMVER_PEER="$(scripts/build-semver-peer.sh)" \
-#     cargo test --test version_constraint_vs_go
+#     cargo test --test hermetic version_constraint_vs_go::
 #
 # Needs only Go. Idempotent: a stamp records the recipe and the files' hash;
 # when it matches and the binary is there, the script answers at once.

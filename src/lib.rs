@@ -106,7 +106,7 @@ pub use domain::simulation::{PolicyReport, SimPolicy, TraceEntry, parse_trace};
 
 /// The Rust examples of the book's library page (`docs/src/library.md`),
 /// compiled by the doc tests so the book's code keeps building against the
-/// crate (the README's example is one of them: `tests/readme.rs`). Only
+/// crate (the README's example is one of them: `tests/hermetic/readme.rs`). Only
 /// under `cfg(doctest)`: not part of the API.
 #[cfg(all(doctest, feature = "full"))]
 #[doc = include_str!("../docs/src/library.md")]

@@ -10,12 +10,11 @@
 //! network namespace before any thread starts, so the node, the runners and
 //! the test itself share it and no traffic leaves it.
 
-mod common;
-mod k8s_support;
-mod node_support;
-mod porch_support;
-mod registry_support;
-mod replicas_support;
+use krm_fn_testbed::common;
+use krm_fn_testbed::k8s_support;
+use krm_fn_testbed::node_support;
+use krm_fn_testbed::porch_support;
+use krm_fn_testbed::replicas_support;
 
 use std::future::Future;
 use std::process::ExitCode;

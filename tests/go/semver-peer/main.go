@@ -1,7 +1,7 @@
 // semver-peer answers version and constraint questions with
 // github.com/Masterminds/semver/v3 (the version go.mod pins), as the
 // reference for src/domain/version_constraint.rs
-// (tests/version_constraint_vs_go.rs runs it; scripts/build-semver-peer.sh
+// (tests/hermetic/version_constraint_vs_go.rs runs it; scripts/build-semver-peer.sh
 // builds it).
 //
 // Input on stdin, one question per line, fields separated by a tab:

@@ -1,0 +1,644 @@
+//! deploy/ against a real kube-apiserver, with the book's "Deploying with
+//! Porch" commands: the real kustomize CLI (`scripts/build-kustomize.sh`)
+//! builds each generation's kustomization, real kubectl
+//! (`scripts/build-kubectl.sh`) applies Porch's CRDs and namespaces, waits for
+//! the CRDs, then applies the build with `--server-side --dry-run=server` and
+//! for real. The runner's ServiceAccount is then asked, through the API
+//! server's authorizer (`kubectl auth can-i --as`), for every call the runner
+//! makes (allowed) and for neighbouring ones it never makes (denied).
+
+use krm_fn_testbed::common;
+use krm_fn_testbed::k8s_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::built_tool;
+use k8s_support::ControlPlane;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+const RUNNER_SA: &str = "system:serviceaccount:porch-system:porch-fn-runner";
+
+fn kustomize() -> PathBuf {
+    built_tool("KRM_FN_KUSTOMIZE_BIN", "build-kustomize.sh")
+}
+
+fn kubectl_bin() -> PathBuf {
+    built_tool("KRM_FN_KUBECTL_BIN", "build-kubectl.sh")
+}
+
+fn check(what: &str, out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `kustomize build DIR`.
+fn kustomize_build(dir: &Path) -> String {
+    let out = Command::new(kustomize())
+        .arg("build")
+        .arg(dir)
+        .output()
+        .expect("run kustomize");
+    check(&format!("kustomize build {}", dir.display()), out)
+}
+
+/// kubectl against `plane`, with its own discovery cache.
+struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    cache: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(plane: &ControlPlane) -> Self {
+        Self {
+            bin: kubectl_bin(),
+            kubeconfig: plane.kubeconfig_file(),
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.cache.path())
+            .args(args);
+        cmd
+    }
+
+    /// Runs kubectl with `args`; panics with its output unless it succeeds.
+    fn run(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().expect("run kubectl");
+        check(&format!("kubectl {}", args.join(" ")), out)
+    }
+
+    /// Runs kubectl with `args`, `stdin` piped in.
+    fn run_with_input(&self, args: &[&str], stdin: &str) -> String {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        check(&format!("kubectl {}", args.join(" ")), out)
+    }
+
+    /// Whether the runner's ServiceAccount may `verb` `resource` (or
+    /// `resource/name`, or `resource:subresource`) in `namespace`.
+    fn runner_can(&self, verb: &str, resource: &str, namespace: &str) -> bool {
+        let (resource, sub) = resource.split_once(':').unwrap_or((resource, ""));
+        let sub = format!("--subresource={sub}");
+        let mut args = vec![
+            "auth", "can-i", verb, resource, "-n", namespace, "--as", RUNNER_SA,
+        ];
+        if sub.len() > "--subresource=".len() {
+            args.push(&sub);
+        }
+        let out = self
+            .command(&args)
+            .output()
+            .expect("run kubectl auth can-i");
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        match answer.as_str() {
+            "yes" => true,
+            "no" => false,
+            _ => panic!(
+                "kubectl auth can-i {verb} {resource}: {answer} {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+}
+
+/// Porch's own installation of the FunctionConfig generation, as its
+/// manifests ship (client-side `kubectl apply`): the state the book's
+/// commands take over.
+fn install_porch(kubectl: &Kubectl) {
+    let head = Path::new(REPO).join("third_party/porch");
+    let file = |f: &str| head.join(f).display().to_string();
+    let (crd1, crd2) = (
+        file("config.porch.kpt.dev_functionconfigs.yaml"),
+        file("config.porch.kpt.dev_servicetemplates.yaml"),
+    );
+    kubectl.run(&["apply", "-f", &crd1, "-f", &crd2]);
+    wait_for_crds(kubectl);
+    let ns = head.join("1-namespace.yaml");
+    let mut args = vec!["apply", "-f", ns.to_str().unwrap()];
+    let files: Vec<String> = [
+        "2-function-runner.yaml",
+        "5-rbac.yaml",
+        "6-rbac-bind.yaml",
+        "22-function-templates.yaml",
+        "23-function-configurations.yaml",
+    ]
+    .iter()
+    .map(|f| file(f))
+    .collect();
+    for f in &files {
+        args.extend(["-f", f]);
+    }
+    kubectl.run(&args);
+}
+
+fn wait_for_crds(kubectl: &Kubectl) {
+    kubectl.run(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "--timeout=60s",
+        "crd/functionconfigs.config.porch.kpt.dev",
+        "crd/servicetemplates.config.porch.kpt.dev",
+    ]);
+}
+
+/// The book's steps for one generation: Porch's namespaces (and, given
+/// `crds`, its CRDs, waited for) applied for real, then the kustomize build
+/// of `deploy/<variant>` applied with a server-side dry run, then for real
+/// (`--force-conflicts`: over a Porch installation it takes over the fields
+/// Porch's apply owns). Returns the build and the number of objects in it.
+fn apply(kubectl: &Kubectl, variant: &str, crds: &[&str]) -> (String, usize) {
+    apply_dir(kubectl, &Path::new(REPO).join("deploy").join(variant), crds)
+}
+
+/// As [`apply`], for the kustomization in `dir`.
+fn apply_dir(kubectl: &Kubectl, dir: &Path, crds: &[&str]) -> (String, usize) {
+    let porch = Path::new(REPO).join("third_party/porch");
+    let mut first = vec!["apply", "--server-side", "--force-conflicts", "-f"];
+    let namespaces = porch.join("1-namespace.yaml");
+    first.push(namespaces.to_str().unwrap());
+    let crd_paths: Vec<String> = crds
+        .iter()
+        .map(|c| porch.join(c).display().to_string())
+        .collect();
+    for c in &crd_paths {
+        first.extend(["-f", c]);
+    }
+    kubectl.run(&first);
+    if !crds.is_empty() {
+        wait_for_crds(kubectl);
+    }
+    let built = kustomize_build(dir);
+    let objects = built.matches("\nkind: ").count();
+    let dry = kubectl.run_with_input(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ],
+        &built,
+    );
+    assert_eq!(
+        dry.matches("(server dry run)").count(),
+        objects,
+        "every object passes the server-side dry run:\n{dry}"
+    );
+    let real = kubectl.run_with_input(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        &built,
+    );
+    assert_eq!(
+        real.matches("serverside-applied").count(),
+        objects,
+        "{real}"
+    );
+    (built, objects)
+}
+
+/// What deploy/components/runner adds to Porch's Deployment and Service,
+/// as the API server stored it.
+fn assert_hardened(kubectl: &Kubectl) {
+    let get = |what: &str| -> serde_json::Value {
+        serde_json::from_str(&kubectl.run(&["get", what, "-n", "porch-system", "-o", "json"]))
+            .unwrap()
+    };
+    let deployment = get("deployment/function-runner");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsUser"], 10001);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
+    let probe = serde_json::json!(["/home/nonroot/grpc-health-probe", "-addr", "localhost:9445"]);
+    assert_eq!(c["readinessProbe"]["exec"]["command"], probe);
+    assert_eq!(c["livenessProbe"]["exec"]["command"], probe);
+    assert_eq!(c["volumeMounts"][0]["mountPath"], "/tmp");
+    assert!(
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["containerPort"] == 9464 && p["name"] == "metrics"),
+        "{c}"
+    );
+    let service = get("service/function-runner");
+    let ports: Vec<(i64, String)> = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["port"].as_i64().unwrap(),
+                p["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(ports.contains(&(9445, "grpc".into())), "{ports:?}");
+    assert!(ports.contains(&(9464, "metrics".into())), "{ports:?}");
+    let pdb = get("poddisruptionbudget/function-runner");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"]["app"],
+        "function-runner"
+    );
+}
+
+/// The calls of the pod runtime, in the pod namespace (both generations).
+const POD_RUNTIME_CALLS: &[(&str, &str)] = &[
+    ("create", "pods"),
+    ("get", "pods"),
+    ("list", "pods"),
+    ("watch", "pods"),
+    ("patch", "pods"),
+    ("delete", "pods"),
+    ("create", "services"),
+    ("get", "services"),
+    ("list", "services"),
+    ("delete", "services"),
+    ("list", "endpointslices.discovery.k8s.io"),
+    ("watch", "endpointslices.discovery.k8s.io"),
+    ("get", "endpoints"),
+    ("list", "events"),
+    ("watch", "events"),
+];
+
+/// Calls the runner never makes (Porch's own Role grants several of them).
+const NEVER: &[(&str, &str)] = &[
+    ("update", "pods"),
+    ("deletecollection", "pods"),
+    ("watch", "services"),
+    ("update", "services"),
+    ("create", "endpoints"),
+    ("get", "endpointslices.discovery.k8s.io"),
+    ("get", "secrets"),
+    ("create", "secrets"),
+    ("get", "configmaps"),
+    ("create", "pods:exec"),
+    ("get", "events"),
+    ("create", "events"),
+];
+
+/// The FunctionConfig generation's extra calls (`kind/name`: a call on that
+/// object only; `resource:subresource`).
+const FUNCTION_CONFIG_CALLS: &[(&str, &str)] = &[
+    ("list", "functionconfigs.config.porch.kpt.dev"),
+    ("watch", "functionconfigs.config.porch.kpt.dev"),
+    ("patch", "functionconfigs.config.porch.kpt.dev"),
+    ("patch", "functionconfigs.config.porch.kpt.dev:status"),
+    ("list", "podtemplates/base-pod-template"),
+    ("watch", "podtemplates/base-pod-template"),
+    ("create", "podtemplates"),
+    (
+        "list",
+        "servicetemplates.config.porch.kpt.dev/base-service-template",
+    ),
+    (
+        "watch",
+        "servicetemplates.config.porch.kpt.dev/base-service-template",
+    ),
+    ("create", "servicetemplates.config.porch.kpt.dev"),
+];
+
+/// Calls of the FunctionConfig generation's kinds that it never makes.
+const FUNCTION_CONFIG_NEVER: &[(&str, &str)] = &[
+    ("get", "functionconfigs.config.porch.kpt.dev"),
+    ("update", "functionconfigs.config.porch.kpt.dev"),
+    ("delete", "functionconfigs.config.porch.kpt.dev"),
+    ("update", "functionconfigs.config.porch.kpt.dev:status"),
+    ("list", "podtemplates"),
+    ("get", "podtemplates/base-pod-template"),
+    ("watch", "podtemplates/other"),
+    ("update", "podtemplates/base-pod-template"),
+    ("delete", "podtemplates/base-pod-template"),
+    ("list", "servicetemplates.config.porch.kpt.dev"),
+    (
+        "update",
+        "servicetemplates.config.porch.kpt.dev/base-service-template",
+    ),
+];
+
+fn assert_grants(kubectl: &Kubectl, allowed: &[&[(&str, &str)]], denied: &[&[(&str, &str)]]) {
+    let mut wrong = Vec::new();
+    for (set, want) in allowed
+        .iter()
+        .map(|s| (s, true))
+        .chain(denied.iter().map(|s| (s, false)))
+    {
+        for (verb, resource) in set.iter() {
+            if kubectl.runner_can(verb, resource, "porch-fn-system") != want {
+                wrong.push(format!("{verb} {resource}: expected {want}"));
+            }
+        }
+    }
+    // Nothing anywhere else: not in the runner's own namespace, not cluster-wide.
+    for ns in ["porch-system", "default"] {
+        for (verb, resource) in [("create", "pods"), ("list", "pods"), ("get", "configmaps")] {
+            if kubectl.runner_can(verb, resource, ns) {
+                wrong.push(format!("{verb} {resource} in {ns}: expected false"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the runner's RBAC is off: {wrong:#?}");
+}
+
+#[tokio::test]
+async fn function_config_generation_applies_with_least_privilege() {
+    let plane = ControlPlane::start().await;
+    let kubectl = Kubectl::new(&plane);
+    // Over Porch as installed by its own manifests, whose Role grants more.
+    install_porch(&kubectl);
+    assert!(kubectl.runner_can("watch", "services", "porch-fn-system"));
+    let (built, objects) = apply(
+        &kubectl,
+        "head",
+        &[
+            "config.porch.kpt.dev_functionconfigs.yaml",
+            "config.porch.kpt.dev_servicetemplates.yaml",
+        ],
+    );
+    // Porch's objects are all there: 19 FunctionConfigs, both templates,
+    // both CRDs, namespaces, the runner's ServiceAccount, Deployment, Service;
+    // plus the Role, RoleBinding and PodDisruptionBudget.
+    assert_eq!(objects, 31, "{built}");
+    assert_eq!(built.matches("\nkind: FunctionConfig\n").count(), 19);
+    let configs = kubectl.run(&[
+        "get",
+        "functionconfigs",
+        "-n",
+        "porch-fn-system",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(configs.lines().count(), 19, "{configs}");
+
+    // Our Deployment and Service fields won over those Porch's apply owned.
+    assert_hardened(&kubectl);
+
+    // Our images, also as WRAPPER_SERVER_IMAGE and the pod template's init container.
+    let deployment = kubectl.run(&[
+        "get",
+        "deployment/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image} \
+         {.spec.template.spec.containers[0].env[?(@.name==\"WRAPPER_SERVER_IMAGE\")].value} \
+         {.spec.template.spec.containers[0].command[0]}",
+    ]);
+    assert_eq!(
+        deployment,
+        "localhost/krm-fn-runner:latest localhost/krm-fn-wrapper-server:latest /home/nonroot/server"
+    );
+    let init = kubectl.run(&[
+        "get",
+        "podtemplate/base-pod-template",
+        "-n",
+        "porch-fn-system",
+        "-o",
+        "jsonpath={.template.spec.initContainers[0].image}",
+    ]);
+    assert_eq!(init, "localhost/krm-fn-wrapper-server:latest");
+
+    assert_grants(
+        &kubectl,
+        &[POD_RUNTIME_CALLS, FUNCTION_CONFIG_CALLS],
+        &[NEVER, FUNCTION_CONFIG_NEVER],
+    );
+    // The warm pool fields survive the API server's pruning: the CRD as
+    // deployed carries them.
+    let warm = "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata:\n  name: warm-pool\n  namespace: porch-fn-system\nspec:\n  image: set-namespace\n  prefixes: [\"\"]\n  podExecutor:\n    tags: [v0.4.1]\n    minReady: 2\n    maxPods: 3\n";
+    kubectl.run_with_input(&["apply", "-f", "-"], warm);
+    let kept = kubectl.run(&[
+        "get",
+        "functionconfig/warm-pool",
+        "-n",
+        "porch-fn-system",
+        "-o",
+        "jsonpath={.spec.podExecutor.minReady} {.spec.podExecutor.maxPods}",
+    ]);
+    assert_eq!(kept, "2 3");
+    // The template watch's request shape, as the ServiceAccount: a list by
+    // `metadata.name` field selector is allowed by the name-restricted rule.
+    for (kind, name) in [
+        ("podtemplates", "base-pod-template"),
+        ("servicetemplates", "base-service-template"),
+    ] {
+        let listed = kubectl.run(&[
+            "get",
+            kind,
+            "-n",
+            "porch-fn-system",
+            "--field-selector",
+            &format!("metadata.name={name}"),
+            "-o",
+            "name",
+            "--as",
+            RUNNER_SA,
+        ]);
+        assert!(listed.contains(name), "{listed}");
+    }
+}
+
+#[tokio::test]
+async fn config_yaml_generation_applies_with_least_privilege() {
+    let plane = ControlPlane::start().await;
+    let kubectl = Kubectl::new(&plane);
+    let (built, objects) = apply(&kubectl, "config-yaml-era", &[]);
+    // ServiceAccount, Deployment, Service, pod-cache-config; Role,
+    // RoleBinding, PodDisruptionBudget (the namespaces are applied first).
+    assert_eq!(objects, 7, "{built}");
+    let command = kubectl.run(&[
+        "get",
+        "deployment/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].command}",
+    ]);
+    assert!(
+        command.contains("--config=/home/nonroot/config.yaml"),
+        "{command}"
+    );
+    assert_hardened(&kubectl);
+    assert_grants(
+        &kubectl,
+        &[POD_RUNTIME_CALLS],
+        &[NEVER, FUNCTION_CONFIG_CALLS],
+    );
+}
+
+/// A scratch copy of `deploy/` and `third_party/` (the kustomizations'
+/// relative paths hold), for `kustomize edit`.
+fn deploy_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(Path::new(REPO).join("deploy"))
+        .arg(Path::new(REPO).join("third_party"))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    dir
+}
+
+#[test]
+fn images_are_set_with_kustomize_edit() {
+    // The book's way to point the manifests at a registry, on a copy.
+    let dir = deploy_copy();
+    let head = dir.path().join("deploy/head");
+    for set in [
+        "docker.io/nephio/porch-function-runner=registry.example:5000/krm-fn-runner:v9",
+        "docker.io/nephio/porch-wrapper-server=registry.example:5000/krm-fn-wrapper-server:v9",
+    ] {
+        let out = Command::new(kustomize())
+            .current_dir(&head)
+            .args(["edit", "set", "image", set])
+            .output()
+            .unwrap();
+        check("kustomize edit set image", out);
+    }
+    let built = kustomize_build(&head);
+    assert_eq!(
+        built
+            .matches("registry.example:5000/krm-fn-wrapper-server:v9")
+            .count(),
+        2,
+        "WRAPPER_SERVER_IMAGE and the pod template's init container:\n{built}"
+    );
+    assert_eq!(
+        built
+            .matches("image: registry.example:5000/krm-fn-runner:v9")
+            .count(),
+        1
+    );
+    assert!(!built.contains("docker.io/nephio"), "{built}");
+    assert!(!built.contains("localhost/krm-fn"), "{built}");
+}
+
+#[tokio::test]
+async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
+    // The book's way to add it, on a copy of deploy/.
+    let dir = deploy_copy();
+    let head = dir.path().join("deploy/head");
+    let out = Command::new(kustomize())
+        .current_dir(&head)
+        .args(["edit", "add", "component", "../components/autoscaling"])
+        .output()
+        .unwrap();
+    check("kustomize edit add component", out);
+    let built = kustomize_build(&head);
+    assert!(
+        built.contains("\nkind: HorizontalPodAutoscaler\n"),
+        "{built}"
+    );
+    // The Deployment leaves its replica count to the HPA.
+    let deployment = built
+        .split("\n---\n")
+        .find(|d| d.contains("\nkind: Deployment\n"))
+        .unwrap();
+    assert!(!deployment.contains("replicas:"), "{deployment}");
+
+    let plane = ControlPlane::start().await;
+    let kubectl = Kubectl::new(&plane);
+    let (_, objects) = apply_dir(
+        &kubectl,
+        &head,
+        &[
+            "config.porch.kpt.dev_functionconfigs.yaml",
+            "config.porch.kpt.dev_servicetemplates.yaml",
+        ],
+    );
+    assert_eq!(objects, 32, "deploy/head's 31 objects and the HPA");
+    let hpa: serde_json::Value = serde_json::from_str(&kubectl.run(&[
+        "get",
+        "hpa/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let spec = &hpa["spec"];
+    assert_eq!(hpa["apiVersion"], "autoscaling/v2");
+    assert_eq!(spec["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(spec["scaleTargetRef"]["name"], "function-runner");
+    // At least the PodDisruptionBudget's minAvailable plus one.
+    assert_eq!(
+        (spec["minReplicas"].as_i64(), spec["maxReplicas"].as_i64()),
+        (Some(2), Some(6))
+    );
+    let pdb = kubectl.run(&[
+        "get",
+        "pdb/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.minAvailable}",
+    ]);
+    assert_eq!(pdb, "1");
+    // The Pods metric is the gauge the runner exports, in its Prometheus
+    // name (tests/beds/replicas.rs and tests/beds/telemetry.rs read it off /metrics).
+    let metric = &spec["metrics"][0]["pods"];
+    assert_eq!(
+        metric["metric"]["name"],
+        krm_fn_runner::adapters::telemetry::metrics::names::EVALUATIONS_IN_FLIGHT.replace('.', "_")
+    );
+    assert_eq!(metric["target"]["type"], "AverageValue");
+    assert_eq!(metric["target"]["averageValue"], "4");
+    assert_eq!(spec["metrics"][1]["resource"]["name"], "cpu");
+    assert_eq!(
+        spec["metrics"][1]["resource"]["target"]["averageUtilization"],
+        75
+    );
+    // CPU utilization needs a request on the runner's container.
+    let cpu = kubectl.run(&[
+        "get",
+        "deployment/function-runner",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].resources.requests.cpu}",
+    ]);
+    assert_eq!(cpu, "125m");
+}
