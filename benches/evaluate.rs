@@ -2,7 +2,10 @@
 //! spawn of the same catalog binary with the same input, at 1 and 16
 //! concurrent callers, in one run. Prints the server/bare ratio of medians,
 //! and the cost of metrics: the same server with Porch's
-//! `OTEL_METRICS_EXPORTER=prometheus` against one with telemetry off.
+//! `OTEL_METRICS_EXPORTER=prometheus` against one with telemetry off, and
+//! the cost of a step's tag constraint: the same call with the image's
+//! repository and `Tag` `~0.4` (the exec runtime picks the configured
+//! version) against the call naming the full image.
 //!
 //! Needs the catalog functions (`scripts/install-catalog-functions.sh`).
 //! Run: `cargo bench --bench evaluate`.
@@ -47,10 +50,23 @@ async fn bare(binary: &PathBuf) {
     assert!(out.unwrap().status.success());
 }
 
-async fn through_server(client: &mut FunctionEvaluatorClient<Channel>, image: &str) {
+/// One call through the server: `image` as is, or its repository with
+/// `tag` when given.
+async fn through_server(
+    client: &mut FunctionEvaluatorClient<Channel>,
+    image: &str,
+    tag: Option<&str>,
+) {
+    let (image, tag) = match tag {
+        Some(t) => (
+            image.rsplit_once(':').map_or(image, |(repo, _)| repo),
+            t.to_string(),
+        ),
+        None => (image, String::new()),
+    };
     let r = client
         .evaluate_function(EvaluateFunctionRequest {
-            tag: String::new(),
+            tag,
             resource_list: INPUT.as_bytes().to_vec().into(),
             image: image.to_string(),
         })
@@ -108,7 +124,11 @@ fn bench(c: &mut Criterion) {
                 }
             })
         });
-        for (name, client) in [("server", &client), ("server-metrics", &metered_client)] {
+        for (name, client, tag) in [
+            ("server", &client, None),
+            ("server-metrics", &metered_client, None),
+            ("server-tag", &client, Some("~0.4")),
+        ] {
             group.bench_function(name, |b| {
                 b.to_async(&rt).iter_custom(|iters| {
                     let client = client.clone();
@@ -120,7 +140,9 @@ fn bench(c: &mut Criterion) {
                             for _ in 0..concurrency {
                                 let mut client = client.clone();
                                 let image = image.clone();
-                                set.spawn(async move { through_server(&mut client, &image).await });
+                                set.spawn(
+                                    async move { through_server(&mut client, &image, tag).await },
+                                );
                             }
                             set.join_all().await;
                         }
@@ -180,6 +202,17 @@ fn main() {
                 bare / 1e6,
                 server / 1e6,
                 server / bare
+            );
+        }
+        if let (Some(full), Some(tagged)) =
+            (median_ns(&group, "server"), median_ns(&group, "server-tag"))
+        {
+            let _ = writeln!(
+                report,
+                "{group}: full image {:.3} ms, repository + Tag ~0.4 {:.3} ms, added {:+.3} ms (p50)",
+                full / 1e6,
+                tagged / 1e6,
+                (tagged - full) / 1e6
             );
         }
         if let (Some(off), Some(on)) = (
