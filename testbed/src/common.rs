@@ -576,11 +576,22 @@ pub async fn call(
     image: &str,
     rl: Vec<u8>,
 ) -> Result<krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse, tonic::Status> {
+    call_with_tag(runner, image, "", rl).await
+}
+
+/// [`call`] with Porch's `Tag` (field 3): the step's tag, a literal or a
+/// semver constraint; `""` sends none.
+pub async fn call_with_tag(
+    runner: &Runner,
+    image: &str,
+    tag: &str,
+    rl: Vec<u8>,
+) -> Result<krm_fn_runner::adapters::grpc::pb::EvaluateFunctionResponse, tonic::Status> {
     runner
         .client()
         .await
         .evaluate_function(krm_fn_runner::adapters::grpc::pb::EvaluateFunctionRequest {
-            tag: String::new(),
+            tag: tag.to_string(),
             resource_list: rl.into(),
             image: image.to_string(),
         })

@@ -511,6 +511,39 @@ async fn porchs_manifests_under(rbac: Rbac) {
     ] {
         assert!(!runs(&exec, &image).await, "{image}");
     }
+    // Porch's Tag (field 3): the step's tag is read against the object's
+    // binaryExecutor.tags (constraints; a constraint selects through a
+    // version entry that satisfies it) and wins over the image's own tag;
+    // the prefix is still checked.
+    let repo = format!("{CATALOG}/set-namespace");
+    for (image, tag, served) in [
+        (repo.clone(), "v0.4.2", true),
+        (repo.clone(), "~0.4", true),
+        (repo.clone(), ">=0.4.2, <0.5", true),
+        (format!("{repo}:v0.4.1"), "v0.4.2", true),
+        (format!("{repo}:v0.4.2"), "~0.5", false),
+        (repo.clone(), ">=1.0", false),
+        (format!("{CATALOG}-fork/set-namespace"), "~0.4", false),
+    ] {
+        match common::call_with_tag(&exec, &image, tag, set_namespace_rl("fc")).await {
+            Ok(r) => {
+                assert!(served, "{image} {tag:?} ran");
+                assert!(
+                    common::output(&r).contains("namespace: fc"),
+                    "{image} {tag:?}"
+                );
+            }
+            Err(s) => {
+                assert!(!served, "{image} {tag:?}: {s:?}");
+                assert_eq!(s.code(), Code::NotFound, "{image} {tag:?}: {s:?}");
+                assert!(
+                    s.message().contains(&format!("{tag:?}"))
+                        || s.message().contains("no FunctionConfig configures"),
+                    "{s:?}"
+                );
+            }
+        }
+    }
 
     // A new FunctionConfig serves at once; changing its tags moves the
     // binary to the new tag; deleting it makes the image NOT_FOUND again.
