@@ -1551,3 +1551,65 @@ async fn admission_and_step_timeouts_on_the_pod_runtime() {
     assert_eq!(bed.kubelet.started(), 1, "the validator ran in a pod");
     bed.assert_clean(&runner).await;
 }
+
+/// Porch's `Tag` (field 3) on the pod runtime: a constraint is resolved
+/// against the registry's tag list, to the highest tag that satisfies it,
+/// and the pod runs that concrete version; the list answers later calls
+/// (one registry request for all of them, `--tag-list-ttl`); no match is
+/// NOT_FOUND naming the tag and the tags seen.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_tag_constraint_runs_the_highest_matching_registry_tag() {
+    let bed = Bed::start().await;
+    let installed = catalog_version("set-namespace");
+    for tag in ["v0.4.1", "v0.5.2", "latest"] {
+        bed.registry
+            .push_image(
+                &format!("set-namespace:{tag}"),
+                "amd64",
+                Some(&["/usr/local/bin/function"]),
+                None,
+                "set-namespace",
+            )
+            .await;
+    }
+    let runner = bed.runner(&["--pod-ttl=30s"]);
+    let repo = format!("{}/set-namespace", bed.registry.addr);
+    for (image, tag, want) in [
+        (repo.clone(), "~0.4", installed.as_str()),
+        (repo.clone(), ">=0.5", "v0.5.2"),
+        (repo.clone(), "~0.4 || ~0.5", "v0.5.2"),
+        (repo.clone(), "<0.4.2", "v0.4.1"),
+        // The step's tag wins over the image's own.
+        (format!("{repo}:v0.4.1"), "~0.5", "v0.5.2"),
+        // A literal needs no list.
+        (repo.clone(), "latest", "latest"),
+    ] {
+        let r = common::call_with_tag(&runner, &image, tag, set_namespace_rl("tagged"))
+            .await
+            .unwrap_or_else(|e| panic!("{image} {tag:?}: {e}\n{}", runner.log()));
+        assert!(output(&r).contains("namespace: tagged"), "{image} {tag:?}");
+        let images: Vec<String> = bed
+            .pods()
+            .await
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.containers.first()?.image.clone())
+            .collect();
+        assert!(
+            images.contains(&format!("{repo}:{want}")),
+            "{image} {tag:?} should run {want} in a pod: {images:?}"
+        );
+    }
+    assert_eq!(
+        bed.registry
+            .runner_requests("/v2/set-namespace/tags/list")
+            .len(),
+        1,
+        "one tag list answers every constraint within --tag-list-ttl"
+    );
+    let e = common::call_with_tag(&runner, &repo, ">=1.0", set_namespace_rl("none"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert!(e.message().contains("\">=1.0\""), "{e:?}");
+    assert!(e.message().contains("v0.5.2"), "names the tags seen: {e:?}");
+}
