@@ -30,18 +30,15 @@ use crate::adapters::pod::{
     AddressMode, PodEvaluator, PodRuntimeConfig, PodRuntimeError, TemplateFeed,
 };
 use crate::adapters::runtime::{
-    BuiltinRuntime, DeadlineRuntime, EvaluatorRuntime, ExecCommandRuntime, RuntimeChain,
+    BuiltinRuntime, DeadlineRuntime, EvaluatorRuntime, ExecCommandRuntime, NextStepOnNotFound,
+    RuntimeChain,
 };
 use crate::domain::chain::EvaluatorChain;
-use crate::domain::evaluation::EvalError;
 use crate::domain::exec_config::ExecConfig;
 use crate::domain::function_config::{FunctionConfigStore, GROUP, PLURAL};
 use crate::domain::pod_cache::template::inline_templates;
 use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy};
-use crate::ports::{
-    FunctionCall, FunctionEvaluator, FunctionOutput, FunctionRuntime, FunctionTarget,
-    ImageInspector, PodPlatform, SystemClock,
-};
+use crate::ports::{FunctionEvaluator, ImageInspector, PodPlatform, SystemClock};
 
 /// Porch's error when the pod runtime is enabled without its init image.
 const WRAPPER_IMAGE_MISSING: &str =
@@ -487,7 +484,8 @@ pub struct RenderRuntimeSettings {
 /// `render`'s wired function runtime and the tag lister for `tag` constraints.
 pub struct RenderRuntime {
     /// The admission policy first (a denied step starts nothing), then the
-    /// step's time limit, then the chain of [`render_chain`].
+    /// step's time limit, then the chain of [`render_chain`] (with a next
+    /// step in the message of an image nothing serves).
     pub runtime: AdmittedRuntime<DeadlineRuntime>,
     /// Lists a registry's tags (with the Docker config's credentials, as kpt
     /// through its container CLI) to resolve a step's `tag` constraint.
@@ -508,12 +506,12 @@ pub fn build_render_runtime(settings: &RenderRuntimeSettings) -> Result<RenderRu
     .map_err(|e| e.to_string())?;
     let admission =
         Admission::from_option(settings.admission_policy.as_deref(), &settings.image_prefix)?;
-    let runtime = NextStepOnNotFound {
+    let runtime = NextStepOnNotFound::new(
         chain,
-        builtins: BuiltinRuntime::new(&settings.image_prefix),
-        exec_config: settings.exec_config.clone(),
-        function_runner: settings.function_runner.clone(),
-    };
+        BuiltinRuntime::new(&settings.image_prefix),
+        settings.exec_config.clone(),
+        settings.function_runner.clone(),
+    );
     Ok(RenderRuntime {
         runtime: AdmittedRuntime::new(DeadlineRuntime::new(Arc::new(runtime)), Arc::new(admission)),
         tags: Arc::new(tags),
@@ -554,79 +552,6 @@ fn render_chain(args: &RenderRuntimeSettings) -> anyhow::Result<RuntimeChain> {
                 .with_sandbox_allow(args.sandbox_allow),
         ),
     ))
-}
-
-/// The runtime chain, with a next step in the message of an image nothing
-/// serves: the builtins' tags when the image names a builtin's function, and
-/// the flags that make other images run.
-struct NextStepOnNotFound {
-    chain: RuntimeChain,
-    builtins: BuiltinRuntime,
-    exec_config: Option<PathBuf>,
-    function_runner: Option<String>,
-}
-
-impl NextStepOnNotFound {
-    fn hint(&self, image: &str) -> String {
-        let mut tried = vec!["no builtin".to_string()];
-        if let Some(c) = &self.exec_config {
-            tried.push(format!("no entry of --exec-config {}", c.display()));
-        }
-        if let Some(r) = &self.function_runner {
-            tried.push(format!("not the function runner at {r}"));
-        }
-        let mut hint = format!(
-            "{} serves it, and render has no container runtime",
-            tried.join(", ")
-        );
-        if let Some(note) = self.builtins.tags_note(image) {
-            hint.push_str(&format!(" ({note})"));
-        }
-        if self.exec_config.is_none() {
-            hint.push_str(
-                "; map the image to a local binary with --exec-config FILE --functions DIR",
-            );
-        } else {
-            hint.push_str("; add the image to the --exec-config file");
-        }
-        if self.function_runner.is_none() {
-            hint.push_str(", or run it on a function runner with --function-runner HOST:PORT");
-        }
-        hint
-    }
-}
-
-#[async_trait::async_trait]
-impl FunctionRuntime for NextStepOnNotFound {
-    async fn run(&self, call: FunctionCall) -> Result<FunctionOutput, EvalError> {
-        let image = match &call.target {
-            FunctionTarget::Image(i) => Some(i.clone()),
-            FunctionTarget::Exec(_) => None,
-        };
-        match (self.chain.run(call).await, image) {
-            (
-                Err(EvalError::NotFound {
-                    image,
-                    detail: None,
-                }),
-                Some(_),
-            ) => {
-                let detail = Some(self.hint(&image));
-                Err(EvalError::NotFound { image, detail })
-            }
-            (other, _) => other,
-        }
-    }
-
-    /// As the runtime it wraps.
-    fn may_serve(&self, target: &FunctionTarget) -> bool {
-        self.chain.may_serve(target)
-    }
-
-    /// As the runtime it wraps.
-    fn returns_input(&self, target: &FunctionTarget) -> bool {
-        self.chain.returns_input(target)
-    }
 }
 
 /// `eval`'s evaluator: a function runner at `address`, else the local exec
