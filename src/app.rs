@@ -13,8 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::ArgAction;
-
 use crate::adapters::admission::{Admission, AdmittedEvaluator, AdmittedRuntime};
 use crate::adapters::exec::wrapper::EmptyEntrypoint;
 use crate::adapters::exec::{ExecEvaluator, ExecSettings, WrapperEvaluator};
@@ -641,111 +639,91 @@ pub fn build_wrapper_evaluator(
 }
 
 /// What the pod runtime needs besides the cluster: Porch's pod-runtime and
-/// registry flags (parsed by clap, with Porch's names and defaults), plus
-/// `WRAPPER_SERVER_IMAGE` and the flags shared with the exec runtime, which
-/// the command line fills in.
-#[derive(Debug, Clone, clap::Args)]
+/// registry settings (the command line's flags, with Porch's names and
+/// defaults), plus `WRAPPER_SERVER_IMAGE` and the settings shared with the
+/// exec runtime. Each field names the flag it comes from.
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodSettings {
-    /// Namespace for function pods, services and the pull secret.
-    #[arg(
-        long = "pod-namespace",
-        value_name = "POD_NAMESPACE",
-        default_value = "porch-fn-system"
-    )]
+    /// `--pod-namespace`: namespace for function pods, services and the
+    /// pull secret (also where FunctionConfigs and template objects are read).
     pub namespace: String,
-    /// Default idle time-to-live of a function pod.
-    #[arg(long = "pod-ttl",
-        value_name = "POD_TTL", value_parser = humantime::parse_duration, default_value = "30m")]
+    /// `--pod-ttl`: default idle time-to-live of a function pod.
     pub ttl: Duration,
-    /// Garbage-collection period of the pod cache.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1m")]
+    /// `--scan-interval`: garbage-collection period of the pod cache (and
+    /// how often the template ConfigMap is re-read).
     pub scan_interval: Duration,
-    /// Pre-create one pod per --pod-cache-config entry (or per FunctionConfig podExecutor) at start-up.
-    #[arg(long = "warm-up-pod-cache",
-        value_name = "WARM_UP_POD_CACHE", action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
+    /// `--warm-up-pod-cache`: pre-create one pod per configured function at
+    /// start-up.
     pub warm_up: bool,
-    /// Per-function pod settings and warm-up list; giving it selects the config.yaml generation [default: /pod-cache-config/pod-cache-config.yaml].
-    #[arg(long)]
+    /// `--pod-cache-config`: per-function pod settings and warm-up list
+    /// (`None`: [`DEFAULT_POD_CACHE_CONFIG`] if it exists); giving it selects
+    /// the config.yaml generation.
     pub pod_cache_config: Option<PathBuf>,
-    /// ConfigMap holding `template` and `serviceTemplate` for function pods (in the runner's namespace, or NAMESPACE/NAME); giving it selects the config.yaml generation.
-    #[arg(long, default_value = "")]
+    /// `--function-pod-template`: ConfigMap holding the pod and service
+    /// templates (`NAME` in the runner's namespace, or `NAMESPACE/NAME`;
+    /// empty: the inline templates); giving it selects the config.yaml
+    /// generation.
     pub function_pod_template: String,
-    /// Load on a pod before another pod is started.
-    #[arg(long, default_value_t = 2)]
+    /// `--max-waitlist-length`: load on a pod before another pod is started.
     pub max_waitlist_length: i64,
-    /// Most pods per function image.
-    #[arg(long, default_value_t = 1)]
+    /// `--max-parallel-pods-per-function`: most pods per function image.
     pub max_parallel_pods_per_function: i64,
-    /// Use the Docker config at --registry-auth-secret-path for private registries.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    /// `--enable-private-registries`: use the Docker config at
+    /// `registry_auth_secret_path` for private registries.
     pub enable_private_registries: bool,
-    /// Mounted Docker config JSON for private registries.
-    #[arg(long, default_value = "/var/tmp/config-secret/.dockerconfigjson")]
+    /// `--registry-auth-secret-path`: mounted Docker config JSON.
     pub registry_auth_secret_path: PathBuf,
-    /// Name of the pull secret created in --pod-namespace.
-    #[arg(long, default_value = "auth-secret")]
+    /// `--registry-auth-secret-name`: the pull secret created in the pod
+    /// namespace.
     pub registry_auth_secret_name: String,
-    /// Trust the CA in --tls-secret-path for private registries.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    /// `--enable-private-registries-tls`: trust the CA in `tls_secret_path`.
     pub enable_private_registries_tls: bool,
-    /// Directory holding ca.crt or ca.pem.
-    #[arg(long, default_value = "/var/tmp/tls-secret/")]
+    /// `--tls-secret-path`: directory holding `ca.crt` or `ca.pem`.
     pub tls_secret_path: PathBuf,
-    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster, as kube-rs infers it).
-    #[arg(long)]
+    /// `--kubeconfig` (`None`: as kube-rs infers it).
     pub kubeconfig: Option<PathBuf>,
-    /// Requests a pod may carry once the function has all its pods; more are refused with RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = 64)]
+    /// `--max-load-per-pod`: requests a pod may carry once the function has
+    /// all its pods.
     pub max_load_per_pod: u32,
-    /// How long a new function pod may take to become ready (Porch: fixed 60s).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    /// `--pod-ready-timeout`: how long a new function pod may take to
+    /// become ready.
     pub pod_ready_timeout: Duration,
-    /// How the runner reaches wrapper servers: service (the pod's ClusterIP service DNS name) or pod-ip.
-    #[arg(long = "pod-address-mode",
-        value_name = "POD_ADDRESS_MODE", value_enum, default_value_t = AddressMode::Service)]
+    /// `--pod-address-mode`: how the runner reaches wrapper servers.
     pub address_mode: AddressMode,
-    /// Short name of this replica inside pod names (1-8 of a-z0-9), unique among replicas and, ideally, per start [default: random per process start].
-    #[arg(long)]
+    /// `--replica-token`: this replica's short name inside pod names
+    /// (`None`: random per process start).
     pub replica_token: Option<String>,
-    /// In pod-ip mode, a starting function pod takes calls as soon as its wrapper server answers a gRPC health check at the pod IP, instead of when the kubelet's readiness probe reports it (Porch waits for Ready).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
+    /// `--wrapper-health-check`: in pod-ip mode, take calls once the
+    /// wrapper answers a gRPC health check, before the pod is Ready.
     pub wrapper_health_check: bool,
-    /// File mapping wrapper endpoints to dialable addresses (`<endpoint> <host:port>` per line): a test seam for the emulated kubelet of the test bed, whose wrappers listen on loopback ports; not for production (hidden).
-    #[arg(long, hide = true)]
+    /// `--wrapper-address-map`: a file mapping wrapper endpoints to
+    /// dialable addresses (a test seam).
     pub wrapper_address_map: Option<PathBuf>,
-    /// Bound on connecting to a wrapper server.
-    #[arg(long = "wrapper-connect-timeout",
-        value_name = "WRAPPER_CONNECT_TIMEOUT", value_parser = humantime::parse_duration, default_value = "5s")]
+    /// `--wrapper-connect-timeout`: bound on connecting to a wrapper server.
     pub connect_timeout: Duration,
-    /// Bound on each Kubernetes API call (an API server that does not answer fails the call after this long).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    /// `--api-timeout`: bound on each Kubernetes API call.
     pub api_timeout: Duration,
-    /// How long a registry's tag list answers a step's tag constraint (Tag) before the registry is asked again; 0s lists on every call, as Porch does.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    /// `--tag-list-ttl`: how long a registry's tag list answers a step's
+    /// tag constraint.
     pub tag_list_ttl: Duration,
-    /// Attempts of a Kubernetes API call that fails transiently (5xx, 429, timeouts), the first included.
-    #[arg(long, default_value_t = 4)]
+    /// `--api-retries`: attempts of a transiently failing Kubernetes API
+    /// call, the first included.
     pub api_retries: u32,
-    /// First delay between those attempts; doubled each time.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
+    /// `--api-retry-backoff`: first delay between those attempts.
     pub api_retry_backoff: Duration,
-    /// First delay before the pod cache retries a failed reclaim-after patch or pod deletion; doubled each time up to 30s.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    /// `--write-retry-backoff`: first delay before the pod cache retries a
+    /// failed write.
     pub write_retry_backoff: Duration,
-    /// How long start-up waits for the FunctionConfig, PodTemplate and ServiceTemplate watches to list their objects.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    /// `--sync-timeout`: how long start-up waits for the watches to list
+    /// their objects.
     pub sync_timeout: Duration,
-    /// Registry (host:port) reached over plain HTTP, e.g. a registry on loopback. Repeatable.
-    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
+    /// `--plain-http-registry`: registries reached over plain HTTP.
     pub plain_http_registries: Vec<String>,
     /// `WRAPPER_SERVER_IMAGE` (from the environment, not a flag).
-    #[arg(skip)]
     pub wrapper_image: Option<String>,
-    /// `--max-request-body-size`, bytes (a flag shared with the exec runtime).
-    #[arg(skip)]
+    /// `--max-request-body-size`, bytes (shared with the exec runtime).
     pub max_message_bytes: usize,
-    /// `--default-image-prefix` (a flag shared with the exec runtime).
-    #[arg(skip)]
+    /// `--default-image-prefix` (shared with the exec runtime).
     pub default_image_prefix: String,
 }
 
@@ -980,4 +958,44 @@ pub async fn start_pod_runtime(
     tracing::info!(namespace = %s.namespace, replica = %token, mode = ?s.address_mode, "starting the pod runtime");
     let pod = PodEvaluator::start(config, platform, inspector, pull_secret, resolver).await?;
     Ok((pod, warnings))
+}
+
+#[cfg(test)]
+impl PodSettings {
+    /// The settings of `serve` without flags (Porch's defaults), for tests.
+    pub(crate) fn for_tests() -> Self {
+        Self {
+            namespace: "porch-fn-system".into(),
+            ttl: Duration::from_secs(30 * 60),
+            scan_interval: Duration::from_secs(60),
+            warm_up: true,
+            pod_cache_config: None,
+            function_pod_template: String::new(),
+            max_waitlist_length: 2,
+            max_parallel_pods_per_function: 1,
+            enable_private_registries: false,
+            registry_auth_secret_path: "/var/tmp/config-secret/.dockerconfigjson".into(),
+            registry_auth_secret_name: "auth-secret".into(),
+            enable_private_registries_tls: false,
+            tls_secret_path: "/var/tmp/tls-secret/".into(),
+            kubeconfig: None,
+            max_load_per_pod: 64,
+            pod_ready_timeout: Duration::from_secs(60),
+            address_mode: AddressMode::Service,
+            replica_token: None,
+            wrapper_health_check: true,
+            wrapper_address_map: None,
+            connect_timeout: Duration::from_secs(5),
+            api_timeout: Duration::from_secs(10),
+            tag_list_ttl: Duration::from_secs(5 * 60),
+            api_retries: 4,
+            api_retry_backoff: Duration::from_millis(100),
+            write_retry_backoff: Duration::from_secs(1),
+            sync_timeout: Duration::from_secs(60),
+            plain_http_registries: Vec::new(),
+            wrapper_image: None,
+            max_message_bytes: 1 << 20,
+            default_image_prefix: String::new(),
+        }
+    }
 }

@@ -8,9 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use super::pod::PodArgs;
 use crate::adapters::admission::Admission;
 use crate::adapters::grpc::ServeOptions;
-use crate::app::{PodSettings, RuntimeSettings, admitted, start_runtimes};
+use crate::app::{RuntimeSettings, admitted, start_runtimes};
 use crate::domain::connection_age::{self, ConnectionAge};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 
@@ -65,7 +66,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub sandbox: super::sandbox::SandboxArgs,
     #[command(flatten)]
-    pub pod: PodSettings,
+    pub pod: PodArgs,
 }
 
 /// clap's check of `--max-connection-age` (a usage error, exit 2, when bad).
@@ -176,12 +177,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         slots: args.limits.slots(),
         sandbox_allow: args.sandbox.sandbox_allow,
     };
-    let pod_settings = PodSettings {
-        wrapper_image: std::env::var("WRAPPER_SERVER_IMAGE").ok(),
-        max_message_bytes: args.max_request_body_size,
-        default_image_prefix: args.default_image_prefix.clone(),
-        ..args.pod.clone()
-    };
+    let pod_settings = args.pod.clone().settings(
+        std::env::var("WRAPPER_SERVER_IMAGE").ok(),
+        args.max_request_body_size,
+        &args.default_image_prefix,
+    );
     let started = start_runtimes(&settings, &pod_settings)
         .await
         .map_err(|e| startup_error(e, &settings))?;
