@@ -7,9 +7,9 @@ use std::path::Path;
 use crate::adapters::kube::function_configs::crd_installed;
 use crate::domain::function_config::{GROUP, PLURAL};
 
-use super::cluster::kube_client;
+use super::cluster::{KubeClientError, kube_client};
 use super::pod::PodSettings;
-use super::serve::{DEFAULT_CONFIG, RuntimeSettings, StartupError};
+use super::serve::{DEFAULT_CONFIG, RuntimeSettings};
 
 /// Which of Porch's configuration surfaces the runner serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +44,56 @@ pub struct GenerationChoice {
     pub client: Option<kube::Client>,
 }
 
+/// Why no configuration generation can serve anything. Each message says
+/// why and ends with both ways out (config.yaml flags, or a cluster with
+/// Porch's FunctionConfig CRD).
+#[derive(Debug, thiserror::Error)]
+pub enum GenerationError {
+    /// No config.yaml flag, and no cluster client could be made, while the
+    /// pod runtime is on or `./config.yaml` does not exist.
+    #[error(
+        "no configuration to serve: no --config given, {needs}, and there is none ({source}); {ways}",
+        needs = what_needs_a_cluster(*.pod_enabled),
+        ways = both_options()
+    )]
+    NoCluster {
+        /// Whether the pod runtime is on (it changes what the message says
+        /// needs the cluster).
+        pod_enabled: bool,
+        /// Why no client could be made.
+        #[source]
+        source: KubeClientError,
+    },
+    /// Exec only, no `./config.yaml`, and the cluster does not serve the
+    /// FunctionConfig CRD.
+    #[error(
+        "nothing to serve: the exec runtime has no --config, {DEFAULT_CONFIG} does not exist and the cluster does not serve {PLURAL}.{GROUP}; {ways}",
+        ways = both_options()
+    )]
+    NothingToServe,
+    /// API discovery failed, while the pod runtime is on or `./config.yaml`
+    /// does not exist.
+    #[error(
+        "cannot ask the cluster whether Porch's FunctionConfig CRD is installed: {source}; {ways}",
+        ways = both_options()
+    )]
+    CrdUnknown {
+        /// The discovery error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What needs the cluster that cannot be reached, in
+/// [`GenerationError::NoCluster`]'s message.
+fn what_needs_a_cluster(pod_enabled: bool) -> &'static str {
+    if pod_enabled {
+        "the pod runtime and the FunctionConfig generation need a cluster"
+    } else {
+        "the exec runtime reads FunctionConfigs from a cluster when no --config is given"
+    }
+}
+
 /// The end of the error when no generation can work.
 fn both_options() -> String {
     format!(
@@ -65,12 +115,12 @@ fn both_options() -> String {
 /// Errors: no generation can serve anything (no cluster and no config file,
 /// an unreachable cluster while the pod runtime is on or no config file
 /// exists, or exec only with neither the CRD nor a config file) — the
-/// message names both ways out.
+/// message names both ways out ([`GenerationError`]).
 pub async fn choose_generation(
     settings: &RuntimeSettings,
     pod: &PodSettings,
     pod_enabled: bool,
-) -> Result<GenerationChoice, StartupError> {
+) -> Result<GenerationChoice, GenerationError> {
     let mut explicit = Vec::new();
     if settings.config.is_some() {
         explicit.push("--config");
@@ -98,16 +148,11 @@ pub async fn choose_generation(
                 client: None,
             });
         }
-        Err(e) => {
-            let needs = if pod_enabled {
-                "the pod runtime and the FunctionConfig generation need a cluster"
-            } else {
-                "the exec runtime reads FunctionConfigs from a cluster when no --config is given"
-            };
-            return Err(StartupError::Generation(format!(
-                "no configuration to serve: no --config given, {needs}, and there is none ({e}); {}",
-                both_options()
-            )));
+        Err(source) => {
+            return Err(GenerationError::NoCluster {
+                pod_enabled,
+                source,
+            });
         }
     };
     match crd_installed(&client).await {
@@ -123,10 +168,7 @@ pub async fn choose_generation(
             ),
             client: Some(client),
         }),
-        Ok(false) => Err(StartupError::Generation(format!(
-            "nothing to serve: the exec runtime has no --config, {DEFAULT_CONFIG} does not exist and the cluster does not serve {PLURAL}.{GROUP}; {}",
-            both_options()
-        ))),
+        Ok(false) => Err(GenerationError::NothingToServe),
         Err(e) if !pod_enabled && config_file => Ok(GenerationChoice {
             generation: Generation::ConfigYaml,
             reason: format!(
@@ -134,9 +176,6 @@ pub async fn choose_generation(
             ),
             client: None,
         }),
-        Err(e) => Err(StartupError::Generation(format!(
-            "cannot ask the cluster whether Porch's FunctionConfig CRD is installed: {e}; {}",
-            both_options()
-        ))),
+        Err(source) => Err(GenerationError::CrdUnknown { source }),
     }
 }

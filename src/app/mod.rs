@@ -22,7 +22,7 @@
 //!   by the servers.
 //!
 //! Settings come in as plain structs (the command line in `src/cli` fills
-//! them from its flags).
+//! them from its flags); errors are typed, each message the one printed.
 
 pub mod cluster;
 pub mod generation;

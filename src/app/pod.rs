@@ -7,17 +7,17 @@ use std::time::Duration;
 
 use crate::adapters::kube::templates::watch_template_objects;
 use crate::adapters::kube::{ApiRetry, KubePlatform};
-use crate::adapters::oci::{InspectorConfig, OciImageInspector, PullSecretSync};
+use crate::adapters::oci::{CaError, InspectorConfig, OciImageInspector, PullSecretSync};
 use crate::adapters::pod::connections::{DirectResolver, MapFileResolver, Resolver};
 use crate::adapters::pod::{
     AddressMode, PodEvaluator, PodRuntimeConfig, PodRuntimeError, TemplateFeed,
 };
 use crate::domain::function_config::FunctionConfigStore;
 use crate::domain::pod_cache::template::inline_templates;
-use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy};
+use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy, PolicyError};
 use crate::ports::{ImageInspector, PodPlatform, SystemClock};
 
-use super::cluster::kube_client;
+use super::cluster::{KubeClientError, kube_client};
 use super::serve::StartupError;
 
 /// Porch's error when the pod runtime is enabled without its init image.
@@ -114,6 +114,24 @@ pub struct PodSettings {
     pub max_message_bytes: usize,
     /// `--default-image-prefix` (shared with the exec runtime).
     pub default_image_prefix: String,
+}
+
+/// Why the pod runtime could not start (before the [`PodEvaluator`]
+/// itself starts: see [`PodRuntimeError`] for that).
+#[derive(Debug, thiserror::Error)]
+pub enum PodStartError {
+    /// `WRAPPER_SERVER_IMAGE` is unset or empty (Porch's message).
+    #[error("{WRAPPER_IMAGE_MISSING}")]
+    WrapperImageMissing,
+    /// No Kubernetes client could be made.
+    #[error("the pod runtime needs a cluster: {0}")]
+    NoCluster(#[source] KubeClientError),
+    /// The image inspector could not be built (the registry CA).
+    #[error("failed to initialize pod evaluator: {0}")]
+    Inspector(#[source] CaError),
+    /// `--replica-token` cannot be part of a pod name.
+    #[error("--replica-token: {0}")]
+    ReplicaToken(#[source] PolicyError),
 }
 
 /// Where Kubernetes mounts the pod's namespace.
@@ -245,25 +263,25 @@ fn base36_token(mut n: u64, len: usize) -> String {
 /// templates).
 ///
 /// Errors: `WRAPPER_SERVER_IMAGE` unset (Porch's message), no usable
-/// Kubernetes configuration, an invalid replica token or registry CA, or the
-/// pod runtime failing to start (templates, watch).
+/// Kubernetes configuration, an invalid replica token or registry CA
+/// ([`StartupError::Pod`]), or the pod runtime failing to start
+/// (templates, watch: [`StartupError::PodRuntime`]).
 pub async fn start_pod_runtime(
     s: &PodSettings,
     client: Option<kube::Client>,
     function_configs: Option<Arc<FunctionConfigStore>>,
 ) -> Result<(PodEvaluator, Vec<String>), StartupError> {
-    let pod_err = |m: String| StartupError::Pod(m);
     let mut warnings = Vec::new();
     let wrapper_image = s
         .wrapper_image
         .clone()
         .filter(|w| !w.is_empty())
-        .ok_or_else(|| pod_err(WRAPPER_IMAGE_MISSING.into()))?;
+        .ok_or(PodStartError::WrapperImageMissing)?;
     let client = match client {
         Some(c) => c,
         None => kube_client(s.kubeconfig.as_deref())
             .await
-            .map_err(|e| pod_err(format!("the pod runtime needs a cluster: {e}")))?,
+            .map_err(PodStartError::NoCluster)?,
     };
     let retry = ApiRetry {
         attempts: s.api_retries.max(1),
@@ -280,10 +298,8 @@ pub async fn start_pod_runtime(
         s.tls_secret_path.clone(),
     );
     inspector_config.plain_http_registries = s.plain_http_registries.clone();
-    let inspector: Arc<dyn ImageInspector> = Arc::new(
-        OciImageInspector::new(inspector_config)
-            .map_err(|e| pod_err(format!("failed to initialize pod evaluator: {e}")))?,
-    );
+    let inspector: Arc<dyn ImageInspector> =
+        Arc::new(OciImageInspector::new(inspector_config).map_err(PodStartError::Inspector)?);
     let pull_secret = s.enable_private_registries.then(|| {
         Arc::new(PullSecretSync::new(
             platform.clone(),
@@ -302,8 +318,7 @@ pub async fn start_pod_runtime(
         .replica_token
         .clone()
         .unwrap_or_else(default_replica_token);
-    let mut policy = PodCachePolicy::new(defaults, &token)
-        .map_err(|e| pod_err(format!("--replica-token: {e}")))?;
+    let mut policy = PodCachePolicy::new(defaults, &token).map_err(PodStartError::ReplicaToken)?;
     policy.pod_ready_timeout = s.pod_ready_timeout;
     policy.probe_wrapper = s.wrapper_health_check;
     policy.instance = format!("{token}-{:016x}", start_nonce());

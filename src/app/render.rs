@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use crate::adapters::admission::{Admission, AdmittedEvaluator, AdmittedRuntime};
 use crate::adapters::grpc::RemoteEvaluator;
-use crate::adapters::oci::{InspectorConfig, OciImageInspector};
+use crate::adapters::oci::{CaError, InspectorConfig, OciImageInspector};
 use crate::adapters::runtime::{
     BuiltinRuntime, DeadlineRuntime, EvaluatorRuntime, ExecCommandRuntime, NextStepOnNotFound,
     RuntimeChain,
 };
+use crate::domain::evaluation::EvalError;
 use crate::ports::FunctionEvaluator;
 
 use super::serve::{RuntimeSettings, StartupError, build_runtime};
@@ -48,20 +49,39 @@ pub struct RenderRuntime {
     pub tags: Arc<OciImageInspector>,
 }
 
+/// Why `render` could not wire its runtime; each message is printed as is.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderSetupError {
+    /// `--exec-config` cannot be read or parsed.
+    #[error(transparent)]
+    ExecConfig(#[from] StartupError),
+    /// `--function-runner` is not a valid address.
+    #[error(transparent)]
+    FunctionRunner(EvalError),
+    /// The registry client for tag lists cannot be built.
+    #[error(transparent)]
+    Registry(#[from] CaError),
+    /// `--admission-policy` cannot be read (the policy's own message).
+    #[error("{0}")]
+    Admission(String),
+}
+
 /// Wires `render`'s runtime from its flags.
 ///
 /// Errors: an exec config that cannot be read or parsed, a function-runner
 /// address that does not parse, a registry client that cannot be built, an
-/// admission policy that cannot be read; each as the message to print.
-pub fn build_render_runtime(settings: &RenderRuntimeSettings) -> Result<RenderRuntime, String> {
-    let chain = render_chain(settings).map_err(|e| e.to_string())?;
+/// admission policy that cannot be read ([`RenderSetupError`]).
+pub fn build_render_runtime(
+    settings: &RenderRuntimeSettings,
+) -> Result<RenderRuntime, RenderSetupError> {
+    let chain = render_chain(settings)?;
     let tags = OciImageInspector::new(InspectorConfig {
         plain_http_registries: settings.plain_http_registries.clone(),
         ..InspectorConfig::new(&settings.image_prefix)
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let admission =
-        Admission::from_option(settings.admission_policy.as_deref(), &settings.image_prefix)?;
+        Admission::from_option(settings.admission_policy.as_deref(), &settings.image_prefix)
+            .map_err(RenderSetupError::Admission)?;
     let runtime = NextStepOnNotFound::new(
         chain,
         BuiltinRuntime::new(&settings.image_prefix),
@@ -81,7 +101,7 @@ pub fn build_render_runtime(settings: &RenderRuntimeSettings) -> Result<RenderRu
 ///
 /// Errors: the exec config cannot be read or parsed, or the function-runner
 /// address does not parse.
-fn render_chain(args: &RenderRuntimeSettings) -> anyhow::Result<RuntimeChain> {
+fn render_chain(args: &RenderRuntimeSettings) -> Result<RuntimeChain, RenderSetupError> {
     let mut chain =
         RuntimeChain::new().with("builtin", Arc::new(BuiltinRuntime::new(&args.image_prefix)));
     if let Some(config) = &args.exec_config {
@@ -102,7 +122,8 @@ fn render_chain(args: &RenderRuntimeSettings) -> anyhow::Result<RuntimeChain> {
         chain = chain.with("exec-images", Arc::new(images));
     }
     if let Some(address) = &args.function_runner {
-        let remote = EvaluatorRuntime::remote(address, args.max_message_bytes)?;
+        let remote = EvaluatorRuntime::remote(address, args.max_message_bytes)
+            .map_err(RenderSetupError::FunctionRunner)?;
         chain = chain.with("function-runner", Arc::new(remote));
     }
     Ok(chain.with(
@@ -118,9 +139,10 @@ fn render_chain(args: &RenderRuntimeSettings) -> anyhow::Result<RuntimeChain> {
 /// runtime of `runtime` (pod runtime disabled); the admission policy of
 /// `admission_policy` in front of either. Start-up warnings are logged.
 ///
-/// Errors: an address that does not parse or an exec config that cannot be
-/// read ([`EvalSetupError::Runtime`]); an admission policy that cannot be
-/// read ([`EvalSetupError::Admission`]).
+/// Errors: an address that does not parse ([`EvalSetupError::Remote`]) or
+/// an exec config that cannot be read or parsed
+/// ([`EvalSetupError::Runtime`]); an admission policy that cannot be read
+/// ([`EvalSetupError::Admission`]).
 pub fn build_eval_evaluator(
     address: Option<&str>,
     runtime: &RuntimeSettings,
@@ -128,7 +150,8 @@ pub fn build_eval_evaluator(
 ) -> Result<AdmittedEvaluator, EvalSetupError> {
     let evaluator: Arc<dyn FunctionEvaluator> = match address {
         Some(addr) => Arc::new(
-            RemoteEvaluator::new(addr, runtime.max_message_bytes).map_err(anyhow::Error::from)?,
+            RemoteEvaluator::new(addr, runtime.max_message_bytes)
+                .map_err(EvalSetupError::Remote)?,
         ),
         None => {
             let runtime = build_runtime(runtime)?;
@@ -146,16 +169,13 @@ pub fn build_eval_evaluator(
 /// Why `eval` could not wire its evaluator.
 #[derive(Debug, thiserror::Error)]
 pub enum EvalSetupError {
-    /// The runtime could not be built (address, exec config).
+    /// `--address` is not a valid function-runner address.
     #[error(transparent)]
-    Runtime(#[from] anyhow::Error),
-    /// The admission policy could not be read.
+    Remote(EvalError),
+    /// The local exec runtime could not be built (`--config`).
+    #[error(transparent)]
+    Runtime(#[from] StartupError),
+    /// The admission policy could not be read (the policy's own message).
     #[error("{0}")]
     Admission(String),
-}
-
-impl From<StartupError> for EvalSetupError {
-    fn from(e: StartupError) -> Self {
-        Self::Runtime(e.into())
-    }
 }

@@ -12,8 +12,8 @@ use crate::domain::chain::EvaluatorChain;
 use crate::domain::exec_config::ExecConfig;
 use crate::domain::function_config::FunctionConfigStore;
 
-use super::generation::{Generation, choose_generation};
-use super::pod::{PodSettings, WRAPPER_IMAGE_MISSING, start_pod_runtime};
+use super::generation::{Generation, GenerationError, choose_generation};
+use super::pod::{PodSettings, PodStartError, start_pod_runtime};
 
 /// The default `--config` of the config.yaml generation.
 pub const DEFAULT_CONFIG: &str = "./config.yaml";
@@ -79,16 +79,17 @@ pub enum StartupError {
     /// `--config` could not be parsed.
     #[error("failed to initialize executable evaluator: {0}")]
     ParseConfig(#[from] crate::domain::exec_config::ExecConfigError),
-    /// The pod runtime could not start.
-    #[error("{0}")]
-    Pod(String),
+    /// The pod runtime could not start (no `WRAPPER_SERVER_IMAGE`, no
+    /// cluster, a bad registry CA or replica token).
+    #[error(transparent)]
+    Pod(#[from] PodStartError),
     /// The pod runtime's own start-up failed (its templates, its pod watch).
     #[error(transparent)]
     PodRuntime(#[from] PodRuntimeError),
     /// Neither configuration generation can work (the message says why
     /// and names both ways to fix it).
-    #[error("{0}")]
-    Generation(String),
+    #[error(transparent)]
+    Generation(#[from] GenerationError),
     /// The FunctionConfigs could not be read (FunctionConfig generation).
     #[error("failed to read the FunctionConfigs: {0}")]
     FunctionConfigs(#[source] FunctionConfigWatchError),
@@ -118,14 +119,15 @@ const NO_RUNTIME: &str =
 /// first call see them; later changes reach the exec runtime and the pod
 /// cache at once.
 ///
-/// Errors: see [`choose_generation`], [`build_runtime`],
+/// Errors: the pod runtime enabled without `WRAPPER_SERVER_IMAGE` (checked
+/// first, as Porch does), and see [`choose_generation`], [`build_runtime`],
 /// [`start_pod_runtime`], and FunctionConfigs that cannot be listed.
 pub async fn start_runtimes(
     settings: &RuntimeSettings,
     pod: &PodSettings,
 ) -> Result<Started, StartupError> {
     if settings.enabled("pod") && pod.wrapper_image.as_deref().is_none_or(str::is_empty) {
-        return Err(StartupError::Pod(WRAPPER_IMAGE_MISSING.into()));
+        return Err(PodStartError::WrapperImageMissing.into());
     }
     let choice = choose_generation(settings, pod, settings.enabled("pod")).await?;
     tracing::info!(
