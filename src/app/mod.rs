@@ -12,7 +12,8 @@
 //! By concern:
 //! - [`serve`]: `serve`'s runtimes ([`start_runtimes`],
 //!   [`serve::build_runtime`]);
-//! - [`generation`]: choosing the configuration generation;
+//! - [`generation`]: choosing the configuration generation, from facts
+//!   gathered first;
 //! - [`pod`]: the pod runtime ([`pod::start_pod_runtime`]);
 //! - [`cluster`]: the Kubernetes client (from `--kubeconfig` or as kube-rs
 //!   infers it);
