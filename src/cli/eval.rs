@@ -79,7 +79,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         args.admission_policy.as_deref(),
     ) {
         Ok(e) => e,
-        Err(EvalSetupError::Runtime(e)) => return Err(e),
+        Err(e @ (EvalSetupError::Remote(_) | EvalSetupError::Runtime(_))) => return Err(e.into()),
         Err(e @ EvalSetupError::Admission(_)) => {
             eprintln!("Error: {e}");
             return Ok(ExitCode::FAILURE);

@@ -10,6 +10,7 @@
 
 mod eval;
 mod limits;
+mod pod;
 pub mod probe;
 mod render;
 mod sandbox;

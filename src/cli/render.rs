@@ -117,7 +117,7 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         sandbox_allow: args.sandbox.sandbox_allow,
     }) {
         Ok(r) => r,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(&e.to_string()),
     };
     let mut rendered = match PackageRender::new(&runtime)
         .options(options)

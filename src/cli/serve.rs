@@ -8,9 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use super::pod::PodArgs;
 use crate::adapters::admission::Admission;
 use crate::adapters::grpc::ServeOptions;
-use crate::app::{PodSettings, RuntimeSettings, admitted, start_runtimes};
+use crate::app::{RuntimeSettings, StartupError, admitted, start_runtimes};
 use crate::domain::connection_age::{self, ConnectionAge};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 
@@ -65,7 +66,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub sandbox: super::sandbox::SandboxArgs,
     #[command(flatten)]
-    pub pod: PodSettings,
+    pub pod: PodArgs,
 }
 
 /// clap's check of `--max-connection-age` (a usage error, exit 2, when bad).
@@ -130,9 +131,10 @@ pub(crate) async fn shutdown_signal() {
 
 /// A start-up failure of the pod runtime or of the cluster it needs stops
 /// `serve`; while the exec runtime is on, the message then says how to do
-/// without them (the pod runtime is on by default).
-fn startup_error(e: crate::app::StartupError, settings: &RuntimeSettings) -> anyhow::Error {
-    use crate::app::StartupError;
+/// without them (the pod runtime is on by default). The pod runtime's and
+/// the generation's own messages are printed without their causes' chain
+/// (they hold their causes already).
+fn startup_error(e: StartupError, settings: &RuntimeSettings) -> anyhow::Error {
     let on = |r: &str| !settings.disabled.iter().any(|d| d == r);
     let cluster = matches!(
         e,
@@ -147,6 +149,11 @@ fn startup_error(e: crate::app::StartupError, settings: &RuntimeSettings) -> any
              the exec runtime only (local binaries, no cluster), add --disable-runtimes=pod \
              with --config FILE --functions DIR"
         )
+    } else if matches!(e, StartupError::Pod(_) | StartupError::Generation(_)) {
+        // These messages name their causes in place (a generation error
+        // then names both ways out): printed alone, so the causes below
+        // kube-rs's errors (a refused TCP connection…) do not follow them.
+        anyhow::anyhow!("{e}")
     } else {
         e.into()
     }
@@ -176,12 +183,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         slots: args.limits.slots(),
         sandbox_allow: args.sandbox.sandbox_allow,
     };
-    let pod_settings = PodSettings {
-        wrapper_image: std::env::var("WRAPPER_SERVER_IMAGE").ok(),
-        max_message_bytes: args.max_request_body_size,
-        default_image_prefix: args.default_image_prefix.clone(),
-        ..args.pod.clone()
-    };
+    let pod_settings = args.pod.clone().settings(
+        std::env::var("WRAPPER_SERVER_IMAGE").ok(),
+        args.max_request_body_size,
+        &args.default_image_prefix,
+    );
     let started = start_runtimes(&settings, &pod_settings)
         .await
         .map_err(|e| startup_error(e, &settings))?;
