@@ -242,7 +242,9 @@ impl PodEvaluator {
         ));
         let prefix = config.default_image_prefix.clone();
         let tag_lists = tags::TagLists::new(inspector.clone(), config.tag_list_ttl);
-        let warm_up = config.warm_up.clone();
+        let warm_up = tag_lists
+            .resolve_warm_up(&config.warm_up, &prefix, config.api_timeout)
+            .await;
         let policy = config.policy.clone();
         let ctx = Arc::new(Ctx {
             config,

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::adapters::telemetry::metrics::count_tag_list;
 use crate::domain::evaluation::EvalError;
-use crate::domain::image::image_repository;
+use crate::domain::image::{image_repository, split_reference};
 use crate::domain::render::pipeline::is_tag_constraint;
 use crate::domain::tag_selection::TagRequest;
 use crate::ports::ImageInspector;
@@ -124,6 +124,50 @@ impl TagLists {
                 detail: Some(format!("{repository} in its registry: {miss}")),
             }),
         }
+    }
+}
+
+impl TagLists {
+    /// The warm-up images with every tag constraint resolved to the highest
+    /// registry tag that satisfies it (a FunctionConfig's
+    /// `podExecutor.tags` are constraints, as in Porch's default objects:
+    /// `~0.4`). Porch's warm-up gives such an entry to the pod cache as it
+    /// is, where it names no image; here it starts a pod of the version a
+    /// call with that tag would run. Images with a literal tag or a digest
+    /// are kept as they are. An entry whose constraint cannot be resolved
+    /// within `within` (registry unreachable, no match) is left out with a
+    /// warning naming it and why; the lists are asked concurrently.
+    pub(crate) async fn resolve_warm_up(
+        &self,
+        images: &[String],
+        prefix: &str,
+        within: Duration,
+    ) -> Vec<String> {
+        let resolved = images.iter().map(|image| async move {
+            let (name, tag, digest) = split_reference(image);
+            let Some(tag) = tag.filter(|t| digest.is_none() && is_tag_constraint(t)) else {
+                return Some(image.clone());
+            };
+            match tokio::time::timeout(within, self.resolve(name, tag, prefix)).await {
+                Ok(Ok(concrete)) => Some(concrete),
+                Ok(Err(e)) => {
+                    tracing::warn!(image = %image, "warm-up skips this image: {e}");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        image = %image,
+                        "warm-up skips this image: its registry's tag list did not come within {within:?}"
+                    );
+                    None
+                }
+            }
+        });
+        futures_util::future::join_all(resolved)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 }
 
@@ -240,5 +284,34 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(registry.lists.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn warm_up_resolves_constraints_and_skips_what_it_cannot() {
+        let (lists, registry) = lists(DEFAULT_TAG_LIST_TTL);
+        let full = "ghcr.io/kptdev/krm-functions-catalog/set-namespace";
+        let images = [
+            format!("{full}:~0.4"),
+            format!("{full}:v0.4.1"),
+            format!("{full}@sha256:0123"),
+            format!("{full}:>=1.0"),
+            "example.com/down/fn:~0.4".to_string(),
+        ];
+        let out = lists
+            .resolve_warm_up(&images, PREFIX, Duration::from_secs(5))
+            .await;
+        assert_eq!(
+            out,
+            [
+                format!("{full}:v0.4.5"),
+                format!("{full}:v0.4.1"),
+                format!("{full}@sha256:0123"),
+            ]
+        );
+        assert_eq!(
+            registry.lists.load(Ordering::SeqCst),
+            2,
+            "set-namespace once, the down one once"
+        );
     }
 }
