@@ -1725,6 +1725,24 @@ fn block_scalar_comments() {
 
 /// A function turning a keep (`|+`) block scalar into a strip (`|-`) one
 /// drops the trailing blank lines that were its content.
+/// A file that ends inside a block scalar without a final line break: the
+/// scalar's value has none (YAML 1.2's chomping at the end of the text), so
+/// once the file ends with a line break, as every written file does, the
+/// scalar is written with strip chomping (`|-`, `>-`) to keep its value, as
+/// kpt writes it, byte for byte.
+#[test]
+fn a_block_scalar_ending_a_file_without_a_line_break_keeps_its_value() {
+    own_package_holding(
+        "block-scalar-at-eof",
+        &[
+            ("literal.yaml", &["  script: |-\n    echo hi\n    echo there\n"]),
+            ("folded.yaml", &["  text: >-\n    folded\n    words\n"]),
+            ("kept.yaml", &["  text: |-\n    kept\n"]),
+            ("stripped.yaml", &["  text: |-\n    already stripped\n"]),
+        ],
+    );
+}
+
 #[test]
 fn block_scalar_chomping() {
     own_package_holding(

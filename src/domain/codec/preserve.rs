@@ -360,11 +360,8 @@ thread_local! {
     pub(crate) static FALLBACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-fn with_newline(mut s: String) -> String {
-    if !s.is_empty() && !s.ends_with('\n') {
-        s.push('\n');
-    }
-    s
+fn with_newline(s: String) -> String {
+    super::terminate::with_final_newline(s)
 }
 
 /// True when `text` parses to `target`.

@@ -260,11 +260,8 @@ pub fn emit_document(item: &Value) -> String {
     }
 }
 
-fn with_newline(mut text: String) -> String {
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    text
+fn with_newline(text: String) -> String {
+    codec::terminate::with_final_newline(text)
 }
 
 #[cfg(test)]
