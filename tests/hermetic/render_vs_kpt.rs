@@ -1735,7 +1735,10 @@ fn a_block_scalar_ending_a_file_without_a_line_break_keeps_its_value() {
     own_package_holding(
         "block-scalar-at-eof",
         &[
-            ("literal.yaml", &["  script: |-\n    echo hi\n    echo there\n"]),
+            (
+                "literal.yaml",
+                &["  script: |-\n    echo hi\n    echo there\n"],
+            ),
             ("folded.yaml", &["  text: >-\n    folded\n    words\n"]),
             ("kept.yaml", &["  text: |-\n    kept\n"]),
             ("stripped.yaml", &["  text: |-\n    already stripped\n"]),

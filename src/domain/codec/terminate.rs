@@ -22,9 +22,10 @@ pub fn with_final_newline(mut text: String) -> String {
     if text.is_empty() || text.ends_with('\n') {
         return text;
     }
-    let header = YamlDoc::parse(text.as_str())
-        .ok()
-        .and_then(|doc| doc.root().and_then(|root| last_block_scalar(root, text.len())));
+    let header = YamlDoc::parse(text.as_str()).ok().and_then(|doc| {
+        doc.root()
+            .and_then(|root| last_block_scalar(root, text.len()))
+    });
     if let Some(at) = header {
         let rest = &text[at + 1..];
         let len = rest
@@ -48,9 +49,10 @@ fn last_block_scalar(node: &Node, end: usize) -> Option<usize> {
             style: Style::Literal | Style::Folded,
             ..
         } if node.end == end => Some(node.start),
-        Kind::Map { flow: false, entries } => {
-            last_block_scalar(&entries.last()?.value, end)
-        }
+        Kind::Map {
+            flow: false,
+            entries,
+        } => last_block_scalar(&entries.last()?.value, end),
         Kind::Seq { flow: false, items } => last_block_scalar(&items.last()?.node, end),
         _ => None,
     }
