@@ -57,7 +57,8 @@ struct Contender {
 
 /// A runner process (ours is killed on drop by [`Runner`] itself).
 enum Process {
-    Ours(#[allow(dead_code)] Runner),
+    /// Held to keep the runner up; dropping it stops the runner.
+    Ours { _runner: Runner },
     Porch(std::process::Child),
 }
 
@@ -251,7 +252,7 @@ fn start_ours(node: &Node, namespace: &str, mode: &str, dir: &std::path::Path) -
         },
         namespace: namespace.to_string(),
         address: runner.address.clone(),
-        _process: Process::Ours(runner),
+        _process: Process::Ours { _runner: runner },
     }
 }
 

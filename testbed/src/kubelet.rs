@@ -42,8 +42,8 @@
 //! cgroups, Porch's own wrapper image and template, a warm-pool name held
 //! by a terminating pod, adoption and two replicas on real pods.
 //!
-//! Include it with `#[path = "k8s_support/kubelet.rs"] mod kubelet;` next to
-//! `mod common;`.
+//! Tests use it as `krm_fn_testbed::kubelet`, beside
+//! [`k8s_support`](crate::k8s_support) and [`common`](crate::common).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
