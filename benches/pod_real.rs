@@ -58,7 +58,9 @@ struct Contender {
 /// A runner process (ours is killed on drop by [`Runner`] itself).
 enum Process {
     /// Held to keep the runner up; dropping it stops the runner.
-    Ours { _runner: Runner },
+    Ours {
+        _runner: Runner,
+    },
     Porch(std::process::Child),
 }
 
