@@ -371,7 +371,13 @@ async fn runner_restarted_mid_session() {
     let mut bed = PorchBed::start(None, &[]).await;
     let mut in_flight: BTreeMap<Peer, String> = BTreeMap::new();
     for peer in [Peer::Ours, Peer::Porch] {
-        bed.switch_runner(peer, &[]);
+        // Our grace period well above the slow function's run time, which
+        // on a loaded 2-core machine has reached the default 25 s.
+        let extra: &[&str] = match peer {
+            Peer::Ours => &["--shutdown-grace-period=120s"],
+            Peer::Porch => &[],
+        };
+        bed.switch_runner(peer, extra);
         let name = bed.init(&format!("slow-{}", peer_tag(peer)), "v1").await;
         // A rolling update: SIGTERM while a render is in flight.
         let files = slow_package("slow");
