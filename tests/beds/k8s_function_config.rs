@@ -299,13 +299,15 @@ async fn deploy_role_grants_every_call_the_runner_makes() {
     porchs_manifests_under(Rbac::Deploy).await;
 }
 
-/// The Role and RoleBinding of `kustomize build deploy/head`, written into
+/// The Role and RoleBinding of `kustomize build deploy/head` (on a copy
+/// whose base holds Porch's files from `KRM_FN_PORCH_DEPLOY`), written into
 /// `dir` as a YAML stream; returns its path.
 fn deploy_rbac_file(dir: &Path) -> PathBuf {
+    let deploy = crate::deploy::deploy_copy().expect("Porch's files (KRM_FN_PORCH_DEPLOY)");
     let kustomize = built_tool("KRM_FN_KUSTOMIZE_BIN", "build-kustomize.sh");
     let out = std::process::Command::new(kustomize)
         .arg("build")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/head"))
+        .arg(deploy.overlay("head"))
         .output()
         .expect("run kustomize");
     assert!(out.status.success(), "kustomize build deploy/head failed");
