@@ -614,6 +614,42 @@ fn images_are_set_with_kustomize_edit() {
     assert!(!built.contains("localhost/krm-fn"), "{built}");
 }
 
+#[test]
+fn the_base_is_pointed_elsewhere_with_kustomize_edit() {
+    // The book's other way to give an overlay Porch's files: a folder of
+    // one's own holding them and a copy of the base's kustomization, named
+    // in the overlay's resources instead of deploy/porch/<variant>. The
+    // build is the same as with the base filled.
+    let Some(deploy) = deploy_copy() else { return };
+    for variant in ["head", "config-yaml-era"] {
+        let overlay = deploy.overlay(variant);
+        let filled = kustomize_build(&overlay);
+        let elsewhere = deploy.dir.path().join("my-porch").join(variant);
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        for entry in std::fs::read_dir(deploy.base(variant)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::rename(entry.path(), elsewhere.join(entry.file_name())).unwrap();
+        }
+        for edit in [
+            ["remove", "resource", &format!("../porch/{variant}")],
+            ["add", "resource", &format!("../../my-porch/{variant}")],
+        ] {
+            let out = Command::new(kustomize())
+                .current_dir(&overlay)
+                .arg("edit")
+                .args(edit)
+                .output()
+                .unwrap();
+            check(&format!("kustomize edit {}", edit.join(" ")), out);
+        }
+        assert_eq!(
+            kustomize_build(&overlay),
+            filled,
+            "deploy/{variant} on ../../my-porch/{variant}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
     // The book's way to add it, on a copy of deploy/.
