@@ -32,6 +32,12 @@
 #     book's build and link check in tests/hermetic/readme.rs.
 # Then runs `cargo test`. Extra arguments go to cargo test; without any, the
 # tests on fixtures the module proxy does not serve run too where a copy is set.
+# Porch's deployment files, which deploy/ is built on and this repository
+# does not ship, are read from KRM_FN_PORCH_DEPLOY (a folder with head/ and
+# config-yaml-era/, Porch's files unchanged; .ci/run sets it from
+# ../shared/fixtures/porch-deploy): the tests on Porch's manifests (deploy/,
+# Porch's objects and CRDs on the API server and the real node, the unit
+# tests on Porch's default objects) skip, naming it, when it is unset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

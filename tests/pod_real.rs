@@ -809,7 +809,8 @@ fn two_replicas_share_a_warm_pool(bed: Bed) -> std::pin::Pin<Box<dyn Future<Outp
 }
 
 /// The FunctionConfig generation with Porch's own templates (its
-/// `22-function-templates.yaml`, the init container's image replaced by
+/// `22-function-templates.yaml` and CRDs from `KRM_FN_PORCH_DEPLOY`; skipped
+/// without them; the init container's image replaced by
 /// `WRAPPER_SERVER_IMAGE`) and a FunctionConfig whose `templateOverrides`
 /// set the function container's memory limit: the pod runs under that
 /// limit (the container's memory cgroup says so), a call within it
@@ -819,10 +820,12 @@ fn porchs_template_and_a_memory_limit_override(
     bed: Bed,
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
     scenario(async move {
-        install_porch_crds(&bed).await;
-        let third_party =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("third_party/porch");
-        let templates = std::fs::read_to_string(third_party.join("22-function-templates.yaml"))
+        let Some(porch) = common::porch_deploy() else {
+            return;
+        };
+        let head = porch.join("head");
+        install_porch_crds(&bed, &head).await;
+        let templates = std::fs::read_to_string(head.join("22-function-templates.yaml"))
             .unwrap()
             .replace("porch-fn-system", &bed.namespace);
         let file = bed.dir.path().join("templates.yaml");
@@ -934,19 +937,19 @@ fn the_config_yaml_generation_runs_porchs_own_wrapper_image(
     })
 }
 
-/// Installs Porch's FunctionConfig and ServiceTemplate CRDs (once per node)
-/// and waits until they are served.
-async fn install_porch_crds(bed: &Bed) {
+/// Installs Porch's FunctionConfig and ServiceTemplate CRDs (from `head`,
+/// Porch's files of that generation; once per node) and waits until they
+/// are served.
+async fn install_porch_crds(bed: &Bed, head: &std::path::Path) {
     use kube::api::GroupVersionKind;
     static ONCE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let client = bed.client.clone();
     ONCE.get_or_init(|| async move {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("third_party/porch");
         for file in [
             "config.porch.kpt.dev_functionconfigs.yaml",
             "config.porch.kpt.dev_servicetemplates.yaml",
         ] {
-            k8s_support::apply_file(&client, &dir.join(file)).await;
+            k8s_support::apply_file(&client, &head.join(file)).await;
         }
     })
     .await;

@@ -15,6 +15,8 @@ pub mod function_config;
 pub mod image;
 #[cfg(feature = "pod-cache")]
 pub mod pod_cache;
+#[cfg(all(test, feature = "pod-cache"))]
+pub(crate) mod porch_files;
 pub mod registry;
 pub mod render;
 pub mod resource_list;

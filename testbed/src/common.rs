@@ -93,6 +93,30 @@ pub fn repo_root() -> &'static Path {
         .expect("the test beds live in a folder of the repository")
 }
 
+/// Porch's own deployment files, which this repository does not ship: the
+/// folder `KRM_FN_PORCH_DEPLOY` names, with `head/` (the FunctionConfig
+/// generation: namespaces, runner, templates, FunctionConfigs, CRDs, RBAC)
+/// and `config-yaml-era/` (the generation before it), as in CI's shared
+/// fixtures. `None` after a message on stderr naming the variable when it is
+/// unset or names no folder: the caller skips.
+pub fn porch_deploy() -> Option<PathBuf> {
+    const VAR: &str = "KRM_FN_PORCH_DEPLOY";
+    let Some(dir) = std::env::var_os(VAR).map(PathBuf::from) else {
+        eprintln!(
+            "skipped: {VAR} is not set; point it at a folder of Porch's deployment files (head/, config-yaml-era/)"
+        );
+        return None;
+    };
+    if !dir.is_dir() {
+        eprintln!(
+            "skipped: {VAR}={} is not a folder; point it at Porch's deployment files (head/, config-yaml-era/)",
+            dir.display()
+        );
+        return None;
+    }
+    Some(dir)
+}
+
 /// The directory cargo put this build's binaries in (`target/debug`,
 /// `target/release`…): the running test or bench is in its `deps/`, and
 /// cargo builds the package's binaries before its tests and benches.

@@ -1,11 +1,15 @@
 //! deploy/ against a real kube-apiserver, with the book's "Deploying with
-//! Porch" commands: the real kustomize CLI (`scripts/build-kustomize.sh`)
-//! builds each generation's kustomization, real kubectl
-//! (`scripts/build-kubectl.sh`) applies Porch's CRDs and namespaces, waits for
-//! the CRDs, then applies the build with `--server-side --dry-run=server` and
-//! for real. The runner's ServiceAccount is then asked, through the API
-//! server's authorizer (`kubectl auth can-i --as`), for every call the runner
-//! makes (allowed) and for neighbouring ones it never makes (denied).
+//! Porch" commands, on a copy of deploy/ whose bases (`deploy/porch/head`,
+//! `deploy/porch/config-yaml-era`) are filled with Porch's files from
+//! `KRM_FN_PORCH_DEPLOY` as the book says (the tests skip, naming the
+//! variable, without it): the real kustomize CLI
+//! (`scripts/build-kustomize.sh`) builds each generation's kustomization,
+//! real kubectl (`scripts/build-kubectl.sh`) applies Porch's CRDs and
+//! namespaces, waits for the CRDs, then applies the build with
+//! `--server-side --dry-run=server` and for real. The runner's
+//! ServiceAccount is then asked, through the API server's authorizer
+//! (`kubectl auth can-i --as`), for every call the runner makes (allowed)
+//! and for neighbouring ones it never makes (denied).
 
 use krm_fn_testbed::common;
 use krm_fn_testbed::k8s_support;
@@ -127,10 +131,9 @@ impl Kubectl {
 }
 
 /// Porch's own installation of the FunctionConfig generation, as its
-/// manifests ship (client-side `kubectl apply`): the state the book's
-/// commands take over.
-fn install_porch(kubectl: &Kubectl) {
-    let head = Path::new(REPO).join("third_party/porch");
+/// manifests ship (client-side `kubectl apply` of the files in `head`, its
+/// RBAC included): the state the book's commands take over.
+fn install_porch(kubectl: &Kubectl, head: &Path) {
     let file = |f: &str| head.join(f).display().to_string();
     let (crd1, crd2) = (
         file("config.porch.kpt.dev_functionconfigs.yaml"),
@@ -168,17 +171,23 @@ fn wait_for_crds(kubectl: &Kubectl) {
 }
 
 /// The book's steps for one generation: Porch's namespaces (and, given
-/// `crds`, its CRDs, waited for) applied for real, then the kustomize build
-/// of `deploy/<variant>` applied with a server-side dry run, then for real
-/// (`--force-conflicts`: over a Porch installation it takes over the fields
-/// Porch's apply owns). Returns the build and the number of objects in it.
-fn apply(kubectl: &Kubectl, variant: &str, crds: &[&str]) -> (String, usize) {
-    apply_dir(kubectl, &Path::new(REPO).join("deploy").join(variant), crds)
+/// `crds`, its CRDs, waited for) applied for real from the overlay's base
+/// `deploy/porch/<variant>`, then the kustomize build of `deploy/<variant>`
+/// applied with a server-side dry run, then for real (`--force-conflicts`:
+/// over a Porch installation it takes over the fields Porch's apply owns).
+/// Returns the build and the number of objects in it.
+fn apply(kubectl: &Kubectl, deploy: &Deploy, variant: &str, crds: &[&str]) -> (String, usize) {
+    apply_dir(
+        kubectl,
+        &deploy.overlay(variant),
+        &deploy.base(variant),
+        crds,
+    )
 }
 
-/// As [`apply`], for the kustomization in `dir`.
-fn apply_dir(kubectl: &Kubectl, dir: &Path, crds: &[&str]) -> (String, usize) {
-    let porch = Path::new(REPO).join("third_party/porch");
+/// As [`apply`], for the kustomization in `dir`, with the namespaces and
+/// CRDs from `porch`.
+fn apply_dir(kubectl: &Kubectl, dir: &Path, porch: &Path, crds: &[&str]) -> (String, usize) {
     let mut first = vec!["apply", "--server-side", "--force-conflicts", "-f"];
     let namespaces = porch.join("1-namespace.yaml");
     first.push(namespaces.to_str().unwrap());
@@ -383,13 +392,15 @@ fn assert_grants(kubectl: &Kubectl, allowed: &[&[(&str, &str)]], denied: &[&[(&s
 
 #[tokio::test]
 async fn function_config_generation_applies_with_least_privilege() {
+    let Some(deploy) = deploy_copy() else { return };
     let plane = ControlPlane::start().await;
     let kubectl = Kubectl::new(&plane);
     // Over Porch as installed by its own manifests, whose Role grants more.
-    install_porch(&kubectl);
+    install_porch(&kubectl, &deploy.porch.join("head"));
     assert!(kubectl.runner_can("watch", "services", "porch-fn-system"));
     let (built, objects) = apply(
         &kubectl,
+        &deploy,
         "head",
         &[
             "config.porch.kpt.dev_functionconfigs.yaml",
@@ -481,9 +492,10 @@ async fn function_config_generation_applies_with_least_privilege() {
 
 #[tokio::test]
 async fn config_yaml_generation_applies_with_least_privilege() {
+    let Some(deploy) = deploy_copy() else { return };
     let plane = ControlPlane::start().await;
     let kubectl = Kubectl::new(&plane);
-    let (built, objects) = apply(&kubectl, "config-yaml-era", &[]);
+    let (built, objects) = apply(&kubectl, &deploy, "config-yaml-era", &[]);
     // ServiceAccount, Deployment, Service, pod-cache-config; Role,
     // RoleBinding, PodDisruptionBudget (the namespaces are applied first).
     assert_eq!(objects, 7, "{built}");
@@ -507,26 +519,72 @@ async fn config_yaml_generation_applies_with_least_privilege() {
     );
 }
 
-/// A scratch copy of `deploy/` and `third_party/` (the kustomizations'
-/// relative paths hold), for `kustomize edit`.
-fn deploy_copy() -> tempfile::TempDir {
+/// The files of Porch's `head/` the book copies into `deploy/porch/head`.
+const HEAD_FILES: &[&str] = &[
+    "1-namespace.yaml",
+    "2-function-runner.yaml",
+    "22-function-templates.yaml",
+    "23-function-configurations.yaml",
+    "config.porch.kpt.dev_functionconfigs.yaml",
+    "config.porch.kpt.dev_servicetemplates.yaml",
+];
+
+/// The files of Porch's `config-yaml-era/` the book copies into
+/// `deploy/porch/config-yaml-era` (the namespaces are applied before the
+/// build, not built).
+const CONFIG_YAML_ERA_FILES: &[&str] = &["1-namespace.yaml", "2-function-runner.yaml"];
+
+/// A scratch copy of `deploy/` with its bases filled.
+pub(crate) struct Deploy {
+    dir: tempfile::TempDir,
+    /// Porch's files (`KRM_FN_PORCH_DEPLOY`).
+    porch: PathBuf,
+}
+
+impl Deploy {
+    /// The copy's `deploy/<variant>`.
+    pub(crate) fn overlay(&self, variant: &str) -> PathBuf {
+        self.dir.path().join("deploy").join(variant)
+    }
+
+    /// The copy's `deploy/porch/<variant>`, the base of that overlay.
+    fn base(&self, variant: &str) -> PathBuf {
+        self.dir.path().join("deploy/porch").join(variant)
+    }
+}
+
+/// A scratch copy of `deploy/` (for `kustomize edit`) whose bases hold
+/// Porch's files from `KRM_FN_PORCH_DEPLOY`, copied as the book says; `None`
+/// (the test skips, the message names the variable) without them.
+pub(crate) fn deploy_copy() -> Option<Deploy> {
+    let porch = common::porch_deploy()?;
     let dir = tempfile::tempdir().unwrap();
     let status = Command::new("cp")
         .arg("-a")
         .arg(Path::new(REPO).join("deploy"))
-        .arg(Path::new(REPO).join("third_party"))
         .arg(dir.path())
         .status()
         .unwrap();
     assert!(status.success());
-    dir
+    let deploy = Deploy { dir, porch };
+    for (variant, files) in [
+        ("head", HEAD_FILES),
+        ("config-yaml-era", CONFIG_YAML_ERA_FILES),
+    ] {
+        for file in files {
+            let from = deploy.porch.join(variant).join(file);
+            std::fs::copy(&from, deploy.base(variant).join(file))
+                .unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+        }
+    }
+    Some(deploy)
 }
 
 #[test]
 fn images_are_set_with_kustomize_edit() {
     // The book's way to point the manifests at a registry, on a copy.
-    let dir = deploy_copy();
-    let head = dir.path().join("deploy/head");
+    let Some(deploy) = deploy_copy() else { return };
+    let head = deploy.overlay("head");
     for set in [
         "docker.io/nephio/porch-function-runner=registry.example:5000/krm-fn-runner:v9",
         "docker.io/nephio/porch-wrapper-server=registry.example:5000/krm-fn-wrapper-server:v9",
@@ -556,11 +614,47 @@ fn images_are_set_with_kustomize_edit() {
     assert!(!built.contains("localhost/krm-fn"), "{built}");
 }
 
+#[test]
+fn the_base_is_pointed_elsewhere_with_kustomize_edit() {
+    // The book's other way to give an overlay Porch's files: a folder of
+    // one's own holding them and a copy of the base's kustomization, named
+    // in the overlay's resources instead of deploy/porch/<variant>. The
+    // build is the same as with the base filled.
+    let Some(deploy) = deploy_copy() else { return };
+    for variant in ["head", "config-yaml-era"] {
+        let overlay = deploy.overlay(variant);
+        let filled = kustomize_build(&overlay);
+        let elsewhere = deploy.dir.path().join("my-porch").join(variant);
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        for entry in std::fs::read_dir(deploy.base(variant)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::rename(entry.path(), elsewhere.join(entry.file_name())).unwrap();
+        }
+        for edit in [
+            ["remove", "resource", &format!("../porch/{variant}")],
+            ["add", "resource", &format!("../../my-porch/{variant}")],
+        ] {
+            let out = Command::new(kustomize())
+                .current_dir(&overlay)
+                .arg("edit")
+                .args(edit)
+                .output()
+                .unwrap();
+            check(&format!("kustomize edit {}", edit.join(" ")), out);
+        }
+        assert_eq!(
+            kustomize_build(&overlay),
+            filled,
+            "deploy/{variant} on ../../my-porch/{variant}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
     // The book's way to add it, on a copy of deploy/.
-    let dir = deploy_copy();
-    let head = dir.path().join("deploy/head");
+    let Some(deploy) = deploy_copy() else { return };
+    let head = deploy.overlay("head");
     let out = Command::new(kustomize())
         .current_dir(&head)
         .args(["edit", "add", "component", "../components/autoscaling"])
@@ -584,6 +678,7 @@ async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
     let (_, objects) = apply_dir(
         &kubectl,
         &head,
+        &deploy.base("head"),
         &[
             "config.porch.kpt.dev_functionconfigs.yaml",
             "config.porch.kpt.dev_servicetemplates.yaml",

@@ -1,6 +1,7 @@
 //! The FunctionConfig generation end to end, on Porch's own manifests:
 //! a real kube-apiserver and etcd get Porch's CRDs and `head/` objects
-//! (`third_party/porch`, applied unchanged), and `krm-fn-runner serve` runs
+//! (read from `KRM_FN_PORCH_DEPLOY` and applied unchanged; the scenario
+//! skips, naming the variable, without them), and `krm-fn-runner serve` runs
 //! with the exact command-line arguments and environment of Porch's
 //! Deployment (`2-function-runner.yaml`; paths mapped to the built binaries
 //! and catalog functions, no `--config`), under the `porch-fn-runner`
@@ -50,22 +51,19 @@ const FINALIZER: &str = "config.porch.kpt.dev/functionconfig-function-runner";
 /// Porch's runner's ServiceAccount, as the API server names its user.
 const RUNNER_USER: &str = "system:serviceaccount:porch-system:porch-fn-runner";
 
-/// Porch's manifests, copied unchanged.
-fn porch_file(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("third_party/porch")
-        .join(name)
-}
-
 /// The FunctionConfig objects of the pod namespace.
 fn function_configs(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), NS, &function_configs::resource())
 }
 
-/// The rules of Role `role` in Porch's `5-rbac.yaml`: (API group,
-/// resource, verb) triples.
-fn porch_role_rules(role: &str) -> std::collections::BTreeSet<(String, String, String)> {
-    let text = std::fs::read(porch_file("5-rbac.yaml")).unwrap();
+/// The rules of Role `role` in Porch's `5-rbac.yaml` (in `head`, Porch's
+/// files of the FunctionConfig generation): (API group, resource, verb)
+/// triples.
+fn porch_role_rules(
+    head: &Path,
+    role: &str,
+) -> std::collections::BTreeSet<(String, String, String)> {
+    let text = std::fs::read(head.join("5-rbac.yaml")).unwrap();
     let docs: Vec<serde_json::Value> = codec::from_yaml_documents(&text).unwrap();
     let role = docs
         .iter()
@@ -92,10 +90,11 @@ fn porch_role_rules(role: &str) -> std::collections::BTreeSet<(String, String, S
     rules
 }
 
-/// The runner's command line and environment from Porch's Deployment: the
-/// container's `command` without the binary, and its `env`.
-fn deployment_command() -> (Vec<String>, Vec<(String, String)>) {
-    let text = std::fs::read(porch_file("2-function-runner.yaml")).unwrap();
+/// The runner's command line and environment from Porch's Deployment (in
+/// `head`'s `2-function-runner.yaml`): the container's `command` without the
+/// binary, and its `env`.
+fn deployment_command(head: &Path) -> (Vec<String>, Vec<(String, String)>) {
+    let text = std::fs::read(head.join("2-function-runner.yaml")).unwrap();
     let docs: Vec<serde_json::Value> = codec::from_yaml_documents(&text).unwrap();
     let deployment = docs
         .iter()
@@ -300,13 +299,15 @@ async fn deploy_role_grants_every_call_the_runner_makes() {
     porchs_manifests_under(Rbac::Deploy).await;
 }
 
-/// The Role and RoleBinding of `kustomize build deploy/head`, written into
+/// The Role and RoleBinding of `kustomize build deploy/head` (on a copy
+/// whose base holds Porch's files from `KRM_FN_PORCH_DEPLOY`), written into
 /// `dir` as a YAML stream; returns its path.
 fn deploy_rbac_file(dir: &Path) -> PathBuf {
+    let deploy = crate::deploy::deploy_copy().expect("Porch's files (KRM_FN_PORCH_DEPLOY)");
     let kustomize = built_tool("KRM_FN_KUSTOMIZE_BIN", "build-kustomize.sh");
     let out = std::process::Command::new(kustomize)
         .arg("build")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/head"))
+        .arg(deploy.overlay("head"))
         .output()
         .expect("run kustomize");
     assert!(out.status.success(), "kustomize build deploy/head failed");
@@ -329,6 +330,10 @@ fn deploy_rbac_file(dir: &Path) -> PathBuf {
 /// The scenario: Porch's manifests drive exec and pods live, the runner's
 /// ServiceAccount bound by `rbac`.
 async fn porchs_manifests_under(rbac: Rbac) {
+    let Some(porch) = common::porch_deploy() else {
+        return;
+    };
+    let head = porch.join("head");
     let plane = ControlPlane::start_auditing_user(RUNNER_USER).await;
     let admin = plane.client().await.expect("client");
     let dir = tempfile::tempdir().unwrap();
@@ -354,7 +359,7 @@ async fn porchs_manifests_under(rbac: Rbac) {
         "config.porch.kpt.dev_functionconfigs.yaml",
         "config.porch.kpt.dev_servicetemplates.yaml",
     ] {
-        k8s_support::apply_file(&admin, &porch_file(file)).await;
+        k8s_support::apply_file(&admin, &head.join(file)).await;
     }
     eventually("the CRDs to be served", PATIENCE, || async {
         let fc = GroupVersionKind::gvk("config.porch.kpt.dev", "v1alpha1", "FunctionConfig");
@@ -368,12 +373,12 @@ async fn porchs_manifests_under(rbac: Rbac) {
         "22-function-templates.yaml",
         "23-function-configurations.yaml",
     ] {
-        k8s_support::apply_file(&admin, &porch_file(file)).await;
+        k8s_support::apply_file(&admin, &head.join(file)).await;
     }
     match rbac {
         Rbac::Porch => {
-            k8s_support::apply_file(&admin, &porch_file("5-rbac.yaml")).await;
-            k8s_support::apply_file(&admin, &porch_file("6-rbac-bind.yaml")).await;
+            k8s_support::apply_file(&admin, &head.join("5-rbac.yaml")).await;
+            k8s_support::apply_file(&admin, &head.join("6-rbac-bind.yaml")).await;
         }
         Rbac::Deploy => k8s_support::apply_file(&admin, &deploy_rbac_file(dir.path())).await,
     }
@@ -393,7 +398,7 @@ async fn porchs_manifests_under(rbac: Rbac) {
         )
         .await;
     let pod_image = format!("{}/set-namespace:{version}", registry.addr);
-    let (command, env) = deployment_command();
+    let (command, env) = deployment_command(&head);
     let wrapper_image = env
         .iter()
         .find(|(k, _)| k == "WRAPPER_SERVER_IMAGE")
@@ -897,7 +902,7 @@ async fn porchs_manifests_under(rbac: Rbac) {
     // EndpointSlices (refused: the runner then reads core/v1 Endpoints)
     // and the one for Events (refused: pod start failures are then read
     // from pod status only).
-    let granted = porch_role_rules("porch-function-executor");
+    let granted = porch_role_rules(&head, "porch-function-executor");
     let mut used = std::collections::BTreeSet::new();
     let mut refused = std::collections::BTreeSet::new();
     for e in plane

@@ -251,23 +251,35 @@ fn overrides_go_to_containers_by_role_and_env_is_merged() {
     assert_eq!(inits[1].image.as_deref(), Some("wrapper:v2"));
 }
 
-/// Porch's `22-function-templates.yaml`: the PodTemplate and the ServiceTemplate.
-const PORCH_TEMPLATES: &str =
-    include_str!("../../../../third_party/porch/22-function-templates.yaml");
-
-fn porch_objects() -> (PodTemplate, ServiceTemplateObject) {
-    let docs: Vec<serde_json::Value> =
-        codec::from_yaml_documents(PORCH_TEMPLATES.as_bytes()).unwrap();
+/// Porch's `22-function-templates.yaml` (read from `KRM_FN_PORCH_DEPLOY`):
+/// the PodTemplate and the ServiceTemplate, or `None` when that copy is not
+/// at hand (the test skips).
+fn porch_objects() -> Option<(PodTemplate, ServiceTemplateObject)> {
+    let text = crate::domain::porch_files::read("head/22-function-templates.yaml")?;
+    let docs: Vec<serde_json::Value> = codec::from_yaml_documents(text.as_bytes()).unwrap();
     let mut pod: PodTemplate = serde_json::from_value(docs[0].clone()).unwrap();
     let mut svc: ServiceTemplateObject = serde_json::from_value(docs[1].clone()).unwrap();
     pod.metadata.resource_version = Some("11".into());
     svc.metadata.resource_version = Some("12".into());
-    (pod, svc)
+    Some((pod, svc))
 }
 
 #[test]
 fn porchs_template_objects_satisfy_the_contract() {
-    let (pod, svc) = porch_objects();
+    // The defaults created when the objects are absent are valid, as Porch's
+    // own objects are (below, where their copy is at hand).
+    let mut dp = default_pod_template_object("ns", "w");
+    let mut ds = default_service_template_object("ns");
+    assert_eq!(dp.metadata.name.as_deref(), Some(POD_TEMPLATE_NAME));
+    assert_eq!(ds.metadata.name.as_deref(), Some(SERVICE_TEMPLATE_NAME));
+    dp.metadata.resource_version = Some("1".into());
+    ds.metadata.resource_version = Some("2".into());
+    let t = templates_from_objects(&dp, &ds).unwrap();
+    assert_eq!(t.pod.spec, default_pod_template("w").spec);
+    assert_eq!(t.version, "1/2");
+    let Some((pod, svc)) = porch_objects() else {
+        return;
+    };
     let t = templates_from_objects(&pod, &svc).unwrap();
     assert_eq!(t.version, "11/12", "both resourceVersions");
     let entry = vec!["f".to_string()];
@@ -291,18 +303,8 @@ fn porchs_template_objects_satisfy_the_contract() {
         service.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port,
         9446
     );
-    // The defaults created when the objects are absent are valid too.
-    let mut dp = default_pod_template_object("ns", "w");
-    let mut ds = default_service_template_object("ns");
-    assert_eq!(dp.metadata.name.as_deref(), Some(POD_TEMPLATE_NAME));
-    assert_eq!(ds.metadata.name.as_deref(), Some(SERVICE_TEMPLATE_NAME));
-    dp.metadata.resource_version = Some("1".into());
-    ds.metadata.resource_version = Some("2".into());
-    let t = templates_from_objects(&dp, &ds).unwrap();
-    assert_eq!(t.pod.spec, default_pod_template("w").spec);
-    assert_eq!(t.version, "1/2");
     // A broken object is named.
-    let (mut pod, svc) = porch_objects();
+    let (mut pod, svc) = porch_objects().unwrap();
     pod.template
         .as_mut()
         .unwrap()
@@ -316,7 +318,7 @@ fn porchs_template_objects_satisfy_the_contract() {
         err.starts_with("PodTemplate base-pod-template: failed to find the function container"),
         "{err}"
     );
-    let (pod, mut svc) = porch_objects();
+    let (pod, mut svc) = porch_objects().unwrap();
     svc.template.spec.as_mut().unwrap().ports = None;
     let err = templates_from_objects(&pod, &svc).unwrap_err().to_string();
     assert!(
