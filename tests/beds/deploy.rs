@@ -737,3 +737,97 @@ async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
     ]);
     assert_eq!(cpu, "125m");
 }
+
+/// The pod-evaluator component (newer porch-servers' POD_EVALUATOR_ADDRESS,
+/// port 9447): added as the book says, it gives a second Deployment of the
+/// runner's image running `serve` with the pod runtime only on port 9447,
+/// under the runner's ServiceAccount, and a Service on 9447 whose selector
+/// picks that Deployment's pods; the images set on the overlay reach it;
+/// the whole overlay applies to a real API server.
+#[tokio::test]
+async fn the_pod_evaluator_component_adds_a_pods_only_runner_on_port_9447() {
+    let Some(deploy) = deploy_copy() else { return };
+    let head = deploy.overlay("head");
+    let out = Command::new(kustomize())
+        .current_dir(&head)
+        .args(["edit", "add", "component", "../components/pod-evaluator"])
+        .output()
+        .unwrap();
+    check("kustomize edit add component", out);
+    let built = kustomize_build(&head);
+    let docs: Vec<serde_json::Value> =
+        krm_fn_runner::domain::codec::from_yaml_documents(built.as_bytes()).unwrap();
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in\n{built}"))
+    };
+    let deployment = find("Deployment", "function-pod-evaluator");
+    let pod = &deployment["spec"]["template"];
+    let container = &pod["spec"]["containers"][0];
+    let command: Vec<&str> = container["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(command.contains(&"--port=9447"), "{command:?}");
+    assert!(command.contains(&"--disable-runtimes=exec"), "{command:?}");
+    assert_eq!(pod["spec"]["serviceAccountName"], "porch-fn-runner");
+    // The overlay's images reach the second Deployment, its wrapper image too.
+    let runner_image =
+        find("Deployment", "function-runner")["spec"]["template"]["spec"]["containers"][0]["image"]
+            .clone();
+    assert_eq!(container["image"], runner_image);
+    let wrapper = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "WRAPPER_SERVER_IMAGE")
+        .unwrap();
+    assert!(
+        !wrapper["value"].as_str().unwrap().contains("nephio"),
+        "{wrapper}"
+    );
+    let service = find("Service", "function-pod-evaluator");
+    assert_eq!(service["spec"]["ports"][0]["port"], 9447);
+    assert_eq!(
+        service["spec"]["selector"], pod["metadata"]["labels"],
+        "the Service selects the pod evaluator's pods"
+    );
+    // Every flag it gives is one `serve` has.
+    let help = Command::new(common::runner_binary())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in command.iter().skip(1) {
+        let name = flag.split('=').next().unwrap();
+        assert!(help.contains(name), "serve has no {name}");
+    }
+
+    let plane = ControlPlane::start().await;
+    let kubectl = Kubectl::new(&plane);
+    let (_, objects) = apply_dir(
+        &kubectl,
+        &head,
+        &deploy.base("head"),
+        &[
+            "config.porch.kpt.dev_functionconfigs.yaml",
+            "config.porch.kpt.dev_servicetemplates.yaml",
+        ],
+    );
+    assert_eq!(
+        objects, 33,
+        "deploy/head's 31 objects, the Deployment and its Service"
+    );
+    let ports = kubectl.run(&[
+        "get",
+        "service/function-pod-evaluator",
+        "-n",
+        "porch-system",
+        "-o",
+        "jsonpath={.spec.ports[0].port}",
+    ]);
+    assert_eq!(ports, "9447");
+}
