@@ -89,8 +89,11 @@ cargo test "$@"
 # would turn the `full` feature on) and builds only the `api` module of the
 # hermetic tests; `-D warnings` makes a warning of this build an error, as
 # clippy does for the full one.
+# Its own target directory: other RUSTFLAGS would otherwise make the next
+# build recompile everything.
 if [[ $# -eq 0 ]]; then
   RUSTFLAGS="--cfg krm_fn_render_only -D warnings" \
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/render-only" \
     cargo test --no-default-features --features render --lib --test hermetic
 fi
 
