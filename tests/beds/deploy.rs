@@ -650,17 +650,23 @@ fn the_base_is_pointed_elsewhere_with_kustomize_edit() {
     }
 }
 
+/// Adds component `name` of `deploy/components` to the overlay at `overlay`,
+/// the book's way (`kustomize edit add component`).
+fn add_component(overlay: &Path, name: &str) {
+    let out = Command::new(kustomize())
+        .current_dir(overlay)
+        .args(["edit", "add", "component", &format!("../components/{name}")])
+        .output()
+        .unwrap();
+    check("kustomize edit add component", out);
+}
+
 #[tokio::test]
 async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
     // The book's way to add it, on a copy of deploy/.
     let Some(deploy) = deploy_copy() else { return };
     let head = deploy.overlay("head");
-    let out = Command::new(kustomize())
-        .current_dir(&head)
-        .args(["edit", "add", "component", "../components/autoscaling"])
-        .output()
-        .unwrap();
-    check("kustomize edit add component", out);
+    add_component(&head, "autoscaling");
     let built = kustomize_build(&head);
     assert!(
         built.contains("\nkind: HorizontalPodAutoscaler\n"),
@@ -748,12 +754,7 @@ async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
 async fn the_pod_evaluator_component_adds_a_pods_only_runner_on_port_9447() {
     let Some(deploy) = deploy_copy() else { return };
     let head = deploy.overlay("head");
-    let out = Command::new(kustomize())
-        .current_dir(&head)
-        .args(["edit", "add", "component", "../components/pod-evaluator"])
-        .output()
-        .unwrap();
-    check("kustomize edit add component", out);
+    add_component(&head, "pod-evaluator");
     let built = kustomize_build(&head);
     let docs: Vec<serde_json::Value> =
         krm_fn_runner::domain::codec::from_yaml_documents(built.as_bytes()).unwrap();
