@@ -57,15 +57,6 @@ impl EvaluationRequest {
         self.tag = (!tag.is_empty()).then_some(tag);
         self
     }
-
-    /// The image with the tag it asks for, for messages: `image` alone, or
-    /// `image` and the step's tag as `set-namespace (tag "~0.4")`.
-    pub fn describe(&self) -> String {
-        match &self.tag {
-            Some(t) => format!("{} (tag {t:?})", self.image),
-            None => self.image.clone(),
-        }
-    }
 }
 
 /// The result of a successful evaluation.

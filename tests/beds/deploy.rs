@@ -170,6 +170,13 @@ fn wait_for_crds(kubectl: &Kubectl) {
     ]);
 }
 
+/// Porch's CRDs of the FunctionConfig generation, applied and waited for
+/// before `deploy/head`.
+const HEAD_CRDS: &[&str] = &[
+    "config.porch.kpt.dev_functionconfigs.yaml",
+    "config.porch.kpt.dev_servicetemplates.yaml",
+];
+
 /// The book's steps for one generation: Porch's namespaces (and, given
 /// `crds`, its CRDs, waited for) applied for real from the overlay's base
 /// `deploy/porch/<variant>`, then the kustomize build of `deploy/<variant>`
@@ -398,15 +405,7 @@ async fn function_config_generation_applies_with_least_privilege() {
     // Over Porch as installed by its own manifests, whose Role grants more.
     install_porch(&kubectl, &deploy.porch.join("head"));
     assert!(kubectl.runner_can("watch", "services", "porch-fn-system"));
-    let (built, objects) = apply(
-        &kubectl,
-        &deploy,
-        "head",
-        &[
-            "config.porch.kpt.dev_functionconfigs.yaml",
-            "config.porch.kpt.dev_servicetemplates.yaml",
-        ],
-    );
+    let (built, objects) = apply(&kubectl, &deploy, "head", HEAD_CRDS);
     // Porch's objects are all there: 19 FunctionConfigs, both templates,
     // both CRDs, namespaces, the runner's ServiceAccount, Deployment, Service;
     // plus the Role, RoleBinding and PodDisruptionBudget.
@@ -681,15 +680,7 @@ async fn autoscaling_component_applies_and_takes_over_the_replica_count() {
 
     let plane = ControlPlane::start().await;
     let kubectl = Kubectl::new(&plane);
-    let (_, objects) = apply_dir(
-        &kubectl,
-        &head,
-        &deploy.base("head"),
-        &[
-            "config.porch.kpt.dev_functionconfigs.yaml",
-            "config.porch.kpt.dev_servicetemplates.yaml",
-        ],
-    );
+    let (_, objects) = apply(&kubectl, &deploy, "head", HEAD_CRDS);
     assert_eq!(objects, 32, "deploy/head's 31 objects and the HPA");
     let hpa: serde_json::Value = serde_json::from_str(&kubectl.run(&[
         "get",
@@ -809,15 +800,7 @@ async fn the_pod_evaluator_component_adds_a_pods_only_runner_on_port_9447() {
 
     let plane = ControlPlane::start().await;
     let kubectl = Kubectl::new(&plane);
-    let (_, objects) = apply_dir(
-        &kubectl,
-        &head,
-        &deploy.base("head"),
-        &[
-            "config.porch.kpt.dev_functionconfigs.yaml",
-            "config.porch.kpt.dev_servicetemplates.yaml",
-        ],
-    );
+    let (_, objects) = apply(&kubectl, &deploy, "head", HEAD_CRDS);
     assert_eq!(
         objects, 33,
         "deploy/head's 31 objects, the Deployment and its Service"
