@@ -149,7 +149,7 @@ pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int 
     unsafe {
         // Nothing but the function's three pipes is for this process.
         confine::close_descriptors_from(3);
-        reset_internal_signals();
+        confine::reset_inherited_signals();
         let (handled, before) =
             confine::block_handled().unwrap_or_else(|_| start_failed(token, last_errno()));
         if confine::arm(runner).is_err() {
@@ -192,31 +192,6 @@ pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int 
         libc::close(2);
         let status = confine::supervise(runner, function, &handled);
         confine::relay(status)
-    }
-}
-
-/// Gives the C library's internal signals (those below `SIGRTMIN`) their
-/// default disposition back: glibc's `posix_spawn` ignores them in the new
-/// process, and an ignored signal stays ignored across `exec`, so the
-/// function would otherwise inherit that; a function forked from the runner
-/// starts with them at their default. After an `exec` a signal is either
-/// ignored or at its default, so this only undoes that. The raw system
-/// call, since glibc's `sigaction` refuses these signals.
-fn reset_internal_signals() {
-    // The kernel's `struct sigaction`, all zero: SIG_DFL, no flags, empty
-    // mask (32 bytes cover every layout).
-    let default = [0u64; 4];
-    for sig in 32..libc::SIGRTMIN() {
-        // SAFETY: rt_sigaction reads `default`; the old action is not asked for.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                sig,
-                default.as_ptr(),
-                std::ptr::null_mut::<u64>(),
-                8usize,
-            );
-        }
     }
 }
 
@@ -317,7 +292,7 @@ mod resident {
 
     use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
-    use super::{FUNCTION_STACK, Start, confine, last_errno, layers, reset_internal_signals};
+    use super::{FUNCTION_STACK, Start, confine, last_errno, layers};
 
     unsafe extern "C" {
         static mut environ: *const *const c_char;
@@ -550,7 +525,7 @@ mod resident {
         // SAFETY: raw system calls on values of this function.
         unsafe {
             confine::close_descriptors_from(3);
-            reset_internal_signals();
+            confine::reset_inherited_signals();
             let Ok((handled, before)) = confine::block_handled() else {
                 libc::_exit(confine::SETUP_FAILED);
             };

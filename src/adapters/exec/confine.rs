@@ -133,9 +133,40 @@ pub(crate) unsafe fn tie_to(parent: libc::pid_t) -> io::Result<()> {
     Ok(())
 }
 
+/// Gives every signal below `SIGRTMIN` its default disposition back: an
+/// ignored signal stays ignored across `exec`, so a function would
+/// otherwise inherit what the process that starts it was started with —
+/// the C library's internal signals, which glibc's `posix_spawn` ignores in
+/// the new process, and `SIGHUP`, `SIGINT` or `SIGQUIT` when the runner was
+/// started ignoring them (`nohup`, a background job of a script). A caught
+/// signal is reset by `exec` anyway. The raw system call, since glibc's
+/// `sigaction` refuses the internal signals; async-signal-safe.
+///
+/// # Safety
+/// Changes this process's dispositions: only in a process about to `exec`
+/// (or a supervisor at its start), whose signal table is its own.
+pub(crate) unsafe fn reset_inherited_signals() {
+    // The kernel's `struct sigaction`, all zero: SIG_DFL, no flags, empty
+    // mask (32 bytes cover every layout).
+    let default = [0u64; 4];
+    for sig in (1..libc::SIGRTMIN()).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+        // SAFETY: rt_sigaction reads `default`; the old action is not asked for.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                default.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            );
+        }
+    }
+}
+
 /// In the function process just forked from `supervisor`: its own process
 /// group, death with the supervisor (exits with [`SETUP_FAILED`] when the
-/// supervisor is already gone), the signal mask `before` the supervisor
+/// supervisor is already gone), every signal at its default disposition
+/// ([`reset_inherited_signals`]), the signal mask `before` the supervisor
 /// blocked its own, the batch scheduling policy ([`run_as_batch`]), and
 /// last the sandbox `layers` the supervisor prepared for this call
 /// ([`super::layers::enter`]: no new privileges, Landlock, the syscall
@@ -157,6 +188,7 @@ pub(crate) unsafe fn enter_function(
         if libc::getppid() != supervisor {
             libc::_exit(SETUP_FAILED);
         }
+        reset_inherited_signals();
         libc::pthread_sigmask(libc::SIG_SETMASK, before, std::ptr::null_mut());
         run_as_batch();
         super::layers::enter(layers)
