@@ -162,8 +162,21 @@ const NULL_ITEMS: &str = "kpt quirk (kyaml decodes `items: null` as an empty lis
     fail the step and write nothing, as for an output without `items` (`items: []` still \
     removes every object; asserted in `output_null_items`)";
 
+const MARKDOWN_SEQINDENT: &str = "kpt quirk (kyaml `DeriveSeqIndentStyle`): a document's sequence \
+    style is read from its first list-looking line, block scalars included, and kpt re-encodes \
+    the whole document in it: a Markdown list at the top of a Kptfile's description makes kpt \
+    rewrite the file's own wide lists compact; we keep the lists no function changed as written \
+    (and functions see the same seqindent annotation as under kpt)";
+
 /// Reviewed differences from kpt v1.0.0-beta.54. Each must still occur.
 const KNOWN_DIFFERENCES: &[Known] = &[
+    Known::quirk(
+        "seqindent-markdown",
+        Aspect::Bytes,
+        "Kptfile",
+        "",
+        MARKDOWN_SEQINDENT,
+    ),
     Known {
         package: "block-scalar-at-eof",
         aspect: Aspect::Bytes,
@@ -1588,6 +1601,26 @@ fn multi_doc_comments() {
 #[test]
 fn seqindent() {
     own_package("seqindent", 0);
+}
+
+/// The sequence style functions see is derived as kyaml derives it, line
+/// by line and blind to block scalars (a Markdown list in a description
+/// decides when it comes first; a list line after a blank line, or under a
+/// line with two colons, is passed over), so every file but the Kptfile
+/// renders as with kpt; the Kptfile's own wide lists stay as written where
+/// kpt rewrites them compact (listed), and the `status` we add follows
+/// them: wide.
+#[test]
+fn seqindent_markdown() {
+    own_package_with("seqindent-markdown", 0, &|pkg, code| {
+        assert_eq!(code, 0);
+        let kptfile = std::fs::read_to_string(pkg.join("Kptfile")).unwrap();
+        assert!(
+            kptfile.contains("  mutators:\n    - exec: sh -c cat\n")
+                && kptfile.contains("  conditions:\n    - type: Rendered\n"),
+            "{kptfile}"
+        );
+    });
 }
 
 #[test]

@@ -27,9 +27,11 @@ pub enum SeqIndent {
 }
 
 impl SeqIndent {
-    /// The style kyaml records for a document (`internal.config.kubernetes.io/seqindent`).
+    /// The style of a document's own lists, which what this runner writes
+    /// into it takes ([`super::preserve::own_sequence_indent`]: kyaml's
+    /// rule, block scalars' lines passed over).
     pub fn of(text: &str) -> Self {
-        if super::preserve::sequence_indent(text) == "wide" {
+        if super::preserve::own_sequence_indent(text) == "wide" {
             SeqIndent::Wide
         } else {
             SeqIndent::Compact

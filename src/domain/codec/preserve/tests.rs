@@ -234,6 +234,37 @@ fn sequence_style_is_detected_like_kyaml() {
     assert_eq!(sequence_indent("m:\n  k: # c\n  - x\n"), "compact");
     assert_eq!(sequence_indent("m:\n  k:\n    - x\n"), "wide");
     assert_eq!(sequence_indent("a: 1\n"), "compact");
+    // kyaml's rule, line by line: a Markdown list in a block scalar decides
+    // when it comes first; a blank line, a key line with two colons, a bare
+    // `-`, an item four spaces deeper do not count; a comment is cut at its
+    // first `#`.
+    let lists =
+        "info:\n  description: |\n    Items:\n    {MD}\npipeline:\n  mutators:\n    - exec: x\n";
+    assert_eq!(sequence_indent(&lists.replace("{MD}", "- one")), "compact");
+    assert_eq!(sequence_indent(&lists.replace("{MD}", "  - one")), "wide");
+    for passed_over in ["", "        - four deeper"] {
+        let text = lists.replace("    {MD}", &format!("    Items:\n{passed_over}\n    - one"));
+        assert_eq!(sequence_indent(&text), "wide", "{text}");
+    }
+    assert_eq!(
+        sequence_indent("d: |\n  See: Items:\n  - one\nm:\n  - x\n"),
+        "wide"
+    );
+    assert_eq!(sequence_indent("m:\n-\n  - x\n"), "compact");
+    assert_eq!(sequence_indent("m: # a: b\n  # c\n  - x\n"), "wide");
+    assert_eq!(sequence_indent("m:\r\n  - x\r\n"), "wide");
+    assert_eq!(sequence_indent("- a\n- b\n"), "compact");
+    // The document's own lists: block scalars' lines passed over.
+    assert_eq!(own_sequence_indent(&lists.replace("{MD}", "- one")), "wide");
+    assert_eq!(
+        own_sequence_indent("d: >-\n  Items:\n  - one\n\n  - two\nm:\n  - x\n"),
+        "wide"
+    );
+    assert_eq!(
+        own_sequence_indent("l:\n- |+ # text\n  k:\n    - deep\nm:\n  - x\n"),
+        "compact"
+    );
+    assert_eq!(own_sequence_indent("a: |\n  k:\n    - x\n"), "compact");
 }
 
 #[test]
