@@ -535,7 +535,8 @@ mod tests {
             default_image_prefix: String::new(),
             exec_env: Vec::new(),
             slots: Default::default(),
-            sandbox_allow: Default::default(),
+            sandbox: Default::default(),
+            render_read_rules: false,
         }
     }
 

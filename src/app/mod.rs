@@ -70,7 +70,7 @@ pub fn build_wrapper_evaluator(
     max_message_bytes: usize,
     exec_env: &[(String, String)],
     slots: crate::adapters::exec::FunctionSlots,
-    sandbox_allow: crate::adapters::exec::SandboxAllow,
+    sandbox: &crate::adapters::exec::SandboxGrant,
 ) -> Result<WrapperEvaluator, EmptyEntrypoint> {
     let mut env = exec_env.to_vec();
     if let Ok(path) = std::env::var("PATH") {
@@ -81,6 +81,6 @@ pub fn build_wrapper_evaluator(
         settings.work_dir = dir;
     }
     settings.slots = slots;
-    settings.sandbox = crate::adapters::exec::Sandbox::wrapper(sandbox_allow);
+    settings.sandbox = crate::adapters::exec::Sandbox::wrapper(sandbox);
     WrapperEvaluator::new(entrypoint, settings)
 }

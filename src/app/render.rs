@@ -34,8 +34,9 @@ pub struct RenderRuntimeSettings {
     pub admission_policy: Option<PathBuf>,
     /// `--plain-http-registry`: registries reached over plain HTTP when listing tags.
     pub plain_http_registries: Vec<String>,
-    /// `--sandbox-allow`: sandbox layers every exec function may do without.
-    pub sandbox_allow: crate::adapters::exec::SandboxAllow,
+    /// `--sandbox-allow`, `--sandbox-read`, `--sandbox-write`: what every
+    /// exec function is granted beyond `render`'s sandbox rules.
+    pub sandbox: crate::adapters::exec::SandboxGrant,
 }
 
 /// `render`'s wired function runtime and the tag lister for `tag` constraints.
@@ -113,7 +114,8 @@ fn render_chain(args: &RenderRuntimeSettings) -> Result<RuntimeChain, RenderSetu
             default_image_prefix: args.image_prefix.clone(),
             exec_env: Vec::new(),
             slots: Default::default(),
-            sandbox_allow: args.sandbox_allow,
+            sandbox: args.sandbox.clone(),
+            render_read_rules: true,
         })?;
         for warning in &runtime.warnings {
             tracing::warn!("{warning}");
@@ -128,10 +130,7 @@ fn render_chain(args: &RenderRuntimeSettings) -> Result<RuntimeChain, RenderSetu
     }
     Ok(chain.with(
         "exec",
-        Arc::new(
-            ExecCommandRuntime::inheriting(args.max_message_bytes)
-                .with_sandbox_allow(args.sandbox_allow),
-        ),
+        Arc::new(ExecCommandRuntime::inheriting(args.max_message_bytes).with_grant(&args.sandbox)),
     ))
 }
 

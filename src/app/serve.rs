@@ -39,11 +39,27 @@ pub struct RuntimeSettings {
     pub exec_env: Vec<(String, String)>,
     /// `--max-concurrent-functions`, `--max-queued-functions`.
     pub slots: crate::adapters::exec::FunctionSlots,
-    /// `--sandbox-allow`: sandbox layers every exec function may do without.
-    pub sandbox_allow: crate::adapters::exec::SandboxAllow,
+    /// `--sandbox-allow`, `--sandbox-read`, `--sandbox-write`: what every
+    /// exec function is granted beyond the sandbox's rules.
+    pub sandbox: crate::adapters::exec::SandboxGrant,
+    /// Whether functions get `render`'s read rules (everything but the
+    /// credential stores, [`crate::adapters::exec::Sandbox::render`])
+    /// rather than the exec runtime's.
+    pub render_read_rules: bool,
 }
 
 impl RuntimeSettings {
+    /// The exec functions' sandbox: `render`'s rules or the exec
+    /// runtime's, with [`RuntimeSettings::sandbox`] granted.
+    fn sandbox_rules(&self) -> crate::adapters::exec::Sandbox {
+        use crate::adapters::exec::Sandbox;
+        if self.render_read_rules {
+            Sandbox::render(&self.sandbox)
+        } else {
+            Sandbox::exec(&self.sandbox)
+        }
+    }
+
     /// Whether the runtime named `runtime` (`exec`, `pod`) is not in
     /// `--disable-runtimes`.
     fn enabled(&self, runtime: &str) -> bool {
@@ -207,7 +223,7 @@ async fn start_function_config(
     if settings.enabled("exec") {
         // Missing binaries are reported by the watch, also for later changes.
         let mut exec_settings = ExecSettings::new(settings.max_message_bytes, &settings.exec_env);
-        exec_settings.sandbox.allow = settings.sandbox_allow;
+        exec_settings.sandbox = settings.sandbox_rules();
         let exec = ExecEvaluator::with_catalog(watch.catalog(), exec_settings);
         chain = chain.with("exec", Arc::new(exec));
         crate::adapters::exec::process::start_resident();
@@ -294,7 +310,7 @@ pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError
         warnings.extend(dupes);
         let mut exec_settings = ExecSettings::new(settings.max_message_bytes, &settings.exec_env);
         exec_settings.slots = settings.slots.clone();
-        exec_settings.sandbox.allow = settings.sandbox_allow;
+        exec_settings.sandbox = settings.sandbox_rules();
         let exec = ExecEvaluator::new(table, exec_settings);
         warnings.extend(exec.check_binaries());
         tracing::info!(images = exec.image_count(), "exec runtime ready");

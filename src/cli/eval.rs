@@ -71,7 +71,8 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         default_image_prefix: args.default_image_prefix.clone(),
         exec_env: parse_exec_env(&args.exec_env)?,
         slots: Default::default(),
-        sandbox_allow: args.sandbox.sandbox_allow,
+        sandbox: args.sandbox.grant(),
+        render_read_rules: false,
     };
     let evaluator = match build_eval_evaluator(
         args.address.as_deref(),
@@ -122,6 +123,9 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
                 "Error: function {:?} failed: {} ({log})",
                 f.image, f.exit
             )?;
+            if let Some(hint) = &f.sandbox_hint {
+                writeln!(stderr, "{hint}")?;
+            }
             if !f.results.is_empty() {
                 writeln!(
                     stderr,

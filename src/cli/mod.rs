@@ -39,7 +39,7 @@ enum Command {
     /// Serve Porch's FunctionEvaluator gRPC API (drop-in for Porch's function runner).
     Serve(Box<serve::ServeArgs>),
     /// Evaluate one function on a ResourceList read from stdin.
-    Eval(eval::EvalArgs),
+    Eval(Box<eval::EvalArgs>),
     /// Replay a request trace against pod-cache policies on virtual time, size the runner's replicas for it (--replica-model), or generate a trace.
     Simulate(Box<simulate::SimulateArgs>),
     /// Render a kpt package in place, like `kpt fn render`.
@@ -231,7 +231,7 @@ pub fn main() -> ExitCode {
     run_async(one_thread, async {
         match cli.command {
             Command::Serve(args) => serve::run(*args).await,
-            Command::Eval(args) => eval::run(args).await,
+            Command::Eval(args) => eval::run(*args).await,
             Command::Simulate(args) => simulate::run(*args).await,
             Command::Render(args) => render::run(*args).await,
             Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),

@@ -114,7 +114,7 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         max_message_bytes: args.max_message_size,
         admission_policy: args.admission_policy.clone(),
         plain_http_registries: args.plain_http_registries.clone(),
-        sandbox_allow: args.sandbox.sandbox_allow,
+        sandbox: args.sandbox.grant(),
     }) {
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),
@@ -298,6 +298,9 @@ impl RenderEvents for Printer {
                 text.push_str(&format!("  Error: {e}\n"));
             }
             text.push_str(&format!("  Exit code: {}\n", record.exit_code));
+            if let Some(hint) = &record.sandbox_hint {
+                text.push_str(&format!("  Sandbox: {hint}\n"));
+            }
         }
         eprint!("{text}");
     }

@@ -181,7 +181,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         default_image_prefix: args.default_image_prefix.clone(),
         exec_env: parse_exec_env(&args.exec_env)?,
         slots: args.limits.slots(),
-        sandbox_allow: args.sandbox.sandbox_allow,
+        sandbox: args.sandbox.grant(),
+        render_read_rules: false,
     };
     let pod_settings = args.pod.clone().settings(
         std::env::var("WRAPPER_SERVER_IMAGE").ok(),

@@ -64,7 +64,7 @@ pub async fn run(args: WrapperArgs) -> anyhow::Result<ExitCode> {
         args.max_request_body_size,
         &super::serve::parse_exec_env(&args.exec_env)?,
         args.limits.slots(),
-        args.sandbox.sandbox_allow,
+        &args.sandbox.grant(),
     )?;
     crate::adapters::exec::process::start_resident();
     let server = super::bind("wrapper-server", args.listen.as_deref(), args.port).await?;

@@ -111,6 +111,11 @@ pub struct FunctionFailure {
     pub output: Bytes,
     /// Structured results read from the output, when it parsed.
     pub results: Vec<ResultItem>,
+    /// The sandbox's line for a function that failed with any layer on:
+    /// the layers, what the filesystem layer allowed, and what relaxes
+    /// each (`SandboxGrant::refusal_hint`); `None` for a function that ran
+    /// unconfined or in process.
+    pub sandbox_hint: Option<String>,
 }
 
 impl FunctionFailure {
@@ -127,7 +132,15 @@ impl FunctionFailure {
             stderr,
             output: stdout,
             results,
+            sandbox_hint: None,
         }
+    }
+
+    /// The same failure with the sandbox's line `hint` (see
+    /// [`FunctionFailure::sandbox_hint`]).
+    pub fn with_sandbox_hint(mut self, hint: Option<String>) -> Self {
+        self.sandbox_hint = hint;
+        self
     }
 }
 
@@ -144,6 +157,9 @@ impl fmt::Display for FunctionFailure {
             self.exit,
             stderr.trim_end()
         )?;
+        if let Some(hint) = &self.sandbox_hint {
+            write!(f, "\n{hint}")?;
+        }
         if !self.results.is_empty() {
             write!(
                 f,

@@ -8,6 +8,7 @@
 //!   - ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5
 //!   - ghcr.io/kptdev/krm-functions-catalog/set-namespace:latest
 //!   sandbox: {allow: [network]}        # ours: layers this function may do without
+//!                                      # (and read: [PATH], write: [PATH]: paths it may also read, write)
 //! ```
 //! Lookup is by exact image string, as in Porch; in addition, an image that
 //! matches no entry exactly is tried once more after kpt's short-name
@@ -28,7 +29,7 @@ use serde::Deserialize;
 use super::codec;
 use super::codec::keys::{Shape, ignored_key_warnings};
 use super::image::{resolve_image, split_reference};
-use super::sandbox::{SandboxAllow, SandboxSpec};
+use super::sandbox::{SandboxGrant, SandboxSpec};
 use super::tag_selection::TagRequest;
 
 /// The keys of `config.yaml` (Porch's `configuration` and `function` types).
@@ -37,7 +38,14 @@ const FORMAT: Shape = Shape::Map(&[(
     Shape::Seq(&Shape::Map(&[
         ("function", Shape::Any),
         ("images", Shape::Any),
-        ("sandbox", Shape::Map(&[("allow", Shape::Any)])),
+        (
+            "sandbox",
+            Shape::Map(&[
+                ("allow", Shape::Any),
+                ("read", Shape::Any),
+                ("write", Shape::Any),
+            ]),
+        ),
     ])),
 )]);
 
@@ -103,8 +111,8 @@ impl ExecConfig {
             )));
         }
         for (i, f) in cfg.functions.iter().enumerate() {
-            if let Some(Err(e)) = f.sandbox.as_ref().map(SandboxSpec::to_allow) {
-                return Err(err(format!("functions[{i}].sandbox.allow: {e}")));
+            if let Some(Err(e)) = f.sandbox.as_ref().map(SandboxSpec::to_grant) {
+                return Err(err(format!("functions[{i}].{e}")));
             }
         }
         Ok(cfg)
@@ -120,10 +128,10 @@ impl ExecConfig {
             let binary = ExecBinary {
                 path: functions_dir.join(&f.function),
                 // Checked by `parse`.
-                allow: f
+                sandbox: f
                     .sandbox
                     .as_ref()
-                    .and_then(|s| s.to_allow().ok())
+                    .and_then(|s| s.to_grant().ok())
                     .unwrap_or_default(),
             };
             for image in &f.images {
@@ -224,13 +232,14 @@ impl BinaryCatalog for super::function_config::FunctionConfigStore {
     }
 }
 
-/// A binary that serves an image, and the sandbox layers it may do without.
+/// A binary that serves an image, and what its sandbox grants it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecBinary {
     /// The binary's path.
     pub path: PathBuf,
-    /// The layers its entry turns off (`sandbox.allow`).
-    pub allow: SandboxAllow,
+    /// The layers its entry turns off and the paths it adds
+    /// (`sandbox: {allow, read, write}`).
+    pub sandbox: SandboxGrant,
 }
 
 /// The exec evaluator's lookup table: image string → binary.
@@ -381,8 +390,8 @@ mod tests {
         .unwrap();
         assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
         let (table, _) = cfg.table(Path::new("/fns"), DEFAULT_IMAGE_PREFIX);
-        assert!(table.entry("x").unwrap().allow.network);
-        assert_eq!(table.entry("y").unwrap().allow, SandboxAllow::default());
+        assert!(table.entry("x").unwrap().sandbox.allow.network);
+        assert_eq!(table.entry("y").unwrap().sandbox, SandboxGrant::default());
         let e = ExecConfig::parse(
             b"functions:\n- function: a\n  images: [x]\n  sandbox: {allow: [net]}\n",
             "c",
@@ -391,6 +400,26 @@ mod tests {
         assert!(
             e.to_string()
                 .contains("functions[0].sandbox.allow: unknown sandbox layer \"net\""),
+            "{e}"
+        );
+        let cfg = ExecConfig::parse(
+            b"functions:\n- function: a\n  images: [x]\n  sandbox: {read: [/opt/venv], write: [/srv/out]}\n",
+            "c",
+        )
+        .unwrap();
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        let (table, _) = cfg.table(Path::new("/fns"), DEFAULT_IMAGE_PREFIX);
+        let grant = &table.entry("x").unwrap().sandbox;
+        assert_eq!(grant.read, [Path::new("/opt/venv")]);
+        assert_eq!(grant.write, [Path::new("/srv/out")]);
+        let e = ExecConfig::parse(
+            b"functions:\n- function: a\n  images: [x]\n  sandbox: {write: [out]}\n",
+            "c",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("functions[0].sandbox.write[0]: \"out\" is not an absolute path"),
             "{e}"
         );
     }

@@ -11,7 +11,7 @@
 //!   image: set-namespace                 # the function's name
 //!   prefixes: ["", ghcr.io/kptdev/krm-functions-catalog]   # "" = --default-image-prefix
 //!   binaryExecutor: {tags: [v0.4.2], path: set-namespace}  # relative to --functions
-//!   #   sandbox: {allow: [network]}      # ours: sandbox layers the binary may do without
+//!   #   sandbox: {allow: [network], read: [/opt/venv], write: [/srv/out]}  # ours: sandbox layers the binary may do without, paths it may also read, write
 //!   podExecutor:
 //!     tags: [v0.4.1]                     # empty: every tag
 //!     timeToLive: 30m
@@ -69,7 +69,7 @@ use super::image::{resolve_image, split_reference};
 use super::pod_cache::PodCacheConfigEntry;
 use super::pod_cache::config::{check_pool, check_whole_numbers, parse_go_duration};
 use super::pod_cache::template::{ContainerOverrides, TemplateOverrides};
-use super::sandbox::{SandboxAllow, SandboxSpec};
+use super::sandbox::{SandboxGrant, SandboxSpec};
 use super::tag_selection::matches_config_tags;
 
 /// The API group of `FunctionConfig` and `ServiceTemplate`.
@@ -210,7 +210,8 @@ pub struct BinaryExecutor {
     /// Absolute, or relative to `--functions`.
     #[serde(default)]
     pub path: String,
-    /// Sandbox layers the binary may do without (an extension of ours).
+    /// Sandbox layers the binary may do without and paths it may also
+    /// read or write (an extension of ours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxSpec>,
 }
@@ -237,7 +238,7 @@ struct Rule {
     repositories: Vec<String>,
     /// `binaryExecutor`: its tags (constraints, as written, duplicates
     /// dropped), its binary and the sandbox layers it may do without.
-    binary: Option<(Vec<String>, PathBuf, SandboxAllow)>,
+    binary: Option<(Vec<String>, PathBuf, SandboxGrant)>,
     pod: Option<PodRule>,
 }
 
@@ -402,13 +403,13 @@ fn compile(
         if b.tags.is_empty() {
             problems.push("spec.binaryExecutor.tags is empty: list the tags the binary serves".into());
         }
-        let allow = match b.sandbox.as_ref().map(SandboxSpec::to_allow) {
+        let allow = match b.sandbox.as_ref().map(SandboxSpec::to_grant) {
             Some(Err(e)) => {
-                problems.push(format!("spec.binaryExecutor.sandbox.allow: {e}"));
-                SandboxAllow::default()
+                problems.push(format!("spec.binaryExecutor.{e}"));
+                SandboxGrant::default()
             }
-            Some(Ok(allow)) => allow,
-            None => SandboxAllow::default(),
+            Some(Ok(grant)) => grant,
+            None => SandboxGrant::default(),
         };
         (!b.path.trim().is_empty()).then(|| {
             (
@@ -609,7 +610,7 @@ impl FunctionConfigStore {
         let (tags, path, allow) = rule.binary.as_ref()?;
         r.admitted_by(tags).then(|| ExecBinary {
             path: path.clone(),
-            allow: *allow,
+            sandbox: allow.clone(),
         })
     }
 
@@ -630,7 +631,7 @@ impl FunctionConfigStore {
         if r.with_tag(tag).admitted_by(tags) {
             Ok(ExecBinary {
                 path: path.clone(),
-                allow: *allow,
+                sandbox: allow.clone(),
             })
         } else {
             Err(format!(

@@ -35,6 +35,8 @@ mod render_kpt_fixtures;
 #[cfg(not(krm_fn_render_only))]
 mod render_runtimes;
 #[cfg(not(krm_fn_render_only))]
+mod render_sandbox;
+#[cfg(not(krm_fn_render_only))]
 mod render_vs_kpt;
 #[cfg(not(krm_fn_render_only))]
 mod sandbox;

@@ -1506,6 +1506,29 @@ fn subpackages() {
     own_package("subpackages", 0);
 }
 
+/// A Python function importing a library from a virtualenv that lives
+/// apart from the program (its interpreter and its `site-packages` are
+/// neither the program's directory nor a system path) renders as under
+/// kpt, which runs exec functions unconfined: `render`'s sandbox reads
+/// every file but the credential stores.
+#[test]
+fn python_virtualenv() {
+    let name = "python-virtualenv";
+    let python = common::python();
+    let rewrite = |text: &str| substitute_catalog(text).replace("${PYTHON}", &python);
+    let mut diffs = Vec::new();
+    let (kpt, ours, work) = compare_in_place(name, &own_source(name), &rewrite, &mut diffs);
+    assert_eq!(kpt.code, 0, "{}", kpt.stderr);
+    check_against_known(&[name.to_string()], &diffs);
+    assert_eq!(ours.code, 0, "{}", ours.stderr);
+    assert!(
+        ours.stderr.contains("imported prometheus_client"),
+        "{}",
+        ours.stderr
+    );
+    file_holds(&work.path().join("ours/pkg/marker.yaml"), &["value: after"]);
+}
+
 #[test]
 fn selectors() {
     own_package("selectors", 0);

@@ -448,3 +448,94 @@ async fn a_kernel_without_a_layer_is_one_warning_at_start() {
         assert_eq!(log.matches(warning).count(), 1, "{warning}:\n{log}");
     }
 }
+
+/// A function that fails reading a file outside what the sandbox lets it
+/// read: `serve`'s gRPC message and `eval`'s stderr end with the line
+/// naming the layers that were on and what relaxes each; the entry's
+/// `sandbox.read` of that file's directory makes it pass, the filesystem
+/// layer still on; with every layer off the message says nothing of the
+/// sandbox.
+#[tokio::test]
+async fn a_failure_names_the_layers_that_were_on_and_a_read_grant_relaxes_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let fns = dir.path().join("fns");
+    std::fs::create_dir_all(&fns).unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("table.csv"), "a,b\n").unwrap();
+    let reader = common::script(
+        &fns,
+        "reader",
+        &format!(
+            "#!/bin/sh\nset -e\ncat {}/table.csv >/dev/null\ncat\n",
+            data.display()
+        ),
+    );
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "functions:\n\
+             - function: {r}\n  images: [example.com/reader:v1]\n\
+             - function: {r}\n  images: [example.com/reader-granted:v1]\n  sandbox: {{read: [{d}]}}\n\
+             - function: {r}\n  images: [example.com/reader-unconfined:v1]\n  sandbox: {{allow: [new-privileges, filesystem, syscalls, network]}}\n",
+            r = reader.display(),
+            d = data.display()
+        ),
+    )
+    .unwrap();
+    let landlock = krm_fn_runner::adapters::exec::sandbox::support()
+        .landlock_abi
+        .is_some();
+    let runner = Runner::start(&[
+        &format!("--config={}", config.display()),
+        "--disable-runtimes=pod",
+    ]);
+    let mut client = runner.client().await;
+    let ask = |image: &str| EvaluateFunctionRequest {
+        tag: String::new(),
+        resource_list: input("none").into(),
+        image: image.to_string(),
+    };
+    let hint = "the function ran in the sandbox, with these layers on: ";
+    if landlock {
+        let status = client
+            .evaluate_function(ask("example.com/reader:v1"))
+            .await
+            .unwrap_err();
+        let message = status.message();
+        assert!(message.contains("Permission denied"), "{message}");
+        assert!(message.contains(hint), "{message}");
+        for part in [
+            "filesystem (Landlock: read the system libraries and its program's directory only",
+            "--sandbox-read PATH",
+            "--sandbox-allow network",
+        ] {
+            assert!(message.contains(part), "{part}: {message}");
+        }
+        client
+            .evaluate_function(ask("example.com/reader-granted:v1"))
+            .await
+            .unwrap_or_else(|e| panic!("the read grant: {e}"));
+
+        let rl = dir.path().join("rl.yaml");
+        std::fs::write(&rl, input("none")).unwrap();
+        let out = Command::new(common::runner_binary())
+            .args(["eval", "--image=example.com/reader:v1"])
+            .arg(format!("--config={}", config.display()))
+            .stdin(std::fs::File::open(&rl).unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains(hint), "{stderr}");
+    }
+    // Unconfined: the read is done, the function fails on its input
+    // (nothing of the sandbox in the message).
+    std::fs::remove_file(data.join("table.csv")).unwrap();
+    let status = client
+        .evaluate_function(ask("example.com/reader-unconfined:v1"))
+        .await
+        .unwrap_err();
+    assert!(!status.message().contains(hint), "{}", status.message());
+}

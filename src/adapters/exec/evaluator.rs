@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use tracing::Instrument;
 
 use super::process::{self, ProcessError, ProcessLimits, ProcessSpec};
-use super::sandbox::{Sandbox, SandboxAllow};
+use super::sandbox::{Sandbox, SandboxGrant};
 use super::slots::FunctionSlots;
 use crate::adapters::telemetry::spans;
 use crate::domain::evaluation::{
@@ -47,11 +47,12 @@ pub struct ExecSettings {
 /// What one call of [`ExecSettings::run`] adds to the settings' sandbox.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct CallOptions {
-    /// Layers this function may do without besides the settings' own (its
-    /// `sandbox.allow`).
-    pub(crate) allow: SandboxAllow,
-    /// Paths the function may read and execute beneath besides the
-    /// sandbox's own (the files its command line names).
+    /// What this function's own `sandbox:` grants besides the settings'
+    /// (layers off, paths to read and write).
+    pub(crate) grant: SandboxGrant,
+    /// Directories the function may read and execute beneath besides the
+    /// sandbox's own: those of the files its command line names (never
+    /// one that would open a refused path up again).
     pub(crate) read: Vec<PathBuf>,
     /// Whether the function keeps [`ExecSettings::work_dir`] as its working
     /// directory with Landlock on (kpt's `exec:` steps, whose command lines
@@ -66,9 +67,10 @@ impl ExecSettings {
     /// wrapper evaluators and `render`'s `exec:` steps.
     ///
     /// With Landlock on, the function gets a scratch directory of its own
-    /// (its `HOME` and `TMPDIR`, and its working directory unless
-    /// `options.keep_work_dir`; the one place it may write), removed once
-    /// the call's processes are gone.
+    /// (its `TMPDIR`, its `HOME` unless the sandbox keeps the caller's
+    /// ([`Sandbox::keeps_home`]), and its working directory unless
+    /// `options.keep_work_dir`; with the granted writes the one place it
+    /// may write), removed once the call's processes are gone.
     ///
     /// The call first takes one of [`ExecSettings::slots`] and waits for
     /// their start limiter; its timeout covers both waits and the run. Once
@@ -92,7 +94,7 @@ impl ExecSettings {
             .map(|(_, v)| v.as_os_str());
         let sandbox = self
             .sandbox
-            .call(program, path, options.allow, &options.read)
+            .call(program, path, &options.grant, &options.read)
             .map_err(|source| EvalError::Io {
                 context: format!(
                     "Failed to execute function {:?}: cannot make its scratch directory",
@@ -109,8 +111,12 @@ impl ExecSettings {
         };
         if let Some(scratch) = &sandbox.scratch {
             let dir = scratch.path().as_os_str().to_os_string();
-            spec.env.retain(|(k, _)| k != "HOME" && k != "TMPDIR");
-            spec.env.push(("HOME".into(), dir.clone()));
+            let home = !self.sandbox.keeps_home();
+            spec.env
+                .retain(|(k, _)| k != "TMPDIR" && !(home && k == "HOME"));
+            if home {
+                spec.env.push(("HOME".into(), dir.clone()));
+            }
             spec.env.push(("TMPDIR".into(), dir));
             if !options.keep_work_dir {
                 spec.cwd = Some(scratch.path().to_path_buf());
@@ -171,7 +177,7 @@ impl ExecSettings {
             env,
             work_dir: tmp,
             slots: FunctionSlots::default(),
-            sandbox: Sandbox::exec(SandboxAllow::default(), &[]),
+            sandbox: Sandbox::exec(&SandboxGrant::default()),
         }
     }
 }
@@ -300,14 +306,17 @@ impl FunctionEvaluator for ExecEvaluator {
                 &[],
                 &request,
                 CallOptions {
-                    allow: binary.allow,
+                    grant: binary.sandbox.clone(),
                     ..CallOptions::default()
                 },
             )
             .instrument(spans::function_run("exec", image))
             .await?;
         if out.exit != ExitReason::Code(0) {
-            let failure = out.into_failure(image.to_string()).await?;
+            let failure = out
+                .into_failure(image.to_string())
+                .await?
+                .with_sandbox_hint(self.settings.sandbox.refusal_hint(&binary.sandbox));
             tracing::info!(image = %logged, exit = %failure.exit, "function failed");
             return Err(EvalError::FunctionFailed(Box::new(failure)));
         }

@@ -11,6 +11,6 @@ pub mod slots;
 pub mod wrapper;
 
 pub use evaluator::{ExecEvaluator, ExecSettings};
-pub use sandbox::{Sandbox, SandboxAllow};
+pub use sandbox::{Sandbox, SandboxAllow, SandboxGrant};
 pub use slots::FunctionSlots;
 pub use wrapper::WrapperEvaluator;

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::layers::{self, DEVICE, LANDLOCK, NO_NETWORK, NO_NEW_PRIVS, READ, SYSCALLS, WRITE};
-pub use crate::domain::sandbox::SandboxAllow;
+use crate::domain::sandbox::{READ_RULES_EXEC, READ_RULES_RENDER, credential_stores};
+pub use crate::domain::sandbox::{SandboxAllow, SandboxGrant};
 
 /// One call's sandbox as its supervisor reads it (layer bits and Landlock
 /// rules); the default is no layer at all.
@@ -153,19 +154,35 @@ pub const WRAPPER_HIDDEN: &[&str] = &[
     "/var/tmp/tls-secret",
 ];
 
-/// How functions are sandboxed: the layers turned off for every function
-/// (`--sandbox-allow`), the paths they may read, and where their scratch
-/// directories are made.
+/// Which read rules a [`Sandbox`] gives its functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadRules {
+    /// [`SYSTEM_READ`] and the program's directory (`serve`, `eval`).
+    Exec,
+    /// Everything but the credential stores (`render`, as kpt runs exec
+    /// functions unconfined).
+    Render,
+    /// The image but [`WRAPPER_HIDDEN`] (the wrapper server).
+    Wrapper,
+}
+
+/// How functions are sandboxed: what every function is granted
+/// (`--sandbox-allow`, `--sandbox-read`, `--sandbox-write`), the paths
+/// they may read, and where their scratch directories are made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
-    /// Layers turned off for every function; a function's own
-    /// `sandbox.allow` adds to these.
-    pub allow: SandboxAllow,
+    /// Granted to every function; a function's own `sandbox:` adds to it.
+    grant: SandboxGrant,
+    /// Which rules these are.
+    rules: ReadRules,
     /// Paths a function may read and execute beneath (besides its binary's
     /// directory).
     read: Vec<PathBuf>,
-    /// The spec's rules for [`Sandbox::read`] and [`DEVICES`], the same for
-    /// every call: encoded once.
+    /// Paths, links resolved, that no rule for the files a command line
+    /// names may open up again (`render`'s credential stores).
+    refused: Vec<PathBuf>,
+    /// The spec's rules for [`Sandbox::read`], [`DEVICES`] and the granted
+    /// writes, the same for every call: encoded once.
     static_rules: Vec<u8>,
     /// Where each call's scratch directory is made; `None` when no
     /// writable place was found (the function then writes nowhere).
@@ -173,9 +190,10 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// The exec runtime's sandbox: [`SYSTEM_READ`] plus `extra_read`, and
-    /// scratch directories in the system temporary directory.
-    pub fn exec(allow: SandboxAllow, extra_read: &[PathBuf]) -> Self {
+    /// The exec runtime's sandbox (`serve`, `eval`): [`SYSTEM_READ`] plus
+    /// `grant`'s reads, `grant`'s writes, and scratch directories in the
+    /// system temporary directory.
+    pub fn exec(grant: &SandboxGrant) -> Self {
         let mut read: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
         // Debian's Python reads its sitecustomize.py from /etc/python3.X.
         if let Ok(entries) = std::fs::read_dir("/etc") {
@@ -187,26 +205,112 @@ impl Sandbox {
             python.sort();
             read.extend(python);
         }
-        read.extend(extra_read.iter().cloned());
-        Self::new(allow, without_nested(read), std::env::temp_dir())
+        read.extend(grant.read.iter().cloned());
+        Self::new(
+            grant,
+            ReadRules::Exec,
+            without_nested(read),
+            Vec::new(),
+            std::env::temp_dir(),
+        )
     }
 
-    fn new(allow: SandboxAllow, read: Vec<PathBuf>, tmp: PathBuf) -> Self {
+    /// `render`'s sandbox, for the exec functions a kpt user runs (which
+    /// kpt runs unconfined): everything this process could read but the
+    /// credential stores — [`credential_stores`] of `$HOME` and the passwd
+    /// entry's home, `$KUBECONFIG` and `$DOCKER_CONFIG` — the `/proc` of
+    /// other processes and the devices but [`DEVICES`]; `grant`'s reads
+    /// and writes on top. Scratch directories go in the system temporary
+    /// directory, which is opened up into the entries it has now, so that
+    /// scratch directories made later (other calls') are not readable.
+    /// Functions keep the user's `HOME` ([`Sandbox::keeps_home`]).
+    ///
+    /// Landlock is an allow-list: the rules are the siblings of what is
+    /// refused, on the way down from `/` (see [`all_but`]); what is created
+    /// later beside a refused path is not readable.
+    pub fn render(grant: &SandboxGrant) -> Self {
+        let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .into_iter()
+            .collect();
+        if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::getuid())
+            && !homes.contains(&user.dir)
+        {
+            homes.push(user.dir);
+        }
+        let stores = credential_stores(
+            &homes,
+            std::env::var_os("KUBECONFIG").as_deref(),
+            std::env::var_os("DOCKER_CONFIG").as_deref(),
+        );
+        let refused: Vec<PathBuf> = stores.iter().map(|p| resolved(p)).collect();
+        let tmp = std::env::temp_dir();
+        let mut hidden = refused.clone();
+        hidden.push(PathBuf::from("/dev"));
+        // Other processes' /proc entries (the function's own has no fixed
+        // name when the rules are made).
+        if let Ok(entries) = std::fs::read_dir("/proc") {
+            hidden.extend(
+                entries
+                    .flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .bytes()
+                            .all(|b| b.is_ascii_digit())
+                    })
+                    .map(|e| e.path()),
+            );
+        }
+        hidden.push(PathBuf::from("/proc/kcore"));
+        // A path that is not there opens the temporary directory up into
+        // its present entries; scratch directories of other calls left
+        // there by another runner are hidden too.
+        let tmp_real = resolved(&tmp);
+        hidden.push(tmp_real.join("krm-fn-"));
+        if let Ok(entries) = std::fs::read_dir(&tmp_real) {
+            hidden.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("krm-fn-"))
+                    .map(|e| e.path()),
+            );
+        }
+        let mut read = all_but(Path::new("/"), &hidden);
+        read.extend(grant.read.iter().cloned());
+        Self::new(grant, ReadRules::Render, read, refused, tmp)
+    }
+
+    fn new(
+        grant: &SandboxGrant,
+        rules: ReadRules,
+        read: Vec<PathBuf>,
+        refused: Vec<PathBuf>,
+        tmp: PathBuf,
+    ) -> Self {
         use std::os::unix::ffi::OsStrExt;
-        let rules: Vec<(u8, &[u8])> = read
+        let encoded: Vec<(u8, &[u8])> = read
             .iter()
             .map(|p| (READ, p.as_os_str().as_bytes()))
             .chain(DEVICES.iter().map(|d| (DEVICE, d.as_bytes())))
+            .chain(
+                grant
+                    .write
+                    .iter()
+                    .map(|p| (WRITE, p.as_os_str().as_bytes())),
+            )
             .collect();
         // Paths with a NUL byte cannot be named: left out.
-        let static_rules = rules
+        let static_rules = encoded
             .iter()
             .filter_map(|r| layers::Spec::encode(0, &[*r]))
             .flat_map(|bytes| bytes.into_iter().skip(1))
             .collect();
         Self {
-            allow,
+            grant: grant.clone(),
+            rules,
             read,
+            refused,
             static_rules,
             scratch_base: scratch_base(&tmp),
         }
@@ -214,11 +318,11 @@ impl Sandbox {
 
     /// The wrapper server's sandbox (inside a function pod, whose image is
     /// the function's own): every path readable but [`WRAPPER_HIDDEN`] and
-    /// the temporary directory (other calls' scratch directories);
-    /// scratch directories in the system temporary directory when it is
-    /// writable (a `FROM scratch` image has none: the function then writes
-    /// nowhere, with a warning).
-    pub fn wrapper(allow: SandboxAllow) -> Self {
+    /// the temporary directory (other calls' scratch directories), plus
+    /// `grant`'s writes; scratch directories in the system temporary
+    /// directory when it is writable (a `FROM scratch` image has none: the
+    /// function then writes nowhere, with a warning).
+    pub fn wrapper(grant: &SandboxGrant) -> Self {
         let tmp = std::env::temp_dir();
         let hidden: Vec<PathBuf> = WRAPPER_HIDDEN
             .iter()
@@ -226,25 +330,64 @@ impl Sandbox {
             .chain([tmp.clone()])
             .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
             .collect();
-        Self::new(allow, all_but(Path::new("/"), &hidden), tmp)
+        let mut read = all_but(Path::new("/"), &hidden);
+        read.extend(grant.read.iter().cloned());
+        Self::new(grant, ReadRules::Wrapper, read, Vec::new(), tmp)
+    }
+
+    /// What every function of this sandbox is granted.
+    pub fn grant(&self) -> &SandboxGrant {
+        &self.grant
+    }
+
+    /// Whether functions keep the caller's `HOME` with Landlock on
+    /// (`render`, whose functions read their user's files as under kpt);
+    /// otherwise their `HOME` is the call's scratch directory.
+    pub fn keeps_home(&self) -> bool {
+        self.rules == ReadRules::Render
+    }
+
+    /// The line a failed call adds to its error when any layer was on
+    /// ([`SandboxGrant::refusal_hint`] for this sandbox's grant and the
+    /// function's own, `per_function`); `None` with every layer off.
+    pub fn refusal_hint(&self, per_function: &SandboxGrant) -> Option<String> {
+        let reads = match self.rules {
+            ReadRules::Exec => READ_RULES_EXEC,
+            ReadRules::Render => READ_RULES_RENDER,
+            ReadRules::Wrapper => {
+                "every file of the image but /proc, /sys, /dev, the temporary directory and the secrets' mounts"
+            }
+        };
+        let mut grant = self.grant.union(per_function);
+        // A layer the kernel lacks was not on.
+        let support = support();
+        if support.landlock_abi.is_none() {
+            grant.allow.filesystem = true;
+        }
+        if !support.seccomp {
+            grant.allow.syscalls = true;
+            grant.allow.network = true;
+        }
+        grant.refusal_hint(reads)
     }
 
     /// The layers of one call of `program` (whose directory it may read and
-    /// execute beneath, as it may `extra_read`) with `per_function` turned
-    /// off besides [`Sandbox::allow`]; with Landlock on, a new scratch
-    /// directory the function may write, removed when the returned value is
-    /// dropped.
+    /// execute beneath, as it may the directories of the files its command
+    /// line names, `named`, except where they would open a refused path up)
+    /// with `per_function`'s grant besides [`Sandbox::grant`]; with
+    /// Landlock on, a new scratch directory the function may write, removed
+    /// when the returned value is dropped.
     ///
     /// Errors: the scratch directory cannot be made.
     pub(crate) fn call(
         &self,
         program: &Path,
         path_env: Option<&std::ffi::OsStr>,
-        per_function: SandboxAllow,
-        extra_read: &[PathBuf],
+        per_function: &SandboxGrant,
+        named: &[PathBuf],
     ) -> io::Result<CallSandbox> {
         use std::os::unix::ffi::OsStrExt;
-        let allow = self.allow.union(per_function);
+        let allow = self.grant.allow.union(per_function.allow);
         let support = support();
         let mut bits = 0;
         if !allow.new_privileges {
@@ -270,11 +413,25 @@ impl Sandbox {
             None => None,
         };
         let dirs = program_dirs(program, path_env);
+        let opens_refused = |p: &&PathBuf| {
+            let real = resolved(p);
+            self.refused
+                .iter()
+                .any(|r| real.starts_with(r) || r.starts_with(&real))
+        };
         let mut rules: Vec<(u8, &[u8])> = dirs
             .iter()
-            .chain(extra_read)
+            .chain(named.iter())
+            .filter(|p| !opens_refused(p))
+            .chain(per_function.read.iter())
             .map(|p| (READ, p.as_os_str().as_bytes()))
             .collect();
+        rules.extend(
+            per_function
+                .write
+                .iter()
+                .map(|p| (WRITE, p.as_os_str().as_bytes())),
+        );
         if let Some(s) = &scratch {
             rules.push((WRITE, s.0.as_os_str().as_bytes()));
         }
@@ -282,6 +439,26 @@ impl Sandbox {
         // The rules of every call after the layer bits.
         spec.0.splice(1..1, self.static_rules.iter().copied());
         Ok(CallSandbox { spec, scratch })
+    }
+}
+
+/// `path` with links resolved: as far as it exists, with the rest
+/// appended (`/var/run/secrets` is `/run/secrets` where `/var/run` links
+/// to `/run`, whether or not `secrets` exists).
+fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
     }
 }
 

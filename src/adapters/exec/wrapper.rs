@@ -96,7 +96,8 @@ impl FunctionEvaluator for WrapperEvaluator {
                 Err(e) => return Err(parse_failure(image, &out.stderr, e)),
                 Ok(output) => output,
             };
-            let mut failure = FunctionFailure::new(image, out.exit, Default::default(), out.stderr);
+            let mut failure = FunctionFailure::new(image, out.exit, Default::default(), out.stderr)
+                .with_sandbox_hint(self.settings.sandbox.refusal_hint(&Default::default()));
             failure.output = out.stdout;
             failure.results = output.results;
             return Err(EvalError::FunctionFailed(Box::new(failure)));

@@ -72,17 +72,22 @@ fn failure_message(f: &FunctionFailure) -> String {
         format!("\nstructured results:\n{}", format_results(&f.results))
     };
     let results = truncate(results, MAX_STATUS_MESSAGE_BYTES / 2);
+    let hint = f
+        .sandbox_hint
+        .as_ref()
+        .map(|h| truncate(format!("\n{h}"), MAX_STATUS_MESSAGE_BYTES / 4))
+        .unwrap_or_default();
     let head = truncate(
         format!("Failed to execute function {:?}: {} (", f.image, f.exit),
         MAX_STATUS_MESSAGE_BYTES / 4,
     );
-    let room =
-        MAX_STATUS_MESSAGE_BYTES.saturating_sub(encoded_len(&head) + encoded_len(&results) + 1);
+    let room = MAX_STATUS_MESSAGE_BYTES
+        .saturating_sub(encoded_len(&head) + encoded_len(&hint) + encoded_len(&results) + 1);
     let stderr = truncate(
         String::from_utf8_lossy(&f.stderr).trim_end().to_string(),
         room,
     );
-    format!("{head}{stderr}){results}")
+    format!("{head}{stderr}){hint}{results}")
 }
 
 /// Cuts `s` so that its encoded length ([`encoded_len`]) is at most `max`,

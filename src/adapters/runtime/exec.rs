@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use crate::adapters::exec::ExecSettings;
 use crate::adapters::exec::evaluator::CallOptions;
+use crate::adapters::exec::{ExecSettings, Sandbox, SandboxGrant};
 use crate::adapters::parse_pool::parse_off_workers;
 use crate::domain::evaluation::{EvalError, EvaluationRequest, ExitReason};
 use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
@@ -29,23 +29,26 @@ impl ExecCommandRuntime {
     }
 
     /// As kpt does: functions inherit this process's environment (but for
-    /// `HOME` and `TMPDIR`, which are the call's scratch directory while
-    /// Landlock is on) and working directory, so that relative paths of a
-    /// command line name what they name for kpt; stdout and stderr are each
-    /// capped at `max_message_bytes`.
+    /// `TMPDIR`, which is the call's scratch directory while Landlock is
+    /// on) and working directory, so that relative paths of a command line
+    /// name what they name for kpt; in `render`'s sandbox
+    /// ([`Sandbox::render`]: every file but the credential stores, nothing
+    /// granted beyond; see [`ExecCommandRuntime::with_grant`]); stdout and
+    /// stderr are each capped at `max_message_bytes`.
     pub fn inheriting(max_message_bytes: usize) -> Self {
         let mut settings = ExecSettings::new(max_message_bytes, &[]);
         settings.env = std::env::vars_os().collect();
         if let Ok(cwd) = std::env::current_dir() {
             settings.work_dir = cwd;
         }
+        settings.sandbox = Sandbox::render(&SandboxGrant::default());
         Self::new(settings)
     }
 
-    /// The same runtime with the sandbox layers in `allow` off for every
-    /// function (`--sandbox-allow`).
-    pub fn with_sandbox_allow(mut self, allow: crate::adapters::exec::SandboxAllow) -> Self {
-        self.settings.sandbox.allow = allow;
+    /// The same runtime with `render`'s sandbox granting every function
+    /// `grant` (`--sandbox-allow`, `--sandbox-read`, `--sandbox-write`).
+    pub fn with_grant(mut self, grant: &SandboxGrant) -> Self {
+        self.settings.sandbox = Sandbox::render(grant);
         self
     }
 
@@ -119,7 +122,10 @@ impl FunctionRuntime for ExecCommandRuntime {
             .run(&program, &args, &request, options)
             .await?;
         if out.exit != ExitReason::Code(0) {
-            let failure = out.into_failure(command.clone()).await?;
+            let failure = out
+                .into_failure(command.clone())
+                .await?
+                .with_sandbox_hint(self.settings.sandbox.refusal_hint(&Default::default()));
             return Err(EvalError::FunctionFailed(Box::new(failure)));
         }
         let command = command.clone();

@@ -106,11 +106,32 @@ fn a_binary_executor_names_the_sandbox_layers_it_may_do_without() {
         serde_json::json!({"image": "typo", "binaryExecutor": {"tags": ["v1"], "path": "typo",
             "sandbox": {"allow": ["net"]}}}),
     ));
+    s.apply(object(
+        "venv",
+        "2026-01-01T00:00:00Z",
+        serde_json::json!({"image": "venv", "binaryExecutor": {"tags": ["v1"], "path": "venv",
+            "sandbox": {"read": ["/opt/venv"], "write": ["/srv/out"]}}}),
+    ));
+    s.apply(object(
+        "relative",
+        "2026-01-01T00:00:00Z",
+        serde_json::json!({"image": "relative", "binaryExecutor": {"tags": ["v1"], "path": "relative",
+            "sandbox": {"read": ["opt"]}}}),
+    ));
     let fetch = s.binary_entry("fetch:v1").unwrap();
-    assert_eq!(fetch.allow.names(), ["filesystem", "network"]);
+    assert_eq!(fetch.sandbox.allow.names(), ["filesystem", "network"]);
     assert_eq!(
-        s.binary_entry("plain:v1").unwrap().allow,
-        SandboxAllow::default()
+        s.binary_entry("plain:v1").unwrap().sandbox,
+        SandboxGrant::default()
+    );
+    let venv = s.binary_entry("venv:v1").unwrap().sandbox;
+    assert_eq!(venv.read, [std::path::PathBuf::from("/opt/venv")]);
+    assert_eq!(venv.write, [std::path::PathBuf::from("/srv/out")]);
+    assert!(s.binary_entry("relative:v1").is_none());
+    let why = s.outcome("relative").unwrap().unwrap_err();
+    assert!(
+        why.contains("spec.binaryExecutor.sandbox.read[0]: \"opt\" is not an absolute path"),
+        "{why}"
     );
     assert!(s.binary_entry("typo:v1").is_none());
     let why = s.outcome("typo").unwrap().unwrap_err();

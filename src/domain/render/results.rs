@@ -265,6 +265,11 @@ pub struct StepRecord {
     /// Why the step failed when it was not (only) the function's exit code:
     /// missing `--allow-exec`, output checks, runtime errors.
     pub execution_error: Option<String>,
+    /// The sandbox's line for a step whose function failed with any layer
+    /// on ([`crate::domain::evaluation::FunctionFailure::sandbox_hint`]);
+    /// printed under the step, not written to `results.yaml` (which stays
+    /// kpt's).
+    pub sandbox_hint: Option<String>,
 }
 
 impl StepRecord {
@@ -474,6 +479,7 @@ mod tests {
                 ..Default::default()
             }],
             execution_error: err.map(str::to_string),
+            sandbox_hint: None,
         }
     }
 

@@ -179,6 +179,7 @@ impl BuiltinRuntime {
                     stderr: Bytes::from_static(SDK_FAILURE_STDERR.as_bytes()),
                     output,
                     results: rl.results,
+                    sandbox_hint: None,
                 })))
             }
             Err(panic) => {

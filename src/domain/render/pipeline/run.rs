@@ -232,6 +232,7 @@ impl Renderer<'_> {
             stderr: String::new(),
             results: Vec::new(),
             execution_error: None,
+            sandbox_hint: None,
         }
     }
 

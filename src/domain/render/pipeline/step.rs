@@ -157,6 +157,7 @@ impl Renderer<'_> {
                 record.exit_code = if exit_code == 0 { 1 } else { exit_code };
                 record.stderr = recorded_stderr(target, &String::from_utf8_lossy(&failure.stderr));
                 record.results = failure.results.iter().map(StructuredResult::from).collect();
+                record.sandbox_hint = failure.sandbox_hint.clone();
                 self.push(ctx, record);
                 return Err(StepError::FunctionFailed { exit_code });
             }
