@@ -57,6 +57,7 @@ fn main() -> ExitCode {
         replicas_behind_a_cluster_ip_take_turns_with_ageing_and_not_without,
         a_replica_added_behind_the_cluster_ip_is_reached,
         porch_server_renders_a_package_revision_through_our_pods,
+        the_pod_evaluator_role_answers_image_and_tag_on_port_9447,
     ];
     if args.list {
         let trials = scenarios
@@ -971,9 +972,14 @@ async fn install_porch_crds(bed: &Bed, head: &std::path::Path) {
 /// in the scenario's namespace; its endpoints are the EndpointSlices
 /// [`add_replica_endpoint`] adds. Returns its cluster address.
 async fn replica_service(bed: &Bed, name: &str) -> std::net::SocketAddr {
+    service_on_port(bed, name, 9445).await
+}
+
+/// As [`replica_service`], on `port`.
+async fn service_on_port(bed: &Bed, name: &str, port: u16) -> std::net::SocketAddr {
     let service: Service = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name},
-        "spec": {"type": "ClusterIP", "ports": [{"name": "grpc", "port": 9445, "protocol": "TCP"}]},
+        "spec": {"type": "ClusterIP", "ports": [{"name": "grpc", "port": port, "protocol": "TCP"}]},
     }))
     .unwrap();
     let created = Api::<Service>::namespaced(bed.client.clone(), &bed.namespace)
@@ -984,7 +990,7 @@ async fn replica_service(bed: &Bed, name: &str) -> std::net::SocketAddr {
         .spec
         .and_then(|s| s.cluster_ip)
         .expect("a cluster IP");
-    format!("{ip}:9445").parse().unwrap()
+    format!("{ip}:{port}").parse().unwrap()
 }
 
 /// Adds the runner `replica` (listening on the node's address) to the
@@ -1237,5 +1243,151 @@ fn porch_server_renders_a_package_revision_through_our_pods(
             );
         }
         eprintln!("porch-server rendered {name} through pods {used:?}");
+    })
+}
+
+/// The container command of `deploy/components/pod-evaluator`'s Deployment
+/// after the server binary: the flags the pod-evaluator role runs with.
+fn pod_evaluator_component_flags() -> Vec<String> {
+    let file = common::repo_root().join("deploy/components/pod-evaluator/deployment.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let deployment: k8s_openapi::api::apps::v1::Deployment =
+        krm_fn_runner::domain::codec::from_yaml_str(&text).unwrap();
+    let container = deployment.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    container.command.unwrap()[1..].to_vec()
+}
+
+/// The pod-evaluator role newer porch-servers call at
+/// `POD_EVALUATOR_ADDRESS` (`deploy/components/pod-evaluator`): `serve` in
+/// the FunctionConfig generation with that component's own flags (exec off,
+/// Porch's pod flags), reached through a ClusterIP Service on port 9447 as
+/// the component's Service is. A client with its own copy of Porch's
+/// request (Python grpcio, `string Tag = 3`) sends what porch-server sends
+/// a pod evaluator — the image without a tag or binary path, and the step's
+/// Tag — and each call runs in a pod of the version Porch's rule picks from
+/// the registry's tags; no match is NOT_FOUND naming the tags seen.
+fn the_pod_evaluator_role_answers_image_and_tag_on_port_9447(
+    bed: Bed,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    scenario(async move {
+        let Some(porch) = common::porch_deploy() else {
+            return;
+        };
+        let head = porch.join("head");
+        install_porch_crds(&bed, &head).await;
+        let templates = std::fs::read_to_string(head.join("22-function-templates.yaml"))
+            .unwrap()
+            .replace("porch-fn-system", &bed.namespace);
+        let file = bed.dir.path().join("templates.yaml");
+        std::fs::write(&file, templates).unwrap();
+        k8s_support::apply_file(&bed.client, &file).await;
+        let installed = common::catalog_version("set-namespace");
+        for version in ["v0.4.1", "v0.5.2"] {
+            bed.node
+                .registry
+                .retag("krm-fn/set-namespace", &installed, version)
+                .await;
+        }
+        let prefix = format!("{}/krm-fn", bed.node.registry.addr);
+        let fc = bed.dir.path().join("fc.yaml");
+        std::fs::write(
+            &fc,
+            format!(
+                "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata:\n  name: set-namespace\n  namespace: {ns}\nspec:\n  image: set-namespace\n  prefixes: [\"{prefix}\"]\n  podExecutor:\n    tags: [\"~0.4\", \"~0.5\"]\n    timeToLive: 30s\n",
+                ns = bed.namespace
+            ),
+        )
+        .unwrap();
+        k8s_support::apply_file(&bed.client, &fc).await;
+
+        let component = pod_evaluator_component_flags();
+        assert!(
+            component.iter().any(|f| f == "--disable-runtimes=exec")
+                && component.iter().any(|f| f == "--port=9447"),
+            "the component serves pods only, on 9447: {component:?}"
+        );
+        // The component's flags, but the scenario's pod namespace, and
+        // listening on the node's address behind the Service below in place
+        // of the pod's port 9447.
+        let own = |f: &String| f.starts_with("--port=") || f.starts_with("--pod-namespace=");
+        let mut flags: Vec<String> = component.iter().filter(|f| !own(f)).cloned().collect();
+        flags.extend([
+            format!("--listen={}:0", node_support::NODE_IP),
+            format!("--pod-namespace={}", bed.namespace),
+            format!(
+                "--kubeconfig={}",
+                bed.node.plane.kubeconfig_file().display()
+            ),
+            format!("--plain-http-registry={}", bed.node.registry.addr),
+            "--scan-interval=2s".to_string(),
+            "--log-level=3".to_string(),
+        ]);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let mut cmd = bed.node.host_command(&common::runner_binary());
+        cmd.arg("serve")
+            .env("WRAPPER_SERVER_IMAGE", bed.node.wrapper_image());
+        let runner = Runner::start_command(cmd, &flags);
+        let address = service_on_port(&bed, "function-pod-evaluator", 9447).await;
+        add_replica_endpoint(&bed, "function-pod-evaluator", "evaluator", &runner).await;
+        wait_for_cluster_ip(address).await;
+
+        let repo = format!("{prefix}/set-namespace");
+        let pinned = format!("{repo}:v0.4.1");
+        let cases: Vec<(&str, Option<&str>, Result<&str, &str>)> = vec![
+            (&repo, Some("~0.4"), Ok(installed.as_str())),
+            (&repo, Some(">=0.5"), Ok("v0.5.2")),
+            (&repo, Some("~0.4 || ~0.5"), Ok("v0.5.2")),
+            (&repo, Some("<0.4.2"), Ok("v0.4.1")),
+            // What an older porch-server sends: the tag in the image.
+            (&pinned, None, Ok("v0.4.1")),
+            (&repo, Some(">=1.0"), Err("\">=1.0\"")),
+        ];
+        let seen = common::porch_tag_client(
+            &address.to_string(),
+            &set_namespace_rl("evaluated"),
+            &cases.iter().map(|(i, t, _)| (*i, *t)).collect::<Vec<_>>(),
+            PATIENCE.as_secs(),
+            &|| runner.log(),
+        );
+        let pod_images = || async {
+            bed.pods()
+                .await
+                .iter()
+                .filter_map(|p| p.spec.as_ref()?.containers.first()?.image.clone())
+                .collect::<Vec<_>>()
+        };
+        for ((image, tag, want), seen) in cases.iter().zip(&seen) {
+            match want {
+                Ok(version) => {
+                    assert_eq!(
+                        seen.code,
+                        "OK",
+                        "{image} {tag:?}: {}\n{}",
+                        seen.details,
+                        runner.log()
+                    );
+                    assert!(
+                        seen.output.contains("namespace: evaluated"),
+                        "{image} {tag:?}: {}",
+                        seen.output
+                    );
+                    let images = pod_images().await;
+                    assert!(
+                        images.contains(&format!("{repo}:{version}")),
+                        "{image} {tag:?} should run {version} in a pod: {images:?}"
+                    );
+                }
+                Err(text) => {
+                    assert_eq!(seen.code, "NOT_FOUND", "{image} {tag:?}: {}", seen.details);
+                    assert!(seen.details.contains(text), "{}", seen.details);
+                    assert!(
+                        seen.details.contains("v0.5.2"),
+                        "names the tags: {}",
+                        seen.details
+                    );
+                }
+            }
+        }
+        bed.assert_clean().await;
     })
 }

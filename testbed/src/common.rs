@@ -86,6 +86,79 @@ pub fn python_evaluator_client(runner: &Runner, input: &Path, args: &[&str]) -> 
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// What `tests/python/tag_client.py` saw for one request.
+#[derive(Debug, Clone)]
+pub struct TagClientAnswer {
+    /// `OK` or the gRPC status name (`NOT_FOUND`, ...).
+    pub code: String,
+    /// The status message; empty when `OK`.
+    pub details: String,
+    /// The response's `log` (the function's stderr); empty on an error.
+    pub log: String,
+    /// The response's ResourceList, as text; empty on an error.
+    pub output: String,
+}
+
+/// Runs `tests/python/tag_client.py` — Python's grpcio with its own copy of
+/// Porch's request message, `string Tag = 3` included, not generated from
+/// `proto/` — against the FunctionEvaluator at `address` (`host:port` or
+/// `unix:/path`): one request per `(image, tag)` case, sending the
+/// ResourceList `rl` and the tag (none for `None`), each with a deadline of
+/// `timeout_secs` seconds. Asserts the client exits 0 (showing its stderr
+/// and `log`, e.g. the runner's log); returns one answer per case.
+pub fn porch_tag_client(
+    address: &str,
+    rl: &[u8],
+    cases: &[(&str, Option<&str>)],
+    timeout_secs: u64,
+    log: &dyn Fn() -> String,
+) -> Vec<TagClientAnswer> {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("rl.yaml");
+    std::fs::write(&input, rl).unwrap();
+    let cases_json: Vec<serde_json::Value> = cases
+        .iter()
+        .map(|(image, tag)| match tag {
+            Some(t) => serde_json::json!({"image": image, "tag": t}),
+            None => serde_json::json!({"image": image}),
+        })
+        .collect();
+    let cases_path = dir.path().join("cases.json");
+    std::fs::write(&cases_path, serde_json::to_vec(&cases_json).unwrap()).unwrap();
+    let out = Command::new(python())
+        .arg(repo_root().join("tests/python/tag_client.py"))
+        .args([
+            "--address",
+            address,
+            "--timeout",
+            &timeout_secs.to_string(),
+            "--input",
+        ])
+        .arg(&input)
+        .arg("--cases")
+        .arg(&cases_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tag client failed: {}\nlog:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        log()
+    );
+    let seen: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    seen.iter()
+        .map(|s| {
+            let text = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+            TagClientAnswer {
+                code: text("code"),
+                details: text("details"),
+                log: text("log"),
+                output: text("output"),
+            }
+        })
+        .collect()
+}
+
 /// The repository's root: `Cargo.toml`, `scripts/`, `tests/`, `proto/`.
 pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

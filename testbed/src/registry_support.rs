@@ -426,6 +426,47 @@ impl TestRegistry {
             .0
     }
 
+    /// Tags the manifest `repo:from` also as `repo:to` in the same
+    /// repository (a push of the same manifest bytes under another tag, as
+    /// `crane tag` does), so one image answers several versions. Returns
+    /// the manifest digest.
+    pub async fn retag(&self, repo: &str, from: &str, to: &str) -> String {
+        let client = self.push_client();
+        let auth = self.push_auth();
+        let source = self.reference(&format!("{repo}:{from}"));
+        let (bytes, digest) = client
+            .pull_manifest_raw(
+                &source,
+                &auth,
+                &[
+                    OCI_IMAGE_MEDIA_TYPE,
+                    OCI_IMAGE_INDEX_MEDIA_TYPE,
+                    "application/vnd.docker.distribution.manifest.v2+json",
+                    "application/vnd.docker.distribution.manifest.list.v2+json",
+                ],
+            )
+            .await
+            .expect("read the manifest to retag");
+        let media_type = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|m| m["mediaType"].as_str().map(str::to_string))
+            .unwrap_or_else(|| OCI_IMAGE_MEDIA_TYPE.to_string());
+        let target = self.reference(&format!("{repo}:{to}"));
+        client
+            .auth(&target, &auth, oci_client::RegistryOperation::Push)
+            .await
+            .expect("auth for push");
+        client
+            .push_manifest_raw(
+                &target,
+                bytes.to_vec(),
+                http::HeaderValue::from_str(&media_type).expect("a media type"),
+            )
+            .await
+            .expect("push the manifest under its new tag");
+        digest
+    }
+
     /// The access-log lines of the runner's requests (its user agent)
     /// whose request line contains `needle`, e.g. `/v2/fns/a/manifests/`.
     /// Waits briefly so that lines of requests just answered are written.

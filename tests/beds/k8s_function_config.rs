@@ -516,40 +516,46 @@ async fn porchs_manifests_under(rbac: Rbac) {
     ] {
         assert!(!runs(&exec, &image).await, "{image}");
     }
-    // Porch's Tag (field 3): the step's tag is read against the object's
-    // binaryExecutor.tags (constraints; a constraint selects through a
-    // version entry that satisfies it) and wins over the image's own tag;
-    // the prefix is still checked.
+    // Porch's Tag (field 3), sent by a client with its own copy of Porch's
+    // request (Python grpcio, tests/python/tag_client.py): the step's tag is
+    // read against the object's binaryExecutor.tags (constraints; a
+    // constraint selects through a version entry that satisfies it) and wins
+    // over the image's own tag; the prefix is still checked.
     let repo = format!("{CATALOG}/set-namespace");
-    for (image, tag, served) in [
-        (repo.clone(), "v0.4.2", true),
-        (repo.clone(), "~0.4", true),
-        (repo.clone(), ">=0.4.2, <0.5", true),
-        (format!("{repo}:v0.4.1"), "v0.4.2", true),
-        (format!("{repo}:v0.4.2"), "~0.5", false),
-        (repo.clone(), ">=1.0", false),
-        (format!("{CATALOG}-fork/set-namespace"), "~0.4", false),
-    ] {
-        match common::call_with_tag(&exec, &image, tag, set_namespace_rl("fc")).await {
-            Ok(r) => {
-                assert!(served, "{image} {tag:?} ran");
-                assert!(
-                    common::output(&r).contains("namespace: fc"),
-                    "{image} {tag:?}"
-                );
-            }
-            Err(s) => {
-                assert!(!served, "{image} {tag:?}: {s:?}");
-                assert_eq!(s.code(), Code::NotFound, "{image} {tag:?}: {s:?}");
-                assert!(
-                    s.message().contains(&format!("{tag:?}"))
-                        || s.message().contains("no FunctionConfig configures"),
-                    "{s:?}"
-                );
-            }
+    let pinned = format!("{repo}:v0.4.1");
+    let newer = format!("{repo}:v0.4.2");
+    let fork = format!("{CATALOG}-fork/set-namespace");
+    let cases = [
+        (repo.as_str(), Some("v0.4.2"), true),
+        (&repo, Some("~0.4"), true),
+        (&repo, Some(">=0.4.2, <0.5"), true),
+        (&pinned, Some("v0.4.2"), true),
+        (&newer, None, true),
+        (&newer, Some("~0.5"), false),
+        (&repo, Some(">=1.0"), false),
+        (&fork, Some("~0.4"), false),
+    ];
+    let seen = common::porch_tag_client(
+        &exec.address,
+        &set_namespace_rl("fc"),
+        &cases.iter().map(|(i, t, _)| (*i, *t)).collect::<Vec<_>>(),
+        60,
+        &|| exec.log(),
+    );
+    for ((image, tag, served), seen) in cases.iter().zip(&seen) {
+        if *served {
+            assert_eq!(seen.code, "OK", "{image} {tag:?}: {}", seen.details);
+            assert!(seen.output.contains("namespace: fc"), "{image} {tag:?}");
+        } else {
+            assert_eq!(seen.code, "NOT_FOUND", "{image} {tag:?}: {}", seen.details);
+            assert!(
+                tag.is_some_and(|t| seen.details.contains(&format!("{t:?}")))
+                    || seen.details.contains("no FunctionConfig configures"),
+                "{image} {tag:?}: {}",
+                seen.details
+            );
         }
     }
-
     // A new FunctionConfig serves at once; changing its tags moves the
     // binary to the new tag; deleting it makes the image NOT_FOUND again.
     let object = |name: &str, spec: serde_json::Value| -> DynamicObject {

@@ -119,50 +119,6 @@ fn versioned_functions(dir: &std::path::Path, repository: &str, versions: &[&str
     config
 }
 
-/// Runs `tests/python/tag_client.py` (grpcio with its own copy of Porch's
-/// request message, `string Tag = 3` included) against `runner` with each
-/// `(image, tag)` case; returns per case `(code, details, log)`.
-fn tag_client(runner: &Runner, cases: &[(&str, Option<&str>)]) -> Vec<(String, String, String)> {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("rl.yaml");
-    std::fs::write(
-        &input,
-        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n",
-    )
-    .unwrap();
-    let cases_json: Vec<serde_json::Value> = cases
-        .iter()
-        .map(|(image, tag)| match tag {
-            Some(t) => serde_json::json!({"image": image, "tag": t}),
-            None => serde_json::json!({"image": image}),
-        })
-        .collect();
-    let cases_path = dir.path().join("cases.json");
-    std::fs::write(&cases_path, serde_json::to_vec(&cases_json).unwrap()).unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new(common::python())
-        .arg(root.join("tests/python/tag_client.py"))
-        .args(["--address", &runner.address, "--input"])
-        .arg(&input)
-        .arg("--cases")
-        .arg(&cases_path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "tag client failed: {}\nrunner log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        runner.log()
-    );
-    let seen: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    seen.iter()
-        .map(|s| {
-            let text = |k: &str| s[k].as_str().unwrap_or_default().to_string();
-            (text("code"), text("details"), text("log"))
-        })
-        .collect()
-}
-
 /// Porch's `Tag` (field 3) from a client that knows only Porch's wire
 /// format, against the config-yaml generation's exec runtime: every request
 /// shape Porch's runner answers since the Tag change, and which version ran.
@@ -200,11 +156,15 @@ fn a_porch_client_sending_tag_runs_the_version_porch_picks() {
         ),
         (x, Some("~0.4 |"), Err("is not a valid semver constraint")),
     ];
-    let seen = tag_client(
-        &runner,
+    let seen = common::porch_tag_client(
+        &runner.address,
+        b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n",
         &cases.iter().map(|(i, t, _)| (*i, *t)).collect::<Vec<_>>(),
+        60,
+        &|| runner.log(),
     );
-    for ((image, tag, want), (code, details, log)) in cases.iter().zip(&seen) {
+    for ((image, tag, want), seen) in cases.iter().zip(&seen) {
+        let (code, details, log) = (&seen.code, &seen.details, &seen.log);
         match want {
             Ok(version) => {
                 assert_eq!(code, "OK", "{image} {tag:?}: {details}");

@@ -5,11 +5,12 @@ written here, not generated from this project's proto/, so the test shows that
 a client that knows only Porch's wire format selects versions as Porch's
 runner does.
 
-Usage: tag_client.py --address ADDR --input FILE --cases FILE
+Usage: tag_client.py --address ADDR [--timeout SECONDS] --input FILE --cases FILE
 ADDR is host:port or unix:/path. FILE (cases) is a JSON list of objects
 {"image": ..., "tag": ...}; "tag" may be absent (not sent). Prints one JSON
 list: per case {"code": "OK"|<status name>, "details": ..., "log": <stderr of
-the function>}.
+the function>, "output": <the ResourceList returned>}. Each request has a
+deadline of SECONDS (default 60).
 """
 
 import argparse
@@ -64,6 +65,7 @@ def load_stubs(out_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--address", required=True)
+    ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--input", required=True)
     ap.add_argument("--cases", required=True)
     args = ap.parse_args()
@@ -85,17 +87,25 @@ def main():
                 if "tag" in case:
                     request.Tag = case["tag"]
                 try:
-                    response = stub.EvaluateFunction(request, timeout=60)
+                    response = stub.EvaluateFunction(request, timeout=args.timeout)
                     seen.append(
                         {
                             "code": "OK",
                             "details": "",
                             "log": response.log.decode("utf-8", "replace"),
+                            "output": response.resource_list.decode(
+                                "utf-8", "replace"
+                            ),
                         }
                     )
                 except grpc.RpcError as e:
                     seen.append(
-                        {"code": e.code().name, "details": e.details(), "log": ""}
+                        {
+                            "code": e.code().name,
+                            "details": e.details(),
+                            "log": "",
+                            "output": "",
+                        }
                     )
     json.dump(seen, sys.stdout)
 
