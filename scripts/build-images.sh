@@ -4,11 +4,14 @@
 # laid out as Porch's (images/*.Containerfile), and optionally push them.
 #
 # Usage: scripts/build-images.sh [--push] [--tls-verify=false] [RUNNER_IMAGE [WRAPPER_IMAGE]]
+#        scripts/build-images.sh --binaries-only
 #   RUNNER_IMAGE   default localhost/krm-fn-runner:latest
 #   WRAPPER_IMAGE  default localhost/krm-fn-wrapper-server:latest
 #   --push         push both to their registries (docker://IMAGE) and print
 #                  "IMAGE DIGEST" for each on stdout
 #   --tls-verify=false  push over plain HTTP / without verifying TLS
+#   --binaries-only  step 1 only (scripts/build-tools.sh builds them beside
+#                  the Go tools; a later run finds them built)
 #
 # Steps:
 #   1. the four binaries, static (x86_64-unknown-linux-musl, cargo profile
@@ -37,12 +40,14 @@ die() { echo "build-images: error: $*" >&2; exit 1; }
 
 push=false
 tls_verify=true
+binaries_only=false
 images=()
 for arg in "$@"; do
   case "$arg" in
     --push) push=true ;;
     --tls-verify=false) tls_verify=false ;;
     --tls-verify=true) tls_verify=true ;;
+    --binaries-only) binaries_only=true ;;
     -*) die "unknown option $arg (see the usage at the top of $0)" ;;
     *) images+=("$arg") ;;
   esac
@@ -59,7 +64,7 @@ CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 STATIC_CP="${KRM_FN_STATIC_CP:-/bin/busybox}"
 DRIVER="${STORAGE_DRIVER:-vfs}"
 
-command -v buildah >/dev/null || die "buildah is not installed: apt-get install -y buildah"
+$binaries_only || command -v buildah >/dev/null || die "buildah is not installed: apt-get install -y buildah"
 command -v musl-gcc >/dev/null || die "musl-gcc is not installed: apt-get install -y musl-tools"
 command -v objcopy >/dev/null || die "objcopy is not installed: apt-get install -y binutils"
 [[ -f "$CA_BUNDLE" ]] || die "$CA_BUNDLE is missing: apt-get install -y ca-certificates"
@@ -91,6 +96,9 @@ for bin in krm-fn-runner wrapper-server grpc-health-probe krm-fn-supervisor; do
   echo "build-images: $bin $(stat -c %s "$bins/$bin") bytes stripped, debug info in $bins/$bin.debug" >&2
 done
 echo "build-images: binaries ready after $((SECONDS - start))s" >&2
+if $binaries_only; then
+  exit 0
+fi
 
 bash scripts/install-catalog-functions.sh "$CATALOG" >&2
 

@@ -41,6 +41,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Everything below is built here once per machine, the Go tools beside the
+# static binaries (scripts/build-tools.sh); each script then names its path.
+bash scripts/build-tools.sh
 bash scripts/install-catalog-functions.sh >&2
 KRM_FN_PYTHON="$(bash scripts/setup-python-client.sh)"
 export KRM_FN_PYTHON
@@ -71,30 +74,15 @@ export KRM_FN_MDBOOK_BIN
 KRM_FN_LYCHEE_BIN="$(bash scripts/build-lychee.sh)"
 export KRM_FN_LYCHEE_BIN
 
-# With KRM_FN_FREE_GO_BUILD_CACHE=1 (.ci/run sets it: a one-off machine),
-# Go's build cache (5 to 6 GB after the builds above) is emptied now that
-# every Go tool is built: the tools stay in KRM_FN_CACHE and the tests build
-# no Go code, so the disk goes to the Rust builds and the images instead.
-if [[ "${KRM_FN_FREE_GO_BUILD_CACHE:-}" == 1 ]]; then
-  go clean -cache
-  df -h . >&2
-fi
+# (With KRM_FN_FREE_GO_BUILD_CACHE=1, scripts/build-tools.sh has emptied
+# Go's build cache: the disk goes to the Rust builds and the images.)
 
 cargo test "$@"
 
-# The render-only library (`--no-default-features --features render`: no
-# Kubernetes, gRPC, OCI or command-line crates) builds and passes its unit
-# tests and the crate-root API test on its own.
-# `--cfg krm_fn_render_only` leaves the test beds out (as a dependency they
-# would turn the `full` feature on) and builds only the `api` module of the
-# hermetic tests; `-D warnings` makes a warning of this build an error, as
-# clippy does for the full one.
-# Its own target directory: other RUSTFLAGS would otherwise make the next
-# build recompile everything.
+# The render-only library builds and passes its tests on its own
+# (scripts/render-only-check.sh).
 if [[ $# -eq 0 ]]; then
-  RUSTFLAGS="--cfg krm_fn_render_only -D warnings" \
-    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/render-only" \
-    cargo test --no-default-features --features render --lib --test hermetic
+  bash scripts/render-only-check.sh
 fi
 
 # Fixtures the Go module proxy does not serve — the catalog's examples/ and
