@@ -5,7 +5,9 @@
 //! `OTEL_METRICS_EXPORTER=prometheus` against one with telemetry off, and
 //! the cost of a step's tag constraint: the same call with the image's
 //! repository and `Tag` `~0.4` (the exec runtime picks the configured
-//! version) against the call naming the full image.
+//! version) against the call naming the full image, in criterion's groups
+//! and again as interleaved pairs on one connection (the per-pair
+//! difference's median).
 //!
 //! Needs the catalog functions (`scripts/install-catalog-functions.sh`).
 //! Run: `cargo bench --bench evaluate`.
@@ -181,6 +183,59 @@ fn median_ns(group: &str, name: &str) -> Option<f64> {
     v["median"]["point_estimate"].as_f64()
 }
 
+/// The tag's added cost measured interleaved, one caller: `pairs` pairs
+/// of calls on one server and one connection, each pair a call naming the
+/// full image and a call with the repository and `Tag` `~0.4`, their order
+/// alternating from pair to pair so that drift and warm-up fall on both.
+/// Returns the medians (ms) of the full calls, of the tagged calls, and of
+/// the per-pair differences (tagged − full).
+fn paired_tag_cost(pairs: usize) -> (f64, f64, f64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = format!("--config={}", catalog().join("config.yaml").display());
+    let functions = format!("--functions={}", catalog().join("bin").display());
+    let server = common::Runner::start(&[
+        &config,
+        &functions,
+        "--disable-runtimes=pod",
+        "--log-level=0",
+    ]);
+    let image = image();
+    rt.block_on(async {
+        let mut client = server.client().await;
+        for _ in 0..20 {
+            through_server(&mut client, &image, None).await;
+            through_server(&mut client, &image, Some("~0.4")).await;
+        }
+        let (mut full, mut tagged, mut diff) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..pairs {
+            let timed = |tag: Option<&'static str>| {
+                let mut client = client.clone();
+                let image = image.clone();
+                async move {
+                    let start = Instant::now();
+                    through_server(&mut client, &image, tag).await;
+                    start.elapsed().as_secs_f64() * 1e3
+                }
+            };
+            let (f, t) = if i % 2 == 0 {
+                let f = timed(None).await;
+                (f, timed(Some("~0.4")).await)
+            } else {
+                let t = timed(Some("~0.4")).await;
+                (timed(None).await, t)
+            };
+            full.push(f);
+            tagged.push(t);
+            diff.push(t - f);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        (median(&mut full), median(&mut tagged), median(&mut diff))
+    })
+}
+
 criterion_group! {
     name = benches;
     config = criterion();
@@ -191,6 +246,12 @@ fn main() {
     benches();
     criterion().configure_from_args().final_summary();
     let mut report = std::io::stdout();
+    let pairs = 600;
+    let (full, tagged, diff) = paired_tag_cost(pairs);
+    let _ = writeln!(
+        report,
+        "evaluate/paired c1: full image {full:.3} ms, repository + Tag ~0.4 {tagged:.3} ms, per-pair added {diff:+.3} ms (p50 of {pairs} interleaved pairs)"
+    );
     for c in [1, 16] {
         let group = format!("evaluate/c{c}");
         if let (Some(bare), Some(server)) =
