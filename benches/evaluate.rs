@@ -34,6 +34,22 @@ fn image() -> String {
     common::catalog_image("set-namespace")
 }
 
+/// `serve` with the exec runtime only, on the catalog's `config.yaml` and
+/// binaries, logging nothing, with the environment variables `env`.
+fn exec_server(env: &[(&str, &str)]) -> common::Runner {
+    let config = format!("--config={}", catalog().join("config.yaml").display());
+    let functions = format!("--functions={}", catalog().join("bin").display());
+    common::Runner::start_with_env(
+        &[
+            &config,
+            &functions,
+            "--disable-runtimes=pod",
+            "--log-level=0",
+        ],
+        env,
+    )
+}
+
 /// One bare run of the binary: spawn, write stdin, read stdout and stderr.
 async fn bare(binary: &PathBuf) {
     let mut child = tokio::process::Command::new(binary)
@@ -81,28 +97,13 @@ fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let binary = catalog().join("bin/set-namespace");
     let image = image();
-    let config = format!("--config={}", catalog().join("config.yaml").display());
-    let functions = format!("--functions={}", catalog().join("bin").display());
-    let server = common::Runner::start(&[
-        &config,
-        &functions,
-        "--disable-runtimes=pod",
-        "--log-level=0",
-    ]);
+    let server = exec_server(&[]);
     let client = rt.block_on(server.client());
-    let metered = common::Runner::start_with_env(
-        &[
-            &config,
-            &functions,
-            "--disable-runtimes=pod",
-            "--log-level=0",
-        ],
-        &[
-            ("OTEL_METRICS_EXPORTER", "prometheus"),
-            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
-            ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
-        ],
-    );
+    let metered = exec_server(&[
+        ("OTEL_METRICS_EXPORTER", "prometheus"),
+        ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+        ("OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
+    ]);
     let metered_client = rt.block_on(metered.client());
     for concurrency in [1usize, 16] {
         let mut group = c.benchmark_group(format!("evaluate/c{concurrency}"));
@@ -191,14 +192,7 @@ fn median_ns(group: &str, name: &str) -> Option<f64> {
 /// the per-pair differences (tagged − full).
 fn paired_tag_cost(pairs: usize) -> (f64, f64, f64) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let config = format!("--config={}", catalog().join("config.yaml").display());
-    let functions = format!("--functions={}", catalog().join("bin").display());
-    let server = common::Runner::start(&[
-        &config,
-        &functions,
-        "--disable-runtimes=pod",
-        "--log-level=0",
-    ]);
+    let server = exec_server(&[]);
     let image = image();
     rt.block_on(async {
         let mut client = server.client().await;

@@ -821,17 +821,9 @@ fn porchs_template_and_a_memory_limit_override(
     bed: Bed,
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
     scenario(async move {
-        let Some(porch) = common::porch_deploy() else {
+        if !install_head_generation(&bed).await {
             return;
-        };
-        let head = porch.join("head");
-        install_porch_crds(&bed, &head).await;
-        let templates = std::fs::read_to_string(head.join("22-function-templates.yaml"))
-            .unwrap()
-            .replace("porch-fn-system", &bed.namespace);
-        let file = bed.dir.path().join("templates.yaml");
-        std::fs::write(&file, templates).unwrap();
-        k8s_support::apply_file(&bed.client, &file).await;
+        }
         let version = common::catalog_version("set-namespace");
         let prefix = format!("{}/krm-fn", bed.node.registry.addr);
         let function_config = |memory: &str| {
@@ -936,6 +928,26 @@ fn the_config_yaml_generation_runs_porchs_own_wrapper_image(
             "Porch v1.5.3's inline template"
         );
     })
+}
+
+/// Porch's FunctionConfig generation for this scenario: its CRDs
+/// ([`install_porch_crds`]) and its function templates
+/// (`22-function-templates.yaml`) in the scenario's namespace. Returns
+/// `false` (the scenario skips, with the message naming the variable) when
+/// Porch's files are not at hand.
+async fn install_head_generation(bed: &Bed) -> bool {
+    let Some(porch) = common::porch_deploy() else {
+        return false;
+    };
+    let head = porch.join("head");
+    install_porch_crds(bed, &head).await;
+    let templates = std::fs::read_to_string(head.join("22-function-templates.yaml"))
+        .unwrap()
+        .replace("porch-fn-system", &bed.namespace);
+    let file = bed.dir.path().join("templates.yaml");
+    std::fs::write(&file, templates).unwrap();
+    k8s_support::apply_file(&bed.client, &file).await;
+    true
 }
 
 /// Installs Porch's FunctionConfig and ServiceTemplate CRDs (from `head`,
@@ -1270,17 +1282,9 @@ fn the_pod_evaluator_role_answers_image_and_tag_on_port_9447(
     bed: Bed,
 ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
     scenario(async move {
-        let Some(porch) = common::porch_deploy() else {
+        if !install_head_generation(&bed).await {
             return;
-        };
-        let head = porch.join("head");
-        install_porch_crds(&bed, &head).await;
-        let templates = std::fs::read_to_string(head.join("22-function-templates.yaml"))
-            .unwrap()
-            .replace("porch-fn-system", &bed.namespace);
-        let file = bed.dir.path().join("templates.yaml");
-        std::fs::write(&file, templates).unwrap();
-        k8s_support::apply_file(&bed.client, &file).await;
+        }
         let installed = common::catalog_version("set-namespace");
         for version in ["v0.4.1", "v0.5.2"] {
             bed.node

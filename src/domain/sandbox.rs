@@ -186,7 +186,7 @@ pub const READ_RULES_EXEC: &str = "the system libraries and its program's direct
 
 /// What `render`'s filesystem layer lets a function read, as the refusal
 /// hint says it.
-pub const READ_RULES_RENDER: &str = "every file but the credential stores (~/.ssh, ~/.kube, ~/.docker, $KUBECONFIG, /var/run/secrets, … ) and other processes' /proc";
+pub const READ_RULES_RENDER: &str = "every file but the credential stores (~/.ssh, ~/.kube, ~/.docker, $KUBECONFIG, /var/run/secrets, …) and other processes' /proc";
 
 /// The credential stores in a user's home that `render`'s functions may
 /// not read (relative to the home): SSH and GnuPG keys, the Kubernetes,

@@ -61,6 +61,9 @@ impl Fixture {
         put(dir.path().join("venv/lib/site-packages/lib.py"), true);
         tries.push(("/etc/shadow".into(), false));
         tries.push(("/proc/1/environ".into(), false));
+        // World-readable, unlike environ (which Landlock's ptrace rule
+        // refuses too): refused by the read rules alone.
+        tries.push(("/proc/1/cmdline".into(), false));
         tries.push(("/etc/hostname".into(), true));
         tries.push(("/proc/cpuinfo".into(), true));
         Fixture {

@@ -168,8 +168,21 @@ const MARKDOWN_SEQINDENT: &str = "kpt quirk (kyaml `DeriveSeqIndentStyle`): a do
     rewrite the file's own wide lists compact; we keep the lists no function changed as written \
     (and functions see the same seqindent annotation as under kpt)";
 
+const CNRM_ATTRIBUTION: &str = "kpt's choice, not followed: after a successful render kpt adds \
+    `cnrm.cloud.google.com/blueprint: 'kpt-fn'` to every object whose apiVersion holds `.cnrm.` \
+    (Config Connector), functions or not (opt-out: KPT_DISABLE_ATTRIBUTION); render writes only \
+    what the functions changed";
+
 /// Reviewed differences from kpt v1.0.0-beta.54. Each must still occur.
 const KNOWN_DIFFERENCES: &[Known] = &[
+    Known {
+        package: "cnrm-attribution",
+        aspect: Aspect::Content,
+        file: "resources.yaml",
+        marker: "cnrm.cloud.google.com/blueprint",
+        class: Class::Quirk,
+        reason: CNRM_ATTRIBUTION,
+    },
     Known::quirk(
         "seqindent-markdown",
         Aspect::Bytes,
@@ -1619,6 +1632,17 @@ fn deletion() {
 #[test]
 fn multi_doc_comments() {
     own_package("multi-doc-comments", 0);
+}
+
+/// kpt adds its attribution annotation to a Config Connector object; we
+/// do not (listed), and the object is otherwise as kpt renders it.
+#[test]
+fn cnrm_attribution() {
+    own_package_with("cnrm-attribution", 0, &|pkg, code| {
+        assert_eq!(code, 0);
+        let text = std::fs::read_to_string(pkg.join("resources.yaml")).unwrap();
+        assert!(!text.contains("cnrm.cloud.google.com/blueprint"), "{text}");
+    });
 }
 
 #[test]

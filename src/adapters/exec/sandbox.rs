@@ -226,7 +226,7 @@ impl Sandbox {
     /// Functions keep the user's `HOME` ([`Sandbox::keeps_home`]).
     ///
     /// Landlock is an allow-list: the rules are the siblings of what is
-    /// refused, on the way down from `/` (see [`all_but`]); what is created
+    /// refused, on the way down from `/`; what is created
     /// later beside a refused path is not readable.
     pub fn render(grant: &SandboxGrant) -> Self {
         let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
