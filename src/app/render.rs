@@ -130,7 +130,10 @@ fn render_chain(args: &RenderRuntimeSettings) -> Result<RuntimeChain, RenderSetu
     }
     Ok(chain.with(
         "exec",
-        Arc::new(ExecCommandRuntime::inheriting(args.max_message_bytes).with_grant(&args.sandbox)),
+        Arc::new(ExecCommandRuntime::inheriting_with(
+            args.max_message_bytes,
+            &args.sandbox,
+        )),
     ))
 }
 

@@ -33,23 +33,23 @@ impl ExecCommandRuntime {
     /// on) and working directory, so that relative paths of a command line
     /// name what they name for kpt; in `render`'s sandbox
     /// ([`Sandbox::render`]: every file but the credential stores, nothing
-    /// granted beyond; see [`ExecCommandRuntime::with_grant`]); stdout and
+    /// granted beyond; see [`ExecCommandRuntime::inheriting_with`]); stdout and
     /// stderr are each capped at `max_message_bytes`.
     pub fn inheriting(max_message_bytes: usize) -> Self {
+        Self::inheriting_with(max_message_bytes, &SandboxGrant::default())
+    }
+
+    /// [`ExecCommandRuntime::inheriting`] with `render`'s sandbox granting
+    /// every function `grant` (`--sandbox-allow`, `--sandbox-read`,
+    /// `--sandbox-write`); the sandbox's rules are built once.
+    pub fn inheriting_with(max_message_bytes: usize, grant: &SandboxGrant) -> Self {
         let mut settings = ExecSettings::new(max_message_bytes, &[]);
         settings.env = std::env::vars_os().collect();
         if let Ok(cwd) = std::env::current_dir() {
             settings.work_dir = cwd;
         }
-        settings.sandbox = Sandbox::render(&SandboxGrant::default());
+        settings.sandbox = Sandbox::render(grant);
         Self::new(settings)
-    }
-
-    /// The same runtime with `render`'s sandbox granting every function
-    /// `grant` (`--sandbox-allow`, `--sandbox-read`, `--sandbox-write`).
-    pub fn with_grant(mut self, grant: &SandboxGrant) -> Self {
-        self.settings.sandbox = Sandbox::render(grant);
-        self
     }
 
     fn program(&self, word: &str) -> PathBuf {
