@@ -100,6 +100,7 @@ pub async fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         .allow_exec(args.allow_exec)
         .step_timeout(args.step_timeout)
         .package_root(dir.display().to_string())
+        .attribution(attribution_enabled())
         .build();
     let root_name = dir
         .file_name()
@@ -325,6 +326,14 @@ fn go_duration(d: Duration) -> String {
         format!("{s}.{frac}s")
     };
     if m == 0 { s } else { format!("{m}m{s}") }
+}
+
+/// kpt's opt-out of its Config Connector attribution:
+/// `KPT_DISABLE_ATTRIBUTION` set to anything non-empty turns it off (kpt's
+/// rule, `internal/util/attribution`).
+fn attribution_enabled() -> bool {
+    std::env::var_os(crate::domain::render::attribution::DISABLE_ATTRIBUTION_ENV)
+        .is_none_or(|v| v.is_empty())
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@
 
 use krm_fn_testbed::common;
 mod differential;
+mod real_world;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -168,21 +169,26 @@ const MARKDOWN_SEQINDENT: &str = "kpt quirk (kyaml `DeriveSeqIndentStyle`): a do
     rewrite the file's own wide lists compact; we keep the lists no function changed as written \
     (and functions see the same seqindent annotation as under kpt)";
 
-const CNRM_ATTRIBUTION: &str = "kpt's choice, not followed: after a successful render kpt adds \
-    `cnrm.cloud.google.com/blueprint: 'kpt-fn'` to every object whose apiVersion holds `.cnrm.` \
-    (Config Connector), functions or not (opt-out: KPT_DISABLE_ATTRIBUTION); render writes only \
-    what the functions changed";
+const ATTRIBUTION_COMMENT: &str = "kpt quirk (kyaml `FieldSetter` replaces the value node): when kpt \
+    appends `kpt-fn` to a Config Connector object's `cnrm.cloud.google.com/blueprint` annotation, \
+    the comment on that line is lost; we keep it";
 
 /// Reviewed differences from kpt v1.0.0-beta.54. Each must still occur.
 const KNOWN_DIFFERENCES: &[Known] = &[
-    Known {
-        package: "cnrm-attribution",
-        aspect: Aspect::Content,
-        file: "resources.yaml",
-        marker: "cnrm.cloud.google.com/blueprint",
-        class: Class::Quirk,
-        reason: CNRM_ATTRIBUTION,
-    },
+    Known::quirk(
+        "cnrm-attribution",
+        Aspect::Bytes,
+        "resources.yaml",
+        "cnrm.cloud.google.com/blueprint: cnrm/acm/v0.1.1,kpt-fn",
+        ATTRIBUTION_COMMENT,
+    ),
+    Known::quirk(
+        "cnrm-attribution@dir",
+        Aspect::Bytes,
+        "resources.yaml",
+        "cnrm.cloud.google.com/blueprint: cnrm/acm/v0.1.1,kpt-fn",
+        ATTRIBUTION_COMMENT,
+    ),
     Known::quirk(
         "seqindent-markdown",
         Aspect::Bytes,
@@ -1395,12 +1401,25 @@ fn compare_out_of_place(
 /// status out of place), results, and that neither tool touched the package
 /// or, on failure, created the output directory.
 fn compare_output_dir(package: &str, src: &Path, diffs: &mut Vec<Difference>) -> (i32, i32) {
+    let (kpt, ours, _work) = compare_output_dir_with(package, src, &substitute_catalog, diffs);
+    (kpt, ours)
+}
+
+/// [`compare_output_dir`] with the Kptfiles staged through `rewrite`; also
+/// returns the directory holding both outputs (`<tempdir>/kpt/out`,
+/// `<tempdir>/ours/out`; it lives as long as the returned guard).
+fn compare_output_dir_with(
+    package: &str,
+    src: &Path,
+    rewrite: &dyn Fn(&str) -> String,
+    diffs: &mut Vec<Difference>,
+) -> (i32, i32, tempfile::TempDir) {
     let name = format!("{package}@dir");
     let work = tempfile::tempdir().unwrap();
     let (kpt_dir, ours_dir) = (work.path().join("kpt/pkg"), work.path().join("ours/pkg"));
     let (kpt_out, ours_out) = (work.path().join("kpt/out"), work.path().join("ours/out"));
-    stage(src, &kpt_dir, &substitute_catalog);
-    stage(src, &ours_dir, &substitute_catalog);
+    stage(src, &kpt_dir, rewrite);
+    stage(src, &ours_dir, rewrite);
     let input = files(&kpt_dir);
     let kpt_out_arg = kpt_out.display().to_string();
     let ours_out_arg = ours_out.display().to_string();
@@ -1459,7 +1478,7 @@ fn compare_output_dir(package: &str, src: &Path, diffs: &mut Vec<Difference>) ->
             });
         }
     }
-    (kpt.code, ours.code)
+    (kpt.code, ours.code, work)
 }
 
 /// The source directory of one of `tests/render_packages`.
@@ -1638,11 +1657,67 @@ fn multi_doc_comments() {
 /// do not (listed), and the object is otherwise as kpt renders it.
 #[test]
 fn cnrm_attribution() {
-    own_package_with("cnrm-attribution", 0, &|pkg, code| {
-        assert_eq!(code, 0);
-        let text = std::fs::read_to_string(pkg.join("resources.yaml")).unwrap();
-        assert!(!text.contains("cnrm.cloud.google.com/blueprint"), "{text}");
-    });
+    own_package_holding(
+        "cnrm-attribution",
+        &[(
+            "resources.yaml",
+            &[
+                "  name: bucket\n  annotations:\n    cnrm.cloud.google.com/blueprint: 'kpt-fn'\n",
+                "cnrm.cloud.google.com/blueprint: cnrm/acm/v0.1.1,kpt-fn # the blueprint's\n",
+                "{cnrm.cloud.google.com/blueprint: \"cnrm/x,kpt-pkg-fn\"}",
+                "kind: ConfigMap\nmetadata:\n  name: cm\ndata:",
+            ],
+        )],
+    );
+}
+
+/// kpt's opt-out, `KPT_DISABLE_ATTRIBUTION` non-empty: neither tool adds
+/// the annotation, and our render writes the package back byte for byte
+/// (its one function is `cat`); set but empty, it does not opt out.
+#[test]
+fn cnrm_attribution_opt_out() {
+    let src = own_source("cnrm-attribution");
+    for (value, attributed) in [("1", false), ("", true)] {
+        for tool in [Tool::Kpt, Tool::Ours] {
+            let work = tempfile::tempdir().unwrap();
+            let pkg = work.path().join("pkg");
+            stage(&src, &pkg, &substitute_catalog);
+            let before = std::fs::read(pkg.join("resources.yaml")).unwrap();
+            let mut cmd = match tool {
+                Tool::Kpt => {
+                    let mut c = Command::new(kpt_bin());
+                    c.args(["fn", "render"]);
+                    c
+                }
+                Tool::Ours => {
+                    let mut c = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
+                    c.arg("render");
+                    c
+                }
+            };
+            let out = cmd
+                .arg(&pkg)
+                .arg("--allow-exec")
+                .env("KPT_DISABLE_ATTRIBUTION", value)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{tool:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let after = std::fs::read(pkg.join("resources.yaml")).unwrap();
+            let text = String::from_utf8_lossy(&after);
+            assert_eq!(
+                text.contains("'kpt-fn'"),
+                attributed,
+                "{tool:?} with KPT_DISABLE_ATTRIBUTION={value:?}:\n{text}"
+            );
+            if tool == Tool::Ours && !attributed {
+                assert_eq!(after, before, "the opted-out render changed resources.yaml");
+            }
+        }
+    }
 }
 
 #[test]
@@ -2184,6 +2259,7 @@ fn out_of_place_outputs() {
         ("doc-markers", 0),
         ("crlf", 0),
         ("hidden-links", 0),
+        ("cnrm-attribution", 0),
     ] {
         for mode in ["stdout", "unwrap"] {
             let (kpt_code, _) = compare_out_of_place(

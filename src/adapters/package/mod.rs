@@ -47,15 +47,7 @@ pub use render::{PackageRender, RenderedPackage, WriteOutcome, render_dir};
 pub use write::{Change, CommitError};
 
 /// Annotations the reader adds and the writer removes.
-pub const READER_ANNOTATIONS: [&str; 7] = [
-    ann::PATH,
-    ann::LEGACY_PATH,
-    ann::INDEX,
-    ann::LEGACY_INDEX,
-    ann::SEQ_INDENT,
-    ann::ID,
-    ann::LEGACY_ID,
-];
+pub use crate::domain::render::annotations::READER_ANNOTATIONS;
 
 /// Why a package directory could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -1753,5 +1753,65 @@ pub fn nest(text: &str, first: &str, indent: &str) -> String {
     out
 }
 
+/// The string scalar at the mapping path `path` of `doc` (e.g.
+/// `["metadata", "annotations", "x"]`): its node and value. `None` when a
+/// key is missing, a node on the way is not a mapping, or the node is not
+/// a written string scalar without an anchor or tag.
+fn string_scalar_at<'d>(doc: &'d YamlDoc, path: &[&str]) -> Option<(&'d Node, &'d str)> {
+    let mut node = doc.root()?;
+    let mut value = doc.value();
+    for key in path {
+        let Kind::Map { entries, .. } = &node.kind else {
+            return None;
+        };
+        let entry = entries.iter().find(|e| e.name == *key)?;
+        node = &entry.value;
+        value = get(value.as_object()?, key)?;
+    }
+    let s = value.as_str()?;
+    (!node.props && matches!(node.kind, Kind::Scalar { empty: false, .. })).then_some((node, s))
+}
+
+/// The style the string scalar at the mapping path `path` of `text` (one
+/// YAML document) is written in; `None` when there is none (see
+/// [`restyled_at`]) or the text does not parse.
+pub fn scalar_style_at(text: &str, path: &[&str]) -> Option<Style> {
+    let doc = YamlDoc::parse(text).ok()?;
+    match string_scalar_at(&doc, path)?.0.kind {
+        Kind::Scalar { style, .. } => Some(style),
+        _ => None,
+    }
+}
+
+/// `text` (one YAML document) with the string scalar at the mapping path
+/// `path` rewritten in `style` — single-quoted (`'it''s'`, as yaml.v3
+/// writes a node kyaml styled `SingleQuotedStyle`: kyaml's `SetAnnotation`
+/// writes a new annotation that way) or double-quoted — and the rest of
+/// the text unchanged.
+///
+/// `None` when there is no such scalar (a key missing, a collection, an
+/// alias, a node with an anchor or tag, a value that is not a string), when
+/// `style` is neither quoted style, when the value holds a line break or a
+/// control character (not written on one line), or when the text does not
+/// parse.
+pub fn restyled_at(text: &str, path: &[&str], style: Style) -> Option<String> {
+    let doc = YamlDoc::parse(text).ok()?;
+    let (node, s) = string_scalar_at(&doc, path)?;
+    if s.chars().any(char::is_control) {
+        return None;
+    }
+    let quoted = match style {
+        Style::SingleQuoted => format!("'{}'", s.replace('\'', "''")),
+        Style::DoubleQuoted => emit::double_quoted(s),
+        _ => return None,
+    };
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push_str(&text[..node.start]);
+    out.push_str(&quoted);
+    out.push_str(&text[node.end..]);
+    let check = YamlDoc::parse(out.as_str()).ok()?;
+    same(check.value(), doc.value()).then_some(out)
+}
+
 #[cfg(test)]
 mod tests;

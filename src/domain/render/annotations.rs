@@ -133,6 +133,19 @@ pub fn remove(item: &mut Value, key: &str) {
     remove_all(item, &[key]);
 }
 
+/// Annotations the package reader adds to every object and the writer
+/// removes (kpt's path, index, id and sequence-indent annotations, current
+/// and legacy names).
+pub const READER_ANNOTATIONS: [&str; 7] = [
+    PATH,
+    LEGACY_PATH,
+    INDEX,
+    LEGACY_INDEX,
+    SEQ_INDENT,
+    ID,
+    LEGACY_ID,
+];
+
 /// Removes every annotation in `keys` from `item`, then an empty annotation map.
 pub fn remove_all(item: &mut Value, keys: &[&str]) {
     if let Some(meta) = metadata_mut(item) {

@@ -36,6 +36,7 @@
 //! ```
 
 pub mod annotations;
+pub mod attribution;
 pub mod error;
 pub mod kptfile;
 pub mod package;

@@ -563,3 +563,57 @@ fn a_function_s_text_is_kept_in_documents_with_anchors() {
         "a: &a\n  q: 'uno' # changed\nb: *a\nt: !!map\n  q: 'uno'\n  f: !!map {q: 'uno', n: ~}\n";
     assert_eq!(merged(base, source, None), source);
 }
+
+#[test]
+fn a_scalar_is_restyled_in_place() {
+    let path = ["metadata", "annotations", "a"];
+    for (text, expected) in [
+        (
+            "metadata:\n  annotations:\n    a: x,y # note\n    b: c\n",
+            Some("metadata:\n  annotations:\n    a: 'x,y' # note\n    b: c\n"),
+        ),
+        (
+            "metadata:\n  annotations:\n    a: \"it's\"\n",
+            Some("metadata:\n  annotations:\n    a: 'it''s'\n"),
+        ),
+        (
+            "metadata:\n  annotations:\n    a: >-\n      folded\n",
+            Some("metadata:\n  annotations:\n    a: 'folded'\n"),
+        ),
+        (
+            "metadata: {annotations: {a: x}}\n",
+            Some("metadata: {annotations: {a: 'x'}}\n"),
+        ),
+        // Not a string, several lines, a collection, missing, tagged.
+        ("metadata:\n  annotations:\n    a: 5\n", None),
+        (
+            "metadata:\n  annotations:\n    a: |\n      two\n      lines\n",
+            None,
+        ),
+        ("metadata:\n  annotations:\n    a: [x]\n", None),
+        ("metadata:\n  annotations:\n    b: x\n", None),
+        ("metadata:\n  annotations:\n    a: !!str x\n", None),
+    ] {
+        assert_eq!(
+            super::restyled_at(text, &path, Style::SingleQuoted).as_deref(),
+            expected,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_scalars_style_is_read_and_can_be_double_quoted() {
+    let path = ["metadata", "annotations", "a"];
+    let text = "metadata:\n  annotations: {a: 'x,y', b: c}\n";
+    assert_eq!(
+        super::scalar_style_at(text, &path),
+        Some(Style::SingleQuoted)
+    );
+    assert_eq!(
+        super::restyled_at(text, &path, Style::DoubleQuoted).as_deref(),
+        Some("metadata:\n  annotations: {a: \"x,y\", b: c}\n")
+    );
+    assert_eq!(super::restyled_at(text, &path, Style::Plain), None);
+    assert_eq!(super::scalar_style_at(text, &["metadata", "x"]), None);
+}

@@ -82,6 +82,10 @@ pub struct RenderOptions {
     /// Value of the package-path annotation of the root package (kpt: the
     /// absolute directory); subpackages get `<root>/<path>`. Default `.`.
     pub package_root: String,
+    /// Record kpt's attribution on Config Connector objects after a
+    /// successful render ([`super::attribution`]); default on, as in kpt,
+    /// whose opt-out is `KPT_DISABLE_ATTRIBUTION` (the CLI reads it).
+    pub attribution: bool,
 }
 
 impl Default for RenderOptions {
@@ -91,6 +95,7 @@ impl Default for RenderOptions {
             allow_exec: false,
             step_timeout: DEFAULT_STEP_TIMEOUT,
             package_root: ".".to_string(),
+            attribution: true,
         }
     }
 }
@@ -138,6 +143,14 @@ impl RenderOptionsBuilder {
     /// absolute directory; default `.`).
     pub fn package_root(mut self, root: impl Into<String>) -> Self {
         self.0.package_root = root.into();
+        self
+    }
+
+    /// Records kpt's attribution annotation on Config Connector objects
+    /// after a successful render (default on, as in kpt; see
+    /// [`super::attribution`]).
+    pub fn attribution(mut self, attribute: bool) -> Self {
+        self.0.attribution = attribute;
         self
     }
 
@@ -372,7 +385,12 @@ impl<'a> Renderer<'a> {
         };
         let (resources, error) = match result {
             Ok(items) => match self.finalize(items, &nodes) {
-                Ok(items) => (Some(items), None),
+                Ok(mut items) => {
+                    if self.options.attribution {
+                        super::attribution::attribute_all(&mut items, ctx.texts.as_mut());
+                    }
+                    (Some(items), None)
+                }
                 Err(e) => (
                     None,
                     Some(RenderError {
