@@ -216,6 +216,19 @@ pub fn built_binary(name: &str) -> PathBuf {
     path
 }
 
+/// Runs `cmd` to completion, failing the test with the command and its
+/// stderr when it cannot start or exits unsuccessfully.
+pub fn run_checked(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The `krm-fn-runner` binary under test: this build's, or
 /// `KRM_FN_RUNNER_BIN` (to run a test against another build).
 pub fn runner_binary() -> PathBuf {

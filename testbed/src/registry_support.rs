@@ -89,16 +89,7 @@ pub fn require_tool(tool: &str, package: &str) -> PathBuf {
     })
 }
 
-fn run(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use crate::common::run_checked as run;
 
 /// Generates a CA (`ca.crt`, `ca.key`) in `dir` with the openssl CLI.
 pub fn make_ca(dir: &Path, name: &str) {

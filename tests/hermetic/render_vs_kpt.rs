@@ -681,10 +681,9 @@ struct Run {
     results_bytes: Option<Vec<u8>>,
 }
 
-/// Renders `pkg` with `tool` (`--allow-exec`, results into `results_dir`),
-/// from `cwd`, with `extra` arguments.
-fn render(tool: Tool, pkg: &Path, cwd: &Path, results_dir: &Path, extra: &[&str]) -> Run {
-    let mut cmd = match tool {
+/// `kpt fn render` or `krm-fn-runner render`, to be given its arguments.
+fn render_command(tool: Tool) -> Command {
+    match tool {
         Tool::Kpt => {
             let mut c = Command::new(kpt_bin());
             c.args(["fn", "render"]);
@@ -695,7 +694,13 @@ fn render(tool: Tool, pkg: &Path, cwd: &Path, results_dir: &Path, extra: &[&str]
             c.arg("render");
             c
         }
-    };
+    }
+}
+
+/// Renders `pkg` with `tool` (`--allow-exec`, results into `results_dir`),
+/// from `cwd`, with `extra` arguments.
+fn render(tool: Tool, pkg: &Path, cwd: &Path, results_dir: &Path, extra: &[&str]) -> Run {
+    let mut cmd = render_command(tool);
     cmd.arg(pkg)
         .arg("--allow-exec")
         .arg("--results-dir")
@@ -1683,19 +1688,7 @@ fn cnrm_attribution_opt_out() {
             let pkg = work.path().join("pkg");
             stage(&src, &pkg, &substitute_catalog);
             let before = std::fs::read(pkg.join("resources.yaml")).unwrap();
-            let mut cmd = match tool {
-                Tool::Kpt => {
-                    let mut c = Command::new(kpt_bin());
-                    c.args(["fn", "render"]);
-                    c
-                }
-                Tool::Ours => {
-                    let mut c = Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"));
-                    c.arg("render");
-                    c
-                }
-            };
-            let out = cmd
+            let out = render_command(tool)
                 .arg(&pkg)
                 .arg("--allow-exec")
                 .env("KPT_DISABLE_ATTRIBUTION", value)

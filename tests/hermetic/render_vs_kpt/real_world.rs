@@ -35,6 +35,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
+
+use krm_fn_testbed::common::run_checked as run;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{
@@ -147,18 +149,6 @@ const UNAVAILABLE: &[(&str, &str)] = &[
         "Nephio's own function: published as an image only (docker.io/nephio)",
     ),
 ];
-
-/// Runs `cmd`, failing the test with its stderr when it fails.
-fn run(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Unpacks the sources into `dest` (one folder each; the blueprints one
 /// folder per ref) and returns (source name, folder) pairs.
@@ -479,11 +469,12 @@ fn real_world_packages() {
         "ALIASES must list every image the packages name whose version is not the installed one"
     );
 
-    // Two packages at a time: most of a render is waiting on processes.
+    // Four packages at a time: most of a render is waiting on processes
+    // (kpt's render of a package is about a third CPU).
     let next = AtomicUsize::new(0);
     let outcomes: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
-        for _ in 0..2 {
+        for _ in 0..4 {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
