@@ -1,4 +1,10 @@
-//! Adapters: the only code that touches processes, sockets and files.
+//! Adapters: the implementations of the port traits ([`crate::ports`]) on
+//! real things — processes and the sandbox (`exec`, `runtime`), gRPC
+//! (`grpc`), Kubernetes (`kube`, `pod`), OCI registries (`oci`), package
+//! directories (`package`), telemetry — and the simulated pod platform
+//! (`sim`). The domain reaches I/O only through them; the composition root
+//! (`app`) and the command line (`cli`) wire them together and do the
+//! process's own I/O (flags, environment, exit codes).
 
 #[cfg(feature = "full")]
 pub mod admission;

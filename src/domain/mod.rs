@@ -1,5 +1,8 @@
-//! The pure core: ResourceLists, images, evaluation errors, the evaluator
-//! chain and configuration models.
+//! The pure core: ResourceLists and their YAML codec, images and tag
+//! constraints, evaluation errors, the evaluator chain, the render pipeline,
+//! the pod-cache state machine and its TTL/GC policy, pod-template
+//! contract validation, the sandbox's rules, the simulation model and the
+//! configuration models.
 //!
 //! Nothing here performs I/O, reads a clock or depends on an async runtime;
 //! it depends only on the port traits in [`crate::ports`].

@@ -10,8 +10,9 @@
 //!
 //! [`Harness`] carries out the pod-cache commands of N replicas on a
 //! `SimCluster` with API latency, outages, slow listings, watch gaps and
-//! clock skew: the one executor of the simulator ([`replay()`]) and the
-//! property tests.
+//! clock skew: it executes the machine's commands for the simulator
+//! ([`replay()`]) and the property tests, as the pod driver
+//! (`adapters::pod`) does against Kubernetes.
 //!
 //! [`SimPlatform`] wraps a shared `SimCluster` behind the async
 //! [`PodPlatform`](crate::ports::PodPlatform) port, on explicit virtual time
