@@ -134,9 +134,17 @@ pub(crate) fn attribute_all(items: &mut [Value], texts: Option<&mut TextMap>) {
         }
         return;
     };
+    // Most packages hold no Config Connector object: then nothing is keyed
+    // or copied.
+    if !items.iter().any(attributed) {
+        return;
+    }
     let keys = root_keys(items.iter(), |_| String::new());
     let mut added = Vec::new();
     for (item, key) in items.iter_mut().zip(keys) {
+        if !attributed(item) {
+            continue;
+        }
         let before = item.clone();
         if !attribute(item) {
             continue;
