@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use krm_fn_testbed::common::run_checked as run;
+use krm_fn_testbed::common::{self, run_checked as run};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{
@@ -242,20 +242,6 @@ fn content_hash(pkg: &Path) -> u64 {
     h.finish()
 }
 
-/// The installed catalog functions: name → version
-/// (`versions.txt` of the install script).
-fn installed_versions() -> BTreeMap<String, String> {
-    let path = super::catalog_bin().parent().unwrap().join("versions.txt");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    text.lines()
-        .filter_map(|l| {
-            let mut parts = l.split_whitespace();
-            Some((parts.next()?.to_string(), parts.next()?.to_string()))
-        })
-        .collect()
-}
-
 /// The lines of `text`, counted.
 fn line_counts(text: &[u8]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -391,7 +377,10 @@ fn real_world_packages() {
     });
     let work = tempfile::tempdir().unwrap();
     let sources = unpack(Path::new(&upstream), Path::new(&module), work.path());
-    let installed = installed_versions();
+    let installed: BTreeMap<&str, String> = super::INSTALLED
+        .iter()
+        .map(|f| (*f, common::catalog_version(f)))
+        .collect();
     let unavailable: BTreeMap<&str, &str> = UNAVAILABLE.iter().copied().collect();
 
     let mut seen = BTreeSet::new();
@@ -414,7 +403,7 @@ fn real_world_packages() {
             let missing: BTreeSet<String> = images
                 .iter()
                 .map(|i| function_name(i).to_string())
-                .filter(|f| !installed.contains_key(f))
+                .filter(|f| !installed.contains_key(f.as_str()))
                 .collect();
             let counts = per_source
                 .entry(source.split('@').next().unwrap())
