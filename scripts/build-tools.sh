@@ -25,6 +25,7 @@ go_tools() {
   bash scripts/build-kubectl.sh >/dev/null
   bash scripts/build-otel-collector.sh >/dev/null
   bash scripts/build-porch.sh >/dev/null
+  bash scripts/build-porch-e2e.sh >/dev/null
   bash scripts/build-porch-client.sh >/dev/null
   bash scripts/build-semver-peer.sh >/dev/null
   bash scripts/build-node.sh >/dev/null

@@ -20,6 +20,9 @@
 #   - a test client that dials the runner as porch-server does, with Porch's
 #     own client package (tests/go/porch-runtime-client; seconds once Porch's
 #     module is downloaded);
+#   - Porch v1.5.3's own end-to-end suite (`go test -c` of its test/e2e,
+#     the older catalog releases it names and stand-ins for the functions the
+#     proxy does not serve; scripts/build-porch-e2e.sh, right after Porch);
 #   - the Masterminds semver library as a peer of the tag-constraint parser
 #     (tests/go/semver-peer, scripts/build-semver-peer.sh; seconds);
 #   - the real node: kubelet, kube-proxy, kube-scheduler,
@@ -63,6 +66,8 @@ KRM_FN_PORCH="$(bash scripts/build-porch.sh)"
 export KRM_FN_PORCH
 KRM_FN_PORCH_CLIENT="$(bash scripts/build-porch-client.sh)"
 export KRM_FN_PORCH_CLIENT
+KRM_FN_PORCH_E2E="$(bash scripts/build-porch-e2e.sh)"
+export KRM_FN_PORCH_E2E
 KRM_FN_SEMVER_PEER="$(bash scripts/build-semver-peer.sh)"
 export KRM_FN_SEMVER_PEER
 KRM_FN_NODE_BIN="$(bash scripts/build-node.sh)"
@@ -113,5 +118,10 @@ if [[ $# -eq 0 ]]; then
   fi
   if ((${#ignored[@]})); then
     cargo test --test hermetic -- --ignored "${ignored[@]}" "${skip[@]}"
+  fi
+  # Porch's own end-to-end suite, against Porch's runner and ours (its
+  # local set): it clones the blueprints from the same bundles.
+  if [[ -n "${KRM_FN_UPSTREAM_PACKAGES:-}" ]]; then
+    cargo test --test beds -- --ignored porch_suite::local_
   fi
 fi

@@ -13,6 +13,7 @@ mod k8s_platform;
 mod k8s_pod_evaluator;
 mod k8s_testbed;
 mod porch_e2e;
+mod porch_suite;
 mod registry;
 mod replicas;
 mod telemetry;
