@@ -28,7 +28,7 @@ pub use pod_platform::MockPodPlatform;
 #[cfg(feature = "pod-cache")]
 pub use pod_platform::{
     ConfigMapData, EndpointEvent, EndpointEventStream, PlatformError, PodEvent, PodEventStream,
-    PodPlatform, PodWarning, PodWarningStream, ServiceEndpoint,
+    PodPlatform, PodWarning, PodWarningStream, ServiceEndpoint, delete_outcome, listing_outcome,
 };
 #[cfg(test)]
 pub use tag_lister::MockTagLister;

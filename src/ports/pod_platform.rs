@@ -19,7 +19,10 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use tokio_stream::Stream;
 
-use crate::domain::pod_cache::{DeletePrecondition, PersistFailure};
+use crate::domain::pod_cache::{
+    CreateFailure, DeleteFailure, DeletePrecondition, Listing, ObservedPod, ObservedService,
+    PersistFailure,
+};
 
 /// Why a platform call failed, in the classes the driver decides on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,6 +90,63 @@ impl PlatformError {
         }
     }
 
+    /// True for [`PlatformError::AlreadyExists`]: the answer to a
+    /// [`PodPlatform::create_pod`] after which the executor of a creation
+    /// reads the pod back for [`PlatformError::into_create_failure`].
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, PlatformError::AlreadyExists { .. })
+    }
+
+    /// How a failed [`PodPlatform::create_pod`] of a creation
+    /// ([`Command::CreatePod`](crate::domain::pod_cache::Command::CreatePod))
+    /// counts for the pod cache, whoever carries the command out (the pod
+    /// driver, the simulator's harness).
+    ///
+    /// [`PlatformError::AlreadyExists`] is
+    /// [`CreateFailure::AlreadyExists`] with `existing`, the pod of that
+    /// name as read back (`None` when the read failed): the machine decides
+    /// whether it is this creation's own earlier attempt (never success by
+    /// itself, unlike Porch, spec §10 item 29). `existing` is ignored for
+    /// any other error, which is [`CreateFailure::Failed`] with
+    /// `unable to apply the pod: <error>` (Porch's message for a failed
+    /// pod apply).
+    pub fn into_create_failure(self, existing: Option<ObservedPod>) -> CreateFailure {
+        match self {
+            PlatformError::AlreadyExists { .. } => CreateFailure::AlreadyExists {
+                existing: existing.map(Box::new),
+            },
+            other => CreateFailure::Failed {
+                reason: format!("unable to apply the pod: {other}"),
+            },
+        }
+    }
+
+    /// Why the service `name` of a function pod could not be created, as
+    /// the creation's failure reason ([`CreateFailure::Failed`]) and the log
+    /// of [`Command::EnsureService`](crate::domain::pod_cache::Command::EnsureService)
+    /// say it: `unable to create the service <name>: <error>`.
+    pub fn service_failure(&self, name: &str) -> String {
+        format!("unable to create the service {name}: {self}")
+    }
+
+    /// How a failed [`PodPlatform::delete_pod`] counts for the pod cache
+    /// ([`Input::Deleted`](crate::domain::pod_cache::Input::Deleted)):
+    /// `None` for [`PlatformError::NotFound`] (a pod already gone is a
+    /// success: its service is deleted next);
+    /// [`DeleteFailure::Conflict`] for [`PlatformError::Conflict`] (the
+    /// precondition did not hold: never retried, the next GC decides on a
+    /// fresh listing); [`DeleteFailure::Failed`] with the error otherwise
+    /// (retried with backoff).
+    pub fn into_delete_failure(self) -> Option<DeleteFailure> {
+        match self {
+            PlatformError::NotFound { .. } => None,
+            PlatformError::Conflict { .. } => Some(DeleteFailure::Conflict),
+            other => Some(DeleteFailure::Failed {
+                reason: other.to_string(),
+            }),
+        }
+    }
+
     /// True for errors worth retrying ([`PlatformError::Transient`] and
     /// [`PlatformError::Conflict`]).
     pub fn is_retryable(&self) -> bool {
@@ -94,6 +154,40 @@ impl PlatformError {
             self,
             PlatformError::Transient(_) | PlatformError::Conflict { .. }
         )
+    }
+}
+
+/// The outcome of a pod deletion
+/// ([`Command::DeletePod`](crate::domain::pod_cache::Command::DeletePod)),
+/// as [`Input::Deleted`](crate::domain::pod_cache::Input::Deleted) carries
+/// it: the answer of [`PodPlatform::delete_pod`] (or of the read that
+/// checks a creation precondition first) through
+/// [`PlatformError::into_delete_failure`]. `Ok` means the pod is gone, and
+/// its service is to be deleted.
+pub fn delete_outcome(result: Result<(), PlatformError>) -> Result<(), DeleteFailure> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) => e.into_delete_failure().map_or(Ok(()), Err),
+    }
+}
+
+/// The outcome of a GC listing
+/// ([`Command::ListPods`](crate::domain::pod_cache::Command::ListPods)), as
+/// [`Input::Listed`](crate::domain::pod_cache::Input::Listed) carries it,
+/// from the two answers in the order they were asked for: the services
+/// (listed first: a pod is created before its service, so a function
+/// service listed whose pod is missing from the later pod list has lost its
+/// pod for good) and the labelled pods, both already observed.
+///
+/// Errors: the services' error if that listing failed, else the pods'
+/// (as text, for the log; the machine retries at its next GC period).
+pub fn listing_outcome(
+    services: Result<Vec<ObservedService>, PlatformError>,
+    pods: Result<Vec<std::sync::Arc<ObservedPod>>, PlatformError>,
+) -> Result<Listing, String> {
+    match (services, pods) {
+        (Ok(services), Ok(pods)) => Ok(Listing { pods, services }),
+        (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
     }
 }
 
@@ -293,5 +387,88 @@ pub trait PodPlatform: Send + Sync {
     /// return such a stream, too, when Events may not be read here.
     async fn watch_pod_warnings(&self) -> Result<PodWarningStream, PlatformError> {
         Ok(Box::pin(tokio_stream::pending()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn not_found() -> PlatformError {
+        PlatformError::NotFound {
+            kind: "Pod",
+            name: "p".into(),
+        }
+    }
+
+    fn conflict() -> PlatformError {
+        PlatformError::Conflict {
+            kind: "Pod",
+            name: "p".into(),
+            message: "precondition".into(),
+        }
+    }
+
+    // One mapping of the platform's answers to the machine's outcomes,
+    // for the pod driver and the simulator's harness alike.
+    #[test]
+    fn platform_answers_map_to_the_machines_outcomes() {
+        let existing = ObservedPod {
+            name: "p".into(),
+            ..ObservedPod::default()
+        };
+        let taken = PlatformError::AlreadyExists {
+            kind: "Pod",
+            name: "p".into(),
+        };
+        assert!(taken.is_already_exists());
+        assert_eq!(
+            taken.into_create_failure(Some(existing.clone())),
+            CreateFailure::AlreadyExists {
+                existing: Some(Box::new(existing.clone()))
+            }
+        );
+        assert_eq!(
+            PlatformError::Forbidden("no".into()).into_create_failure(Some(existing)),
+            CreateFailure::Failed {
+                reason: "unable to apply the pod: forbidden: no".into()
+            }
+        );
+        assert_eq!(
+            PlatformError::Transient("down".into()).service_failure("p"),
+            "unable to create the service p: transient platform error: down"
+        );
+
+        assert_eq!(delete_outcome(Ok(())), Ok(()));
+        assert_eq!(delete_outcome(Err(not_found())), Ok(()));
+        assert_eq!(
+            delete_outcome(Err(conflict())),
+            Err(DeleteFailure::Conflict)
+        );
+        assert_eq!(
+            delete_outcome(Err(PlatformError::Transient("down".into()))),
+            Err(DeleteFailure::Failed {
+                reason: "transient platform error: down".into()
+            })
+        );
+
+        assert!(matches!(
+            conflict().into_persist_failure(),
+            PersistFailure::NotThePod(_)
+        ));
+
+        let service = ObservedService {
+            name: "p".into(),
+            selects_own_pod: true,
+        };
+        let listed = listing_outcome(Ok(vec![service.clone()]), Ok(Vec::new()));
+        assert_eq!(listed.map(|l| l.services), Ok(vec![service]));
+        let failed = listing_outcome(
+            Err(PlatformError::Transient("services".into())),
+            Err(PlatformError::Transient("pods".into())),
+        );
+        assert_eq!(failed, Err("transient platform error: services".into()));
+        let failed = listing_outcome(Ok(Vec::new()), Err(not_found()));
+        assert_eq!(failed, Err(not_found().to_string()));
     }
 }

@@ -278,6 +278,7 @@ impl World {
             watch_gap_length: Duration::from_secs(6),
             endpoint_latency: Duration::from_millis(100),
             skew_ms: skew[..replicas].to_vec(),
+            probe_latency: Duration::ZERO,
         };
         let mut h = Harness::new(config, policy(), cluster);
         h.log = Some(Vec::new());

@@ -34,12 +34,12 @@ use crate::domain::pod_cache::template::{
 };
 use crate::domain::pod_cache::{
     Assignment, Command, CreateFailure, DeleteFailure, DeletePrecondition, IMAGE_LABEL, Input,
-    Listing, ObservedPhase, ObservedPod, PersistFailure, PodCache, PodCacheError, PodCachePolicy,
+    ObservedPhase, ObservedPod, PersistFailure, PodCache, PodCacheError, PodCachePolicy,
     PodCreation, RECLAIM_AFTER_ANNOTATION, RequestId, SlotId, SlotState, UnixTime,
 };
 use crate::ports::{
     EndpointEvent, EndpointEventStream, ImageInspector, PlatformError, PodEvent, PodEventStream,
-    PodPlatform,
+    PodPlatform, delete_outcome, listing_outcome,
 };
 
 /// The reply channel of one connection request.
@@ -573,8 +573,8 @@ impl Driver {
                 tracing::info!(pod = %pod_name, %reason, "deleting function pod and its service");
                 ctx.pool.remove(&pod_name);
                 self.runtime.spawn(async move {
-                    let deleted = delete_pod(&ctx, &pod_name, precondition).await;
-                    let result = match deleted {
+                    let result = delete_outcome(delete_pod(&ctx, &pod_name, precondition).await);
+                    match &result {
                         Ok(()) => {
                             let service = ctx
                                 .bounded("delete service", ctx.platform.delete_service(&pod_name))
@@ -582,19 +582,14 @@ impl Driver {
                             if let Err(e) = service {
                                 tracing::warn!(service = %pod_name, "cannot delete the service (GC retries): {e}");
                             }
-                            Ok(())
                         }
-                        Err(PlatformError::Conflict { .. }) => {
+                        Err(DeleteFailure::Conflict) => {
                             tracing::info!(pod = %pod_name, "not deleted: the pod changed since it was listed");
-                            Err(DeleteFailure::Conflict)
                         }
-                        Err(e) => {
-                            tracing::warn!(pod = %pod_name, "cannot delete the pod (retrying): {e}");
-                            Err(DeleteFailure::Failed {
-                                reason: e.to_string(),
-                            })
+                        Err(DeleteFailure::Failed { reason }) => {
+                            tracing::warn!(pod = %pod_name, "cannot delete the pod (retrying): {reason}");
                         }
-                    };
+                    }
                     Self::report(&tx, Input::Deleted { pod_name, result });
                 });
             }
@@ -659,20 +654,18 @@ impl Driver {
                     let pods = ctx
                         .bounded("list pods", ctx.platform.list_pods(IMAGE_LABEL))
                         .await;
-                    let result = match (services, pods) {
-                        (Ok(services), Ok(pods)) => Ok(Listing {
-                            pods: pods
-                                .iter()
+                    let result = listing_outcome(
+                        services.map(|s| s.iter().filter_map(observe_service).collect()),
+                        pods.map(|p| {
+                            p.iter()
                                 .filter_map(|p| ctx.observe(p))
                                 .map(Arc::new)
-                                .collect(),
-                            services: services.iter().filter_map(observe_service).collect(),
+                                .collect()
                         }),
-                        (Err(e), _) | (_, Err(e)) => {
-                            tracing::warn!("cannot list function pods for GC: {e}");
-                            Err(e.to_string())
-                        }
-                    };
+                    );
+                    if let Err(e) = &result {
+                        tracing::warn!("cannot list function pods for GC: {e}");
+                    }
                     Self::report(&tx, Input::Listed { listing, result });
                 });
             }
@@ -713,11 +706,6 @@ impl Driver {
     }
 }
 
-/// Deletes pod `name` under `precondition`; a creation precondition is
-/// resolved here: the pod is read, left alone (Conflict) unless it carries
-/// that creation's annotation and still the reclaim-after the creation
-/// wrote (no replica claimed it), and deleted on the UID and
-/// resourceVersion read. A pod already gone is a success.
 /// How often a starting pod's wrapper server is asked for its health.
 const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -754,6 +742,11 @@ async fn probe_until_serving(endpoint: &str, deadline: Instant) -> bool {
     false
 }
 
+/// Deletes pod `name` under `precondition`; a creation precondition is
+/// resolved here: the pod is read, left alone (Conflict) unless it carries
+/// that creation's annotation and still the reclaim-after the creation
+/// wrote (no replica claimed it), and deleted on the UID and
+/// resourceVersion read. A pod already gone is a success.
 async fn delete_pod(
     ctx: &Ctx,
     name: &str,
@@ -821,16 +814,17 @@ async fn create_pod_and_service(
         .map_err(|e| failed(format!("unable to apply the pod: {e}")))?;
     match ctx.platform.create_pod(pod).await {
         Ok(_) => {}
-        Err(PlatformError::AlreadyExists { .. }) => {
+        Err(e) if e.is_already_exists() => {
+            // Read back, for the machine to decide whether it is this
+            // creation's own; its service is the machine's to ensure then.
             let existing = ctx
                 .bounded("get pod", ctx.platform.get_pod(&c.pod_name))
                 .await
                 .ok()
-                .and_then(|p| ctx.observe(&p))
-                .map(Box::new);
-            return Err(CreateFailure::AlreadyExists { existing });
+                .and_then(|p| ctx.observe(&p));
+            return Err(e.into_create_failure(existing));
         }
-        Err(e) => return Err(failed(format!("unable to apply the pod: {e}"))),
+        Err(e) => return Err(e.into_create_failure(None)),
     }
     ensure_service(ctx, templates, &c.pod_name)
         .await
@@ -849,7 +843,7 @@ async fn ensure_service(ctx: &Ctx, templates: &Templates, name: &str) -> Result<
             .bounded("get service", ctx.platform.get_service(name))
             .await
             .map_err(|e| format!("service {name} exists but cannot be read: {e}"))?,
-        Err(e) => return Err(format!("unable to create the service {name}: {e}")),
+        Err(e) => return Err(e.service_failure(name)),
     };
     if observe_service(&existing).is_some_and(|s| s.selects_own_pod)
         || existing.metadata.name.is_none()

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service};
 
-use crate::domain::pod_cache::template::{observe_pod, observe_service, service_endpoint};
+use crate::domain::pod_cache::template::{
+    observe_pod, observe_service, pod_ip_endpoint, service_endpoint,
+};
 use crate::domain::pod_cache::{
     CREATION_ANNOTATION, DeletePrecondition, ObservedPhase, ObservedPod, ObservedService,
     PodCreation, RECLAIM_AFTER_ANNOTATION, SETTINGS_VERSION_ANNOTATION,
@@ -175,6 +177,8 @@ struct SimPod {
     created_at: UnixTime,
     ready_at: Option<UnixTime>,
     crashes: bool,
+    /// Whether its wrapper server answers (from its start until it fails).
+    serving: bool,
     calls: u32,
     rv: u64,
 }
@@ -227,6 +231,7 @@ pub struct SimCluster {
     config_maps: BTreeMap<(String, String), ConfigMapData>,
     secrets: BTreeMap<String, Vec<u8>>,
     latency: StartLatency,
+    readiness_delay: Duration,
     failures: FailureRates,
     scripted: VecDeque<(Operation, PlatformError)>,
     rng: SplitMix64,
@@ -254,6 +259,7 @@ impl SimCluster {
             config_maps: BTreeMap::new(),
             secrets: BTreeMap::new(),
             latency: StartLatency::Fixed(Duration::from_secs(2)),
+            readiness_delay: Duration::ZERO,
             failures: FailureRates::default(),
             scripted: VecDeque::new(),
             rng: SplitMix64(seed),
@@ -271,6 +277,20 @@ impl SimCluster {
     /// Sets the pod start latency distribution.
     pub fn with_latency(mut self, latency: StartLatency) -> Self {
         self.latency = latency;
+        self
+    }
+
+    /// Sets how long after its wrapper server starts answering a pod is
+    /// reported ready (the kubelet's readiness probe and status sync lag
+    /// behind the container: Porch's template probes every 10 s). Zero (the
+    /// default): the pod is ready the moment its wrapper answers. Otherwise
+    /// a pod whose start latency has elapsed first runs with an IP but not
+    /// ready — its wrapper answers health checks and calls at that IP
+    /// ([`wrapper_serves`](Self::wrapper_serves)), the pod-IP fast path of
+    /// [`Command::ProbeWrapper`](crate::domain::pod_cache::Command::ProbeWrapper) —
+    /// and becomes ready `delay` later.
+    pub fn with_readiness_delay(mut self, delay: Duration) -> Self {
+        self.readiness_delay = delay;
         self
     }
 
@@ -365,6 +385,13 @@ impl SimCluster {
             }
             if p.crashes {
                 self.set_phase(&name, "Failed", false);
+            } else if !p.serving && !self.readiness_delay.is_zero() {
+                // The wrapper answers; the kubelet reports it ready later.
+                let ready_at = at + self.readiness_delay;
+                self.starting.push(Reverse((ready_at, name.clone())));
+                let p = self.pods.get_mut(&name).expect("looked up above");
+                p.ready_at = Some(ready_at);
+                self.set_phase(&name, "Running", false);
             } else {
                 self.set_phase(&name, "Running", true);
             }
@@ -433,7 +460,18 @@ impl SimCluster {
         let Some(p) = self.pods.get_mut(name) else {
             return;
         };
-        p.ready_at = None;
+        // Running, its containers started: it has an IP (kept once
+        // assigned) and its wrapper answers, ready or not.
+        let running = phase == "Running";
+        let ip = match (&p.observed.ip, running) {
+            (Some(ip), true) => ip.clone(),
+            _ => ip,
+        };
+        let starting = running && !ready;
+        if !starting {
+            p.ready_at = None;
+        }
+        p.serving = running;
         if phase == "Failed" {
             // Whatever ran in it broke with it.
             if p.calls > 0 {
@@ -442,7 +480,7 @@ impl SimCluster {
             p.calls = 0;
         }
         let o = Arc::make_mut(&mut p.observed);
-        o.ip = ready.then(|| ip.clone());
+        o.ip = running.then(|| ip.clone());
         o.phase = match (phase, ready) {
             ("Failed", _) => ObservedPhase::Failed {
                 reason: "pod phase Failed".into(),
@@ -455,7 +493,7 @@ impl SimCluster {
         if let Some(pod) = &mut p.pod {
             pod.status = Some(PodStatus {
                 phase: Some(phase.to_string()),
-                pod_ip: ready.then_some(ip),
+                pod_ip: running.then_some(ip),
                 conditions: Some(vec![PodCondition {
                     type_: "Ready".to_string(),
                     status: if ready { "True" } else { "False" }.to_string(),
@@ -635,6 +673,7 @@ impl SimCluster {
                 created_at: self.now,
                 ready_at,
                 crashes,
+                serving: false,
                 calls: 0,
                 rv,
             },
@@ -814,17 +853,38 @@ impl SimCluster {
         Ok(())
     }
 
+    /// Whether the wrapper server of pod `name` answers a health check at
+    /// `endpoint` (`<pod IP>:9446`) now: the pod exists, runs (ready, or
+    /// started and not yet reported ready, see
+    /// [`with_readiness_delay`](Self::with_readiness_delay)) and has that
+    /// IP. No API call: the check goes to the pod's network.
+    pub fn wrapper_serves(&self, name: &str, endpoint: &str) -> bool {
+        self.pods.get(name).is_some_and(|p| {
+            p.serving && p.observed.ip.as_deref().map(pod_ip_endpoint).as_deref() == Some(endpoint)
+        })
+    }
+
+    /// Whether the wrapper of pod `name` may still answer at `endpoint`
+    /// later: the pod exists, has not failed, and has no other IP.
+    pub fn wrapper_may_serve(&self, name: &str, endpoint: &str) -> bool {
+        self.pods.get(name).is_some_and(|p| {
+            !matches!(p.observed.phase, ObservedPhase::Failed { .. })
+                && p.observed
+                    .ip
+                    .as_deref()
+                    .is_none_or(|ip| pod_ip_endpoint(ip) == endpoint)
+        })
+    }
+
     /// Begins a call from `caller` to the wrapper of pod `name`.
     ///
-    /// Errors: [`CallError::Gone`] when the pod does not exist or is not
-    /// ready (recorded in the [`Audit`]), [`CallError::Unavailable`] when
-    /// the wrapper refuses it under load (the failure rates).
+    /// Errors: [`CallError::Gone`] when the pod does not exist or its
+    /// wrapper does not answer (not started, or failed; recorded in the
+    /// [`Audit`]), [`CallError::Unavailable`] when the wrapper refuses it
+    /// under load (the failure rates).
     pub fn begin_call(&mut self, name: &str, caller: usize) -> Result<(), CallError> {
-        let ready = self
-            .pods
-            .get(name)
-            .is_some_and(|p| matches!(p.observed.phase, ObservedPhase::Ready { .. }));
-        if !ready {
+        let serving = self.pods.get(name).is_some_and(|p| p.serving);
+        if !serving {
             self.audit
                 .calls_to_missing
                 .push((self.now, name.to_string(), caller));

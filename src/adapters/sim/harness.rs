@@ -14,7 +14,14 @@
 //! latency, or are missed during a watch gap that ends with a re-list
 //! ([`Input::Resync`]). A call assigned by a reply begins on the pod's
 //! wrapper at once and ends after its run time (or when its caller's
-//! deadline passes).
+//! deadline passes). A wrapper health check ([`Command::ProbeWrapper`],
+//! pod-IP mode's fast path) asks the cluster whether the pod's wrapper
+//! answers at its IP ([`SimCluster::wrapper_serves`]) and reports
+//! [`Input::WrapperServing`] once it does, as the driver's probe; the
+//! platform's answers become the machine's inputs through the same
+//! mapping the driver uses ([`PlatformError::into_create_failure`],
+//! [`delete_outcome`], [`PlatformError::into_persist_failure`],
+//! [`listing_outcome`]).
 //!
 //! What must never happen is recorded as it happens ([`Harness::violations`]):
 //! a pod deleted with a call in it, a pod name created twice, a call sent
@@ -30,11 +37,17 @@ use std::time::Duration;
 
 use super::cluster::{CallError, SimCluster};
 use crate::domain::pod_cache::{
-    Command, CreateFailure, DeleteFailure, INLINE_TEMPLATE_VERSION, Input, Listing, ObservedPhase,
-    PersistFailure, PodCache, PodCacheError, PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId,
-    UnixTime, naming,
+    Command, CreateFailure, INLINE_TEMPLATE_VERSION, Input, ObservedPhase, PodCache, PodCacheError,
+    PodCachePolicy, RECLAIM_AFTER_ANNOTATION, RequestId, SlotState, UnixTime, naming,
 };
-use crate::ports::PlatformError;
+use crate::ports::{PlatformError, delete_outcome, listing_outcome};
+
+/// What a replica's API calls meet during an outage
+/// ([`Harness::set_outage`]): the error a client gets from an API server
+/// it cannot reach, mapped to the machine's inputs as any other.
+fn unreachable() -> PlatformError {
+    PlatformError::Transient("API server unreachable".into())
+}
 
 /// How the simulated API server, watches and clocks behave.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,7 +76,16 @@ pub struct HarnessConfig {
     /// Each replica's clock offset from true time, in milliseconds
     /// (positive: ahead); missing entries are zero.
     pub skew_ms: Vec<i64>,
+    /// Each wrapper health check ([`Command::ProbeWrapper`]) answers after
+    /// a latency drawn from zero to this; one that finds the wrapper not
+    /// answering yet is tried again [`PROBE_INTERVAL`] later, as the pod
+    /// driver does.
+    pub probe_latency: Duration,
 }
+
+/// How often the harness tries the health check of a starting pod's
+/// wrapper again (the pod driver's interval).
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Default for HarnessConfig {
     /// One replica, instant API, no faults.
@@ -78,6 +100,7 @@ impl Default for HarnessConfig {
             watch_gap_length: Duration::from_secs(30),
             endpoint_latency: Duration::ZERO,
             skew_ms: Vec::new(),
+            probe_latency: Duration::ZERO,
         }
     }
 }
@@ -196,6 +219,14 @@ enum Event {
     },
     GapEnd {
         replica: usize,
+    },
+    Probe {
+        replica: usize,
+        generation: u32,
+        slot: crate::domain::pod_cache::SlotId,
+        pod: String,
+        endpoint: String,
+        deadline: UnixTime,
     },
 }
 
@@ -898,26 +929,30 @@ impl Harness {
                         .and_then(UnixTime::parse_annotation)
                 });
                 let mut precondition = precondition;
-                let mut not_this_creation = false;
-                if let (Some(nonce), Some(o)) = (precondition.creation.take(), &seen) {
-                    // Read, check, then delete what was read.
-                    not_this_creation = !precondition.creation_holds(&nonce, o);
-                    precondition.uid.clone_from(&o.uid);
-                    precondition
-                        .resource_version
-                        .clone_from(&o.resource_version);
-                }
-                let deleted = if not_this_creation {
-                    Err(PlatformError::Conflict {
-                        kind: "Pod",
-                        name: pod.clone(),
-                        message: "not the pod of this creation".into(),
-                    })
-                } else {
-                    self.cluster.delete_pod(&pod, &precondition)
+                // Read, check, then delete what was read (as the driver).
+                let read = match precondition.creation.take() {
+                    None => Ok(()),
+                    Some(nonce) => match self.cluster.get_observed(&pod) {
+                        Ok(o) if precondition.creation_holds(&nonce, &o) => {
+                            precondition.uid.clone_from(&o.uid);
+                            precondition
+                                .resource_version
+                                .clone_from(&o.resource_version);
+                            Ok(())
+                        }
+                        Ok(_) => Err(PlatformError::Conflict {
+                            kind: "Pod",
+                            name: pod.clone(),
+                            message: "the pod is not the one this creation made".into(),
+                        }),
+                        Err(e) => Err(e),
+                    },
                 };
-                let result = match deleted {
-                    Ok(()) => {
+                let deleted = read.and_then(|()| self.cluster.delete_pod(&pod, &precondition));
+                let gone_before = matches!(&deleted, Err(e) if e.is_not_found());
+                let result = delete_outcome(deleted);
+                match &result {
+                    Ok(()) if !gone_before => {
                         let replica_now = self.replica_now(replica);
                         if reason == crate::domain::pod_cache::DeleteReason::Expired
                             && annotated.is_some_and(|a| a > replica_now)
@@ -929,17 +964,12 @@ impl Harness {
                         }
                         self.break_calls(&pod);
                         let _ = self.cluster.delete_service(&pod);
-                        Ok(())
                     }
-                    Err(e) if e.is_not_found() => {
+                    Ok(()) => {
                         let _ = self.cluster.delete_service(&pod);
-                        Ok(())
                     }
-                    Err(PlatformError::Conflict { .. }) => Err(DeleteFailure::Conflict),
-                    Err(e) => Err(DeleteFailure::Failed {
-                        reason: e.to_string(),
-                    }),
-                };
+                    Err(_) => {}
+                }
                 let at = self.now + self.latency(self.config.api_latency / 2);
                 self.deliver(
                     replica,
@@ -958,6 +988,7 @@ impl Harness {
             Event::EnsureService { pod } => {
                 let _ = self.cluster.create_service_for(&pod);
             }
+            probe @ Event::Probe { .. } => self.on_probe(probe),
             Event::GapEnd { replica } => {
                 let Some(since) = self.replicas[replica].gap_since.take() else {
                     return;
@@ -973,6 +1004,48 @@ impl Harness {
                 self.replicas[replica].watch_clock = at;
                 self.deliver(replica, at, Input::Resync { observed, since });
             }
+        }
+    }
+
+    /// One health check of [`Command::ProbeWrapper`] answers: `SERVING`
+    /// is reported to the replica now; a wrapper not answering yet is
+    /// tried again [`PROBE_INTERVAL`] later. As the driver's probe, it
+    /// reports nothing when it gives up: at its deadline, once the slot is
+    /// no longer pending (the driver aborts the probe then), or — the
+    /// simulator's shortcut for what would only fail until then — once the
+    /// pod can no longer answer at that address (gone, failed, another IP).
+    /// A probe of a replica that restarted since is dropped with its process.
+    fn on_probe(&mut self, event: Event) {
+        let Event::Probe {
+            replica,
+            generation,
+            slot,
+            pod,
+            endpoint,
+            deadline,
+        } = event
+        else {
+            return;
+        };
+        let r = &self.replicas[replica];
+        let pending = r.cache.slot_state(slot) == Some(SlotState::Pending);
+        if r.generation != generation || !pending || self.replica_now(replica) >= deadline {
+            return;
+        }
+        if self.cluster.wrapper_serves(&pod, &endpoint) {
+            self.immediate
+                .push_back((replica, Input::WrapperServing { slot, endpoint }));
+        } else if self.cluster.wrapper_may_serve(&pod, &endpoint) {
+            let at = self.now + PROBE_INTERVAL + self.latency(self.config.probe_latency);
+            let event = Event::Probe {
+                replica,
+                generation,
+                slot,
+                pod,
+                endpoint,
+                deadline,
+            };
+            self.push(at, event);
         }
     }
 
@@ -1020,7 +1093,7 @@ impl Harness {
     }
 
     fn create(&mut self, r: usize, c: &crate::domain::pod_cache::PodCreation) {
-        let mut result = match self.cluster.create_from(c) {
+        let result = match self.cluster.create_from(c) {
             Ok(()) => Ok(()),
             Err(PlatformError::Transient(m)) if m.contains("lost answer") => {
                 // The client retries a transient failure; the pod exists.
@@ -1031,26 +1104,22 @@ impl Harness {
             }
             Err(e) => Err(e),
         };
-        if result.is_ok() || matches!(result, Err(PlatformError::AlreadyExists { .. })) {
-            // A pod is created before its service.
-            if let Err(e) = self.cluster.create_service_for(&c.pod_name)
-                && result.is_ok()
-            {
-                result = Err(e);
-            }
-        }
-        let result = match result {
-            Ok(()) => Ok(()),
-            Err(PlatformError::AlreadyExists { .. }) => Err(CreateFailure::AlreadyExists {
-                existing: self
-                    .cluster
-                    .observed_pod(&c.pod_name)
-                    .map(|o| Box::new((**o).clone())),
-            }),
-            Err(e) => Err(CreateFailure::Failed {
-                reason: format!("unable to apply the pod: {e}"),
-            }),
-        };
+        let result =
+            match result {
+                // A pod is created before its service.
+                Ok(()) => self.cluster.create_service_for(&c.pod_name).map_err(|e| {
+                    CreateFailure::Failed {
+                        reason: e.service_failure(&c.pod_name),
+                    }
+                }),
+                // Read back, as the driver does; the machine ensures the
+                // service if the pod is this creation's own.
+                Err(e) if e.is_already_exists() => {
+                    let existing = self.cluster.get_observed(&c.pod_name).ok();
+                    Err(e.into_create_failure(existing.map(|o| (*o).clone())))
+                }
+                Err(e) => Err(e.into_create_failure(None)),
+            };
         let at = self.now + self.latency(self.config.api_latency / 2);
         self.deliver(
             r,
@@ -1070,9 +1139,7 @@ impl Harness {
                 if self.down(r) {
                     let input = Input::Created {
                         slot: c.slot,
-                        result: Err(CreateFailure::Failed {
-                            reason: "API server unreachable".into(),
-                        }),
+                        result: Err(unreachable().into_create_failure(None)),
                     };
                     self.deliver(r, self.now + d, input);
                 } else {
@@ -1110,9 +1177,7 @@ impl Harness {
                 if self.down(r) {
                     let input = Input::Deleted {
                         pod_name,
-                        result: Err(DeleteFailure::Failed {
-                            reason: "API server unreachable".into(),
-                        }),
+                        result: delete_outcome(Err(unreachable())),
                     };
                     self.deliver(r, self.now + d, input);
                 } else {
@@ -1147,7 +1212,7 @@ impl Harness {
                     let input = Input::Persisted {
                         pod_name,
                         reclaim_after,
-                        result: Err(PersistFailure::Platform("API server unreachable".into())),
+                        result: Err(unreachable().into_persist_failure()),
                     };
                     self.deliver(r, self.now + d, input);
                 } else {
@@ -1169,23 +1234,40 @@ impl Harness {
                     self.latency(self.config.api_latency)
                 };
                 let result = if self.down(r) {
-                    Err("API server unreachable".to_string())
+                    listing_outcome(Err(unreachable()), Err(unreachable()))
                 } else {
                     // Taken now, whenever it arrives.
-                    let services = self.cluster.list_services().map_err(|e| e.to_string());
-                    let pods = self.cluster.list_observed().map_err(|e| e.to_string());
-                    services.and_then(|services| {
-                        Ok(Listing {
-                            pods: pods?,
-                            services,
-                        })
-                    })
+                    let services = self.cluster.list_services();
+                    let pods = self.cluster.list_observed();
+                    listing_outcome(services, pods)
                 };
                 self.deliver(r, self.now + d, Input::Listed { listing, result });
             }
-            // The simulated cluster reports readiness itself; simulated
-            // policies never ask for wrapper health checks.
-            Command::Forget { .. } | Command::ProbeWrapper { .. } => {}
+            Command::ProbeWrapper {
+                slot,
+                pod_name,
+                endpoint,
+                deadline,
+            } => {
+                let at = self.now + self.latency(self.config.probe_latency);
+                let generation = self.replicas[r].generation;
+                let event = Event::Probe {
+                    replica: r,
+                    generation,
+                    slot,
+                    pod: pod_name,
+                    endpoint,
+                    deadline,
+                };
+                self.push(at, event);
+            }
+            // The driver drops the pod's pooled connections. A simulated
+            // call goes straight to the cluster's wrapper, so a replica
+            // keeps nothing per pod to drop: `told_gone` and `deleted_uid`
+            // are the audit's memory of what the replica was told, which
+            // must outlive the pod for the audit to see a call sent to it
+            // afterwards.
+            Command::Forget { .. } => {}
         }
     }
 
@@ -1324,5 +1406,149 @@ impl Harness {
             .filter(|o| o.labelled)
             .cloned()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::pod_cache::template::pod_ip_endpoint;
+    use crate::domain::pod_cache::{FunctionSettings, SlotId};
+
+    use super::super::cluster::StartLatency;
+
+    const START: UnixTime = UnixTime::from_secs(1_800_000_000);
+    const IMAGE: &str = "example.com/fn:v1";
+    /// The wrapper answers 2 s after creation; the kubelet reports the pod
+    /// ready 5 s after that.
+    const STARTS: Duration = Duration::from_secs(2);
+    const READINESS_DELAY: Duration = Duration::from_secs(5);
+
+    /// The address mode a harness run simulates.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mode {
+        /// Pod IP, with the wrapper health check (the fast path).
+        PodIpProbed,
+        /// Pod IP, ready when the kubelet says so.
+        PodIpKubelet,
+        /// Service: ready, then published by the service.
+        Service,
+    }
+
+    fn harness(mode: Mode) -> Harness {
+        let mut policy = PodCachePolicy::new(FunctionSettings::default(), "r").unwrap();
+        policy.probe_wrapper = mode == Mode::PodIpProbed;
+        policy.await_endpoints = mode == Mode::Service;
+        let cluster = SimCluster::new("ns", START, 7)
+            .with_latency(StartLatency::Fixed(STARTS))
+            .with_readiness_delay(READINESS_DELAY);
+        let config = HarnessConfig {
+            endpoint_latency: Duration::from_secs(1),
+            probe_latency: Duration::from_millis(50),
+            ..HarnessConfig::default()
+        };
+        let mut h = Harness::new(config, policy, cluster);
+        h.log = Some(Vec::new());
+        h
+    }
+
+    fn wrapper_serving(h: &Harness) -> Vec<(SlotId, String)> {
+        h.log
+            .iter()
+            .flatten()
+            .filter_map(|l| match l {
+                Logged::Input(_, _, Input::WrapperServing { slot, endpoint }) => {
+                    Some((*slot, endpoint.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// One request on a fresh cluster: when it was answered (after its
+    /// arrival), the endpoint it was given, and the harness.
+    fn one_request(mode: Mode) -> (Duration, String, Harness) {
+        let mut h = harness(mode);
+        let id = h.submit(0, IMAGE, Duration::from_secs(1), None);
+        assert!(h.drain(START + Duration::from_secs(120)));
+        assert_eq!(h.violations(), Vec::<String>::new());
+        assert_eq!(h.check_quiet(), Vec::<String>::new());
+        let q = h.request(0, id).expect("recorded").clone();
+        assert_eq!(q.error, None);
+        assert!(!q.call_failed, "the call ran in the pod: {q:?}");
+        let waited = q.replied_at.expect("answered").saturating_since(START);
+        let endpoint = assignment_endpoint(&h);
+        (waited, endpoint, h)
+    }
+
+    fn assignment_endpoint(h: &Harness) -> String {
+        h.log
+            .iter()
+            .flatten()
+            .find_map(|l| match l {
+                Logged::Command(_, _, Command::Reply { result: Ok(a), .. }) => {
+                    Some(a.endpoint.clone())
+                }
+                _ => None,
+            })
+            .expect("a successful reply")
+    }
+
+    // Pod-IP mode with the wrapper health check: the harness carries out
+    // ProbeWrapper, the wrapper answering at the pod IP is reported as
+    // WrapperServing, and the request is answered then — before the kubelet
+    // reports the pod ready, and before a service would publish it.
+    #[test]
+    fn the_pod_ip_fast_path_is_simulated() {
+        let (probed, endpoint, h) = one_request(Mode::PodIpProbed);
+        let serving = wrapper_serving(&h);
+        assert_eq!(serving.len(), 1, "{serving:?}");
+        assert_eq!(serving[0].1, endpoint);
+        let ip = h
+            .cluster()
+            .observed()
+            .find_map(|o| o.ip.clone())
+            .expect("the pod has an IP");
+        assert_eq!(endpoint, pod_ip_endpoint(&ip));
+        assert!(probed >= STARTS, "{probed:?}");
+        assert!(
+            probed < STARTS + Duration::from_millis(100),
+            "answered at the first health check: {probed:?}"
+        );
+
+        let (kubelet, endpoint, h) = one_request(Mode::PodIpKubelet);
+        assert!(wrapper_serving(&h).is_empty());
+        assert!(!endpoint.is_empty());
+        assert_eq!(kubelet, STARTS + READINESS_DELAY);
+
+        let (published, _, h) = one_request(Mode::Service);
+        assert!(wrapper_serving(&h).is_empty());
+        assert_eq!(published, STARTS + READINESS_DELAY + Duration::from_secs(1));
+        assert!(probed < kubelet && kubelet < published);
+    }
+
+    // A probe reports nothing once it cannot succeed: the pod went before
+    // its wrapper answered the check, and the waiter is told the pod is gone.
+    #[test]
+    fn a_probe_of_a_pod_gone_reports_nothing() {
+        let mut h = harness(Mode::PodIpProbed);
+        let id = h.submit(0, IMAGE, Duration::from_secs(1), None);
+        h.run_until(START + STARTS);
+        let probing = h
+            .log
+            .iter()
+            .flatten()
+            .any(|l| matches!(l, Logged::Command(_, _, Command::ProbeWrapper { .. })));
+        assert!(probing, "the starting pod is probed");
+        let pod = h.cluster().observed().next().expect("one pod").name.clone();
+        h.vanish(&pod);
+        assert!(h.drain(START + Duration::from_secs(120)));
+        assert!(wrapper_serving(&h).is_empty());
+        let q = h.request(0, id).expect("recorded");
+        assert!(
+            matches!(q.error, Some(PodCacheError::PodGone { .. })),
+            "{q:?}"
+        );
+        assert_eq!(h.violations(), Vec::<String>::new());
     }
 }
