@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use porch_support::{FunctionRunner, Peer, PorchServer, install_crds, porch_dir, porch_resource};
+use porch_support::{FunctionRunner, Peer, PorchServer, install_crds, porch_resource};
 use serde_json::json;
 
 /// The image prefix the suite uses (`PORCH_GCR_PREFIX_URL`'s default, and
@@ -481,7 +481,6 @@ async fn local_set_same_verdicts_as_porchs_runner() {
         );
     };
     let suite = suite_dir();
-    let _ = porch_dir();
     let upstream = Upstream::clone_from(Path::new(&sources));
 
     let porch = run_suite(Peer::Porch, LOCAL_SET, &upstream, &suite).await;

@@ -1020,8 +1020,8 @@ impl Harness {
             replica,
             generation,
             slot,
-            pod,
-            endpoint,
+            ref pod,
+            ref endpoint,
             deadline,
         } = event
         else {
@@ -1032,19 +1032,13 @@ impl Harness {
         if r.generation != generation || !pending || self.replica_now(replica) >= deadline {
             return;
         }
-        if self.cluster.wrapper_serves(&pod, &endpoint) {
+        if self.cluster.wrapper_serves(pod, endpoint) {
+            let endpoint = endpoint.clone();
             self.immediate
                 .push_back((replica, Input::WrapperServing { slot, endpoint }));
-        } else if self.cluster.wrapper_may_serve(&pod, &endpoint) {
+        } else if self.cluster.wrapper_may_serve(pod, endpoint) {
+            // The same probe, again.
             let at = self.now + PROBE_INTERVAL + self.latency(self.config.probe_latency);
-            let event = Event::Probe {
-                replica,
-                generation,
-                slot,
-                pod,
-                endpoint,
-                deadline,
-            };
             self.push(at, event);
         }
     }
