@@ -297,7 +297,8 @@ pub trait PodPlatform: Send + Sync {
     /// Deletes the pod `name` (background propagation) if `precondition`
     /// holds (Kubernetes `DeleteOptions.preconditions`: its UID and
     /// resourceVersion, where given).
-    /// Errors: [`PlatformError::NotFound`] when already gone,
+    /// Errors: [`PlatformError::NotFound`] when already gone (the pod-cache
+    /// executors count that as deleted: [`PlatformError::into_delete_failure`]),
     /// [`PlatformError::Conflict`] when the precondition does not hold.
     async fn delete_pod(
         &self,
