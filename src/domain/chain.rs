@@ -66,7 +66,8 @@ impl<T: ?Sized> Chain<T> {
     }
 
     /// Calls `call` on each member in order: returns the first answer that
-    /// is not NotFound, else the last NotFound; `None` for an empty chain.
+    /// is not NotFound, else the last NotFound (the last one with a detail,
+    /// when a later one has none); `None` for an empty chain.
     /// `what` names the function in the debug log of each fall-through.
     pub async fn first_found<R, Fut>(
         &self,
@@ -81,7 +82,21 @@ impl<T: ?Sized> Chain<T> {
             match call(Arc::clone(member)).await {
                 Err(e) if e.is_not_found() => {
                     tracing::debug!(member = %name, function = %what, "not found, trying the next");
-                    last = Some(Err(e));
+                    // A NotFound that says why (a builtin that leaves the
+                    // call to the function's binary) outlives later plain ones.
+                    let said_why = |r: &Option<Result<R, EvalError>>| {
+                        matches!(
+                            r,
+                            Some(Err(EvalError::NotFound {
+                                detail: Some(_),
+                                ..
+                            }))
+                        )
+                    };
+                    let plain = matches!(&e, EvalError::NotFound { detail: None, .. });
+                    if !(plain && said_why(&last)) {
+                        last = Some(Err(e));
+                    }
                 }
                 other => return Some(other),
             }
@@ -177,6 +192,28 @@ mod tests {
         assert_eq!(
             chain.evaluate(req()).await.unwrap_err().to_string(),
             "function \"img\" not found"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_not_found_that_says_why_outlives_later_plain_ones() {
+        let mut first = MockFunctionEvaluator::new();
+        first.expect_evaluate().returning(|r| {
+            Err(EvalError::NotFound {
+                image: r.image,
+                detail: Some("left to the binary".into()),
+            })
+        });
+        let mut second = MockFunctionEvaluator::new();
+        second
+            .expect_evaluate()
+            .returning(|r| Err(EvalError::not_found(&r.image)));
+        let chain = EvaluatorChain::new()
+            .with("builtin", Arc::new(first))
+            .with("exec", Arc::new(second));
+        assert_eq!(
+            chain.evaluate(req()).await.unwrap_err().to_string(),
+            "function \"img\" not found: left to the binary"
         );
     }
 

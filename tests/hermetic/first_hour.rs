@@ -578,7 +578,7 @@ fn a_runner_that_is_down_is_named_by_its_address() {
     let text = std::fs::read_to_string(&kptfile).unwrap();
     std::fs::write(
         &kptfile,
-        text.replace("set-namespace:v0.4.5", "apply-setters:v0.2.2"),
+        text.replace("set-namespace:v0.4.5", "list-setters:v0.1.0"),
     )
     .unwrap();
     let o = run(cwd, &["render", "hello", "--function-runner", &addr]);

@@ -281,3 +281,65 @@ sys.stdout.write("\n".join(out + tail))
         );
     }
 }
+
+/// `apply-setters` (catalog v0.2.2) is a builtin: an `image:` step for it
+/// renders with no binary on the PATH and no `--allow-exec`, comments kept,
+/// and its results are recorded; a construct the builtin leaves to the Go
+/// function (an anchor on a tagged field) fails the step naming why,
+/// since there is no other runtime to hand it to.
+#[test]
+fn apply_setters_runs_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let pkg = dir.path().join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(
+        pkg.join("Kptfile"),
+        "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\npipeline:\n  mutators:\n  \
+         - image: ghcr.io/kptdev/krm-functions-catalog/apply-setters:v0.2\n    configMap:\n      app: shop\n      \
+         envs: '[dev, prod]'\n",
+    )
+    .unwrap();
+    let app = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app # kpt-set: ${app}\nspec:\n  \
+               envs: # kpt-set: ${envs}\n  - x\n  image: \"nginx\" # kpt-set: ${app}\n";
+    std::fs::write(pkg.join("app.yaml"), app).unwrap();
+    let render = |pkg: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+            .arg("render")
+            .arg(pkg)
+            .arg("--results-dir")
+            .arg(dir.path().join("results"))
+            .env("PATH", "/nonexistent")
+            .output()
+            .unwrap()
+    };
+    let out = render(&pkg);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(pkg.join("app.yaml")).unwrap(),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: shop # kpt-set: ${app}\nspec:\n  \
+         envs: # kpt-set: ${envs}\n  - dev\n  - prod\n  image: \"shop\" # kpt-set: ${app}\n"
+    );
+    let results = std::fs::read_to_string(dir.path().join("results/results.yaml")).unwrap();
+    assert!(
+        results.contains("message: set field value to \"[dev, prod]\""),
+        "{results}"
+    );
+    // An anchored field: left to the Go function, and nothing else serves it.
+    std::fs::write(
+        pkg.join("app.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: &x old # kpt-set: ${app}\n  b: *x\n",
+    )
+    .unwrap();
+    let out = render(&pkg);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the builtin apply-setters leaves this call"),
+        "{stderr}"
+    );
+}

@@ -369,6 +369,30 @@ const KNOWN_DIFFERENCES: &[Known] = &[
         reason: JSON_KEY_ORDER,
     },
     Known {
+        package: "multi-doc-comments@builtin:apply-setters",
+        aspect: Aspect::Bytes,
+        file: "all.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: FOOT_COMMENT,
+    },
+    Known {
+        package: "multi-doc-comments@builtin:apply-setters",
+        aspect: Aspect::Bytes,
+        file: "obj.json",
+        marker: "",
+        class: Class::Quirk,
+        reason: JSON_KEY_ORDER,
+    },
+    Known {
+        package: "configpath@builtin:apply-setters",
+        aspect: Aspect::Bytes,
+        file: "setters.yaml",
+        marker: "",
+        class: Class::Quirk,
+        reason: UNCHANGED_SCALAR_STYLE,
+    },
+    Known {
         package: "multi-doc-comments@dir",
         aspect: Aspect::Bytes,
         file: "all.yaml",
@@ -1259,19 +1283,27 @@ fn rewrite_kptfiles(dir: &Path, rewrite: &dyn Fn(&str) -> String) {
     }
 }
 
-/// Like [`compare_in_place`], but our copy runs `set-namespace` as the
-/// builtin (`image: set-namespace:v0.4.5`, in-process) where kpt runs the
-/// catalog binary through `exec:`. Our Kptfiles and results are mapped back
-/// to the `exec:` form before comparing, so everything else must agree.
-fn compare_builtin_in_place(package: &str, src: &Path, diffs: &mut Vec<Difference>) -> (i32, i32) {
-    let exec_line = format!("exec: {}", catalog_bin().join("set-namespace").display());
-    let image_line = format!("image: {BUILTIN_SET_NAMESPACE}");
+/// Like [`compare_in_place`], but our copy runs `function` as the builtin
+/// `builtin` (an image such as `set-namespace:v0.4.5`, in-process) where kpt
+/// runs the catalog binary through `exec:` (`rewrite` makes both copies'
+/// Kptfiles say `exec:`). Our Kptfiles and results are mapped back to the
+/// `exec:` form before comparing, so everything else must agree. Returns
+/// the exit codes (kpt's, ours) and the work folder (`kpt/pkg`, `ours/pkg`).
+fn compare_builtin_in_place(
+    name: &str,
+    src: &Path,
+    rewrite: &dyn Fn(&str) -> String,
+    (function, builtin): (&str, &str),
+    diffs: &mut Vec<Difference>,
+) -> (i32, i32, tempfile::TempDir) {
+    let exec_line = format!("exec: {}", catalog_bin().join(function).display());
+    let image_line = format!("image: {builtin}");
     let work = tempfile::tempdir().unwrap();
     let (kpt_dir, ours_dir) = (work.path().join("kpt/pkg"), work.path().join("ours/pkg"));
-    stage(src, &kpt_dir, &substitute_catalog);
+    stage(src, &kpt_dir, rewrite);
     let input = files(&kpt_dir);
     stage(src, &ours_dir, &|t| {
-        substitute_catalog(t).replace(&exec_line, &image_line)
+        rewrite(t).replace(&exec_line, &image_line)
     });
     let kpt = render(
         Tool::Kpt,
@@ -1288,8 +1320,7 @@ fn compare_builtin_in_place(package: &str, src: &Path, diffs: &mut Vec<Differenc
         &[],
     );
     rewrite_kptfiles(&ours_dir, &|t| t.replace(&image_line, &exec_line));
-    let builtin_image =
-        format!("image: ghcr.io/kptdev/krm-functions-catalog/{BUILTIN_SET_NAMESPACE}");
+    let builtin_image = format!("image: ghcr.io/kptdev/krm-functions-catalog/{builtin}");
     if let Some(bytes) = ours.results_bytes.as_mut() {
         *bytes = String::from_utf8_lossy(bytes)
             .replace(&builtin_image, &exec_line)
@@ -1301,19 +1332,18 @@ fn compare_builtin_in_place(package: &str, src: &Path, diffs: &mut Vec<Differenc
         .and_then(|r| r["items"].as_array_mut())
     {
         for item in items {
-            let builtin = item["image"]
+            let is_builtin = item["image"]
                 .as_str()
-                .is_some_and(|i| i.ends_with(&format!("/{BUILTIN_SET_NAMESPACE}")));
-            if builtin {
+                .is_some_and(|i| i.ends_with(&format!("/{builtin}")));
+            if is_builtin {
                 let map = item.as_object_mut().unwrap();
                 map.remove("image");
                 map.insert("exec".into(), json!(exec_line["exec: ".len()..]));
             }
         }
     }
-    let name = format!("{package}@builtin");
-    compare_renders(&name, &input, &kpt_dir, &kpt, &ours_dir, &ours, true, diffs);
-    (kpt.code, ours.code)
+    compare_renders(name, &input, &kpt_dir, &kpt, &ours_dir, &ours, true, diffs);
+    (kpt.code, ours.code, work)
 }
 
 /// Renders `src` with both tools with `-o <mode>` (`stdout` or `unwrap`) and
@@ -2227,9 +2257,41 @@ fn builtin_set_namespace_matches_the_binary_under_kpt() {
         ("multi-doc-comments", 0),
         ("non-krm", 0),
     ] {
-        let (kpt_code, _) = compare_builtin_in_place(package, &own_source(package), &mut diffs);
+        let name = format!("{package}@builtin");
+        let (kpt_code, _, _) = compare_builtin_in_place(
+            &name,
+            &own_source(package),
+            &substitute_catalog,
+            ("set-namespace", BUILTIN_SET_NAMESPACE),
+            &mut diffs,
+        );
         assert_eq!(kpt_code, expected_exit, "kpt's exit status for {package}");
-        names.push(format!("{package}@builtin"));
+        names.push(name);
+    }
+    check_against_known(&names, &diffs);
+}
+
+/// The builtin image our renders use in place of the apply-setters binary.
+const BUILTIN_APPLY_SETTERS: &str = "apply-setters:v0.2.2";
+
+/// The packages that run the apply-setters binary, again with our builtin
+/// `apply-setters` in its place (kpt still runs the binary).
+#[test]
+fn builtin_apply_setters_matches_the_binary_under_kpt() {
+    let mut diffs = Vec::new();
+    let mut names = Vec::new();
+    for package in ["configpath", "multi-doc-comments", "scalar-forms"] {
+        let name = format!("{package}@builtin:apply-setters");
+        let (kpt_code, ours_code, _) = compare_builtin_in_place(
+            &name,
+            &own_source(package),
+            &substitute_catalog,
+            ("apply-setters", BUILTIN_APPLY_SETTERS),
+            &mut diffs,
+        );
+        assert_eq!(kpt_code, 0, "kpt's exit status for {package}");
+        assert_eq!(ours_code, 0, "our exit status for {package}");
+        names.push(name);
     }
     check_against_known(&names, &diffs);
 }
@@ -2331,6 +2393,7 @@ fn catalog_packages() {
         "expected the catalog's packages for {INSTALLED:?}, found {cases:?}"
     );
     let mut diffs = Vec::new();
+    let mut names = Vec::new();
     for (name, dir) in &cases {
         let (kpt, _, _work) = compare_in_place(name, dir, &image_to_exec, &mut diffs);
         let kpt_code = kpt.code;
@@ -2339,8 +2402,25 @@ fn catalog_packages() {
             catalog_expected_exit(dir),
             "kpt's exit status for {name} is not the one the case expects"
         );
+        names.push(name.clone());
+        // The apply-setters cases again with the builtin in our render.
+        let kptfile = std::fs::read_to_string(dir.join("Kptfile")).unwrap_or_default();
+        if kptfile_images(&kptfile)
+            .iter()
+            .any(|i| function_name(i) == "apply-setters")
+        {
+            let builtin = format!("{name}@builtin:apply-setters");
+            let (_, ours_code, _work) = compare_builtin_in_place(
+                &builtin,
+                dir,
+                &image_to_exec,
+                ("apply-setters", BUILTIN_APPLY_SETTERS),
+                &mut diffs,
+            );
+            assert_eq!(ours_code, catalog_expected_exit(dir), "{builtin}");
+            names.push(builtin);
+        }
     }
-    let names: Vec<String> = cases.into_iter().map(|(n, _)| n).collect();
     println!("compared {} catalog packages: {names:?}", names.len());
     check_against_known(&names, &diffs);
 }

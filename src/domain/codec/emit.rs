@@ -234,7 +234,7 @@ fn item(out: &mut String, v: &Value, indent: usize, seq: SeqIndent) {
 /// `yaml.v3` writes it: an indentation digit when the text starts with a
 /// space or line break, `-` when it has no final line break, `+` when it
 /// has more than one.
-fn block_scalar(value: &Value, indent: usize) -> String {
+pub(crate) fn block_scalar(value: &Value, indent: usize) -> String {
     let Value::String(s) = value else {
         return inline(value, indent).unwrap_or_default();
     };
@@ -433,12 +433,14 @@ fn looks_like_timestamp(s: &str) -> bool {
 }
 
 /// What the emitter may use for a string (`yaml_emitter_analyze_scalar`).
-struct Analysis {
-    block_plain: bool,
-    single_quoted: bool,
+pub(crate) struct Analysis {
+    /// May be written plain in block context.
+    pub(crate) block_plain: bool,
+    /// May be written single-quoted.
+    pub(crate) single_quoted: bool,
 }
 
-fn analyze(s: &str) -> Analysis {
+pub(crate) fn analyze(s: &str) -> Analysis {
     if s.is_empty() {
         return Analysis {
             block_plain: true,
@@ -498,7 +500,7 @@ fn printable(c: char) -> bool {
 
 /// Whether a multi-line string may be a `|` block (`yaml.v3`: no trailing
 /// space, no space before a line break, nothing unprintable).
-fn block_allowed(s: &str) -> bool {
+pub(crate) fn block_allowed(s: &str) -> bool {
     !(s.ends_with(' ')
         || s.contains(" \n")
         || s.chars().any(|c| c != '\n' && c != '\t' && !printable(c)))

@@ -207,6 +207,14 @@ fn unpack(upstream: &Path, kpt_module: &Path, dest: &Path) -> Vec<(String, PathB
 }
 
 /// The directories under `root` holding a `Kptfile` with none above them.
+/// True when a Kptfile of the package (or of a subpackage) runs apply-setters.
+fn uses_apply_setters(pkg: &Path) -> bool {
+    kptfiles(pkg)
+        .iter()
+        .flat_map(|k| kptfile_images(k))
+        .any(|i| function_name(&i) == "apply-setters")
+}
+
 fn root_packages(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -318,14 +326,33 @@ struct Outcome {
 
 /// Renders `pkg` in place and with `-o DIR` with both tools and compares,
 /// setting KEPT_INPUT_TEXT differences apart.
+/// The name under which a package's render with our builtin apply-setters
+/// (in place of the binary kpt runs) is compared.
+fn builtin_name(name: &str) -> String {
+    format!("{name}@builtin:apply-setters")
+}
+
 fn compare_package(name: &str, pkg: &Path) -> Outcome {
     let mut found = Vec::new();
     let (kpt, ours, work) = compare_in_place(name, pkg, &super::image_to_exec, &mut found);
     let in_place = found.len();
     let (kpt_dir, ours_dir, out) =
         compare_output_dir_with(name, pkg, &super::image_to_exec, &mut found);
+    let in_dir = found.len();
+    let mut agree = usize::from(kpt.code == ours.code) + usize::from(kpt_dir == ours_dir);
+    let builtin_work = uses_apply_setters(pkg).then(|| {
+        let (k, o, w) = super::compare_builtin_in_place(
+            &builtin_name(name),
+            pkg,
+            &super::image_to_exec,
+            ("apply-setters", super::BUILTIN_APPLY_SETTERS),
+            &mut found,
+        );
+        agree += usize::from(k == o);
+        w
+    });
     let mut outcome = Outcome {
-        agree: usize::from(kpt.code == ours.code) + usize::from(kpt_dir == ours_dir),
+        agree,
         identical: found.is_empty(),
         reencoded: Vec::new(),
         diffs: Vec::new(),
@@ -333,8 +360,10 @@ fn compare_package(name: &str, pkg: &Path) -> Outcome {
     for (n, d) in found.into_iter().enumerate() {
         let (dir, sub) = if n < in_place {
             (work.path(), "pkg")
-        } else {
+        } else if n < in_dir {
             (out.path(), "out")
+        } else {
+            (builtin_work.as_ref().unwrap().path(), "pkg")
         };
         let read = |tool: &str| {
             let bytes = std::fs::read(dir.join(tool).join(sub).join(&d.file)).ok()?;
@@ -484,7 +513,8 @@ fn real_world_packages() {
     let mut identical = 0;
     let mut reencoded: BTreeMap<&str, usize> = BTreeMap::new();
     let mut reencoded_packages = BTreeSet::new();
-    for ((name, _), (_, outcome)) in runnable.iter().zip(outcomes) {
+    let mut builtin_runs = 0;
+    for ((name, pkg), (_, outcome)) in runnable.iter().zip(outcomes) {
         agree += outcome.agree;
         identical += usize::from(outcome.identical);
         for (kind, package) in outcome.reencoded {
@@ -494,6 +524,10 @@ fn real_world_packages() {
         diffs.extend(outcome.diffs);
         names.push(name.clone());
         names.push(format!("{name}@dir"));
+        if uses_apply_setters(pkg) {
+            builtin_runs += 1;
+            names.push(builtin_name(name));
+        }
     }
     println!(
         "real-world packages: {} rendered, {} skipped, {} the same as another ref's",
@@ -512,8 +546,9 @@ fn real_world_packages() {
         println!("  skipped {name} ({})", reasons.join("; "));
     }
     println!(
-        "exit codes agree in {agree} of {} renders; {identical} of {} packages identical in both modes",
-        2 * runnable.len(),
+        "exit codes agree in {agree} of {} renders ({builtin_runs} of them with the builtin \
+         apply-setters in place of the binary); {identical} of {} packages identical in every mode",
+        2 * runnable.len() + builtin_runs,
         runnable.len()
     );
     println!(

@@ -7,6 +7,7 @@
 //! | package-context generator | `builtins/gen-pkg-context` (kpt's builtin; also with `:latest`) |
 //! | `set-namespace` | tags `v0.4`, `v0.4.1`, `v0.4.5` and Porch's pinned digest `sha256:f930d924…` |
 //! | `set-labels` | tags `v0.2`, `v0.2.4` |
+//! | `apply-setters` | tags `v0.2`, `v0.2.2` |
 //!
 //! Each catalog name is served bare (`set-namespace:v0.4.5`) and under
 //! `ghcr.io/kptdev/krm-functions-catalog/`, the legacy `gcr.io/kpt-fn/` and
@@ -24,12 +25,14 @@
 //! name, and report failure as exit code 1 with stderr
 //! `failed to evaluate function: error: function failure` and their results.
 
+pub mod apply_setters;
 pub mod pkg_context;
 pub mod set_labels;
 pub mod set_namespace;
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -38,7 +41,9 @@ use serde_json::{Map, Value};
 use crate::domain::evaluation::{EvalError, ExitReason, FunctionFailure};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 use crate::domain::render::GEN_PKG_CONTEXT_IMAGE;
-use crate::domain::resource_list::ResourceList;
+use crate::domain::render::annotations as ann;
+use crate::domain::render::source::emit_document;
+use crate::domain::resource_list::{OutputItem, ResourceList};
 use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 
 /// Tags (and digests) of `set-namespace` served by the builtin.
@@ -50,6 +55,8 @@ pub const SET_NAMESPACE_TAGS: &[&str] = &[
 ];
 /// Tags of `set-labels` served by the builtin.
 pub const SET_LABELS_TAGS: &[&str] = &[":v0.2", ":v0.2.4"];
+/// Tags of `apply-setters` served by the builtin (catalog v0.2.2).
+pub const APPLY_SETTERS_TAGS: &[&str] = &[":v0.2", ":v0.2.2"];
 /// Prefixes under which catalog builtins are served (besides the bare name
 /// and the configured default prefix).
 pub const BUILTIN_PREFIXES: &[&str] = &["ghcr.io/kptdev/krm-functions-catalog/", "gcr.io/kpt-fn/"];
@@ -65,6 +72,8 @@ pub enum Builtin {
     SetNamespace,
     /// The catalog's `set-labels`.
     SetLabels,
+    /// The catalog's `apply-setters`.
+    ApplySetters,
 }
 
 /// The in-process runtime.
@@ -99,6 +108,7 @@ impl BuiltinRuntime {
         for (name, tags, builtin) in [
             ("set-namespace", SET_NAMESPACE_TAGS, Builtin::SetNamespace),
             ("set-labels", SET_LABELS_TAGS, Builtin::SetLabels),
+            ("apply-setters", APPLY_SETTERS_TAGS, Builtin::ApplySetters),
         ] {
             for prefix in &prefixes {
                 for tag in tags {
@@ -128,6 +138,7 @@ impl BuiltinRuntime {
         let tags = match name {
             "set-namespace" => SET_NAMESPACE_TAGS,
             "set-labels" => SET_LABELS_TAGS,
+            "apply-setters" => APPLY_SETTERS_TAGS,
             _ => return None,
         };
         let tags: Vec<&str> = tags.iter().filter_map(|t| t.strip_prefix(':')).collect();
@@ -153,6 +164,9 @@ impl BuiltinRuntime {
         image: &str,
         mut rl: ResourceList,
     ) -> Result<ResourceList, EvalError> {
+        if builtin == Builtin::ApplySetters {
+            return self.apply_setters(image, rl, None).map(|(rl, _)| rl);
+        }
         let ran = catch_unwind(AssertUnwindSafe(|| match builtin {
             Builtin::PackageContext => {
                 pkg_context::generate(&mut rl, self.package_path.as_deref());
@@ -168,6 +182,7 @@ impl BuiltinRuntime {
                 sort_like_sdk(&mut rl.items);
                 ok
             }
+            Builtin::ApplySetters => true,
         }));
         match ran {
             Ok(true) => Ok(rl),
@@ -193,6 +208,83 @@ impl BuiltinRuntime {
     }
 }
 
+impl BuiltinRuntime {
+    /// Runs `apply-setters` on `rl`, whose items' YAML texts are `texts`
+    /// (as the function gets them; `None`: emitted from the items, so
+    /// without comments). Returns the output ResourceList and each output
+    /// item's text ([`OutputItem::Same`] for an item no setter changed).
+    ///
+    /// Errors: [`EvalError::FunctionFailed`] as the Go function fails (exit
+    /// code 1, its error twice on stderr, one error result, the items as
+    /// far as they were set); [`EvalError::NotFound`] with the reason for a
+    /// construct the builtin leaves to the Go function
+    /// ([`apply_setters::Refusal`]); [`EvalError::Internal`] if it panicked.
+    pub fn apply_setters(
+        &self,
+        image: &str,
+        mut rl: ResourceList,
+        texts: Option<Vec<Arc<str>>>,
+    ) -> Result<(ResourceList, Vec<OutputItem>), EvalError> {
+        let texts = texts.unwrap_or_else(|| {
+            rl.items
+                .iter()
+                .map(|i| Arc::from(emit_document(i)))
+                .collect()
+        });
+        let inputs: Vec<(Arc<str>, String)> = texts
+            .into_iter()
+            .zip(&rl.items)
+            .map(|(t, item)| {
+                let file = ann::get_text(item, ann::LEGACY_PATH).unwrap_or_default();
+                (t, file.into_owned())
+            })
+            .collect();
+        let setters = apply_setters::setters(rl.function_config.as_ref());
+        let applied = catch_unwind(AssertUnwindSafe(|| apply_setters::apply(&inputs, &setters)));
+        let applied = match applied {
+            Ok(Ok(a)) => a,
+            Ok(Err(apply_setters::Refusal(why))) => {
+                return Err(EvalError::NotFound {
+                    image: image.to_string(),
+                    detail: Some(format!(
+                        "the builtin apply-setters leaves this call to the function's binary or image: {why}"
+                    )),
+                });
+            }
+            Err(panic) => {
+                let what = crate::adapters::panic_message(&*panic)
+                    .unwrap_or_else(|| "unknown panic".into());
+                return Err(EvalError::Internal(format!(
+                    "KRM function panicked with: {what}"
+                )));
+            }
+        };
+        let mut item_texts = Vec::with_capacity(rl.items.len());
+        for (i, text) in applied.texts.into_iter().enumerate() {
+            match text {
+                Some(doc) => {
+                    rl.items[i] = doc.value().clone();
+                    item_texts.push(OutputItem::Text(Arc::new(doc)));
+                }
+                None => item_texts.push(OutputItem::Same(i)),
+            }
+        }
+        rl.results = applied.results;
+        if let Some(e) = applied.error {
+            let output = rl.to_yaml().map(Bytes::from).unwrap_or_default();
+            return Err(EvalError::FunctionFailed(Box::new(FunctionFailure {
+                image: image.to_string(),
+                exit: ExitReason::Code(1),
+                stderr: Bytes::from(format!("{e}{e}\n")),
+                output,
+                results: rl.results,
+                sandbox_hint: None,
+            })));
+        }
+        Ok((rl, item_texts))
+    }
+}
+
 #[async_trait]
 impl FunctionRuntime for BuiltinRuntime {
     /// Runs the builtin named by `call.target` (an image); anything else is
@@ -205,6 +297,16 @@ impl FunctionRuntime for BuiltinRuntime {
         let Some(builtin) = self.lookup(image) else {
             return Err(EvalError::not_found(image));
         };
+        if builtin == Builtin::ApplySetters {
+            let texts = call
+                .sources
+                .as_ref()
+                .map(|s| s.input_texts(&call.resource_list.items));
+            let (rl, item_texts) = self.apply_setters(image, call.resource_list, texts)?;
+            let mut out = FunctionOutput::new(rl, "");
+            out.item_texts = Some(item_texts);
+            return Ok(out);
+        }
         let resource_list = self.run_builtin(builtin, image, call.resource_list)?;
         Ok(FunctionOutput::new(resource_list, ""))
     }
@@ -277,6 +379,51 @@ pub(crate) fn set_str(o: &mut Value, path: &[&str], value: &str) {
             *cur = Value::Object(Map::new());
         }
     }
+}
+
+/// Go's `strconv.Quote` (`%q`): double quotes, Go's escapes for `\a \b
+/// \f \n \r \t \v \\ \"`, `\xHH` for other ASCII controls, `\uHHHH` /
+/// `\UHHHHHHHH` for other characters Go does not count as printable
+/// (controls, format characters, separators other than the space).
+pub(crate) fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            c if c.is_ascii() && (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if go_printable(c) => out.push(c),
+            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Go's `strconv.IsPrint`, for the characters that matter in field values:
+/// ASCII from the space to `~`, and other characters unless they are
+/// controls, white space, private-use or format characters.
+fn go_printable(c: char) -> bool {
+    let u = c as u32;
+    if c.is_ascii() {
+        return (0x20..0x7f).contains(&u);
+    }
+    !(c.is_control()
+        || c.is_whitespace()
+        || matches!(u, 0xAD | 0x600..=0x605 | 0x61C | 0x6DD | 0x70F | 0x180E | 0x200B..=0x200F
+            | 0x202A..=0x202E | 0x2060..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB | 0xE000..=0xF8FF
+            | 0xFFFE | 0xFFFF))
 }
 
 /// Go's `fmt` rendering of a sorted string list: `[a b c]`.
