@@ -537,6 +537,7 @@ mod tests {
             slots: Default::default(),
             sandbox: Default::default(),
             render_read_rules: false,
+            builtins: false,
         }
     }
 

@@ -116,6 +116,7 @@ fn render_chain(args: &RenderRuntimeSettings) -> Result<RuntimeChain, RenderSetu
             slots: Default::default(),
             sandbox: args.sandbox.clone(),
             render_read_rules: true,
+            builtins: false,
         })?;
         for warning in &runtime.warnings {
             tracing::warn!("{warning}");

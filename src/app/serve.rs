@@ -46,6 +46,10 @@ pub struct RuntimeSettings {
     /// credential stores, [`crate::adapters::exec::Sandbox::render`])
     /// rather than the exec runtime's.
     pub render_read_rules: bool,
+    /// `--builtin-functions`: the builtin tier
+    /// ([`crate::adapters::runtime::builtin::evaluator::BuiltinEvaluator`])
+    /// goes first in the chain.
+    pub builtins: bool,
 }
 
 impl RuntimeSettings {
@@ -58,6 +62,24 @@ impl RuntimeSettings {
         } else {
             Sandbox::exec(&self.sandbox)
         }
+    }
+
+    /// An empty chain, or one holding the builtin tier when
+    /// [`RuntimeSettings::builtins`] is set (it goes before every runtime).
+    fn chain_start(&self) -> EvaluatorChain {
+        use crate::adapters::runtime::BuiltinRuntime;
+        use crate::adapters::runtime::builtin::evaluator::BuiltinEvaluator;
+        let chain = EvaluatorChain::new();
+        if !self.builtins {
+            return chain;
+        }
+        tracing::info!("builtin tier on: apply-setters runs in process");
+        chain.with(
+            "builtin",
+            Arc::new(BuiltinEvaluator::new(BuiltinRuntime::new(
+                &self.default_image_prefix,
+            ))),
+        )
     }
 
     /// Whether the runtime named `runtime` (`exec`, `pod`) is not in
@@ -219,7 +241,7 @@ async fn start_function_config(
         objects = store.len(),
         "FunctionConfigs listed"
     );
-    let mut chain = EvaluatorChain::new();
+    let mut chain = settings.chain_start();
     if settings.enabled("exec") {
         // Missing binaries are reported by the watch, also for later changes.
         let mut exec_settings = ExecSettings::new(settings.max_message_bytes, &settings.exec_env);
@@ -284,7 +306,7 @@ fn absolute(path: &Path) -> PathBuf {
 /// [`StartupError::ParseConfig`].
 pub fn build_runtime(settings: &RuntimeSettings) -> Result<Runtime, StartupError> {
     let mut warnings = unknown_runtimes(settings);
-    let mut chain = EvaluatorChain::new();
+    let mut chain = settings.chain_start();
     if settings.enabled("exec") {
         let (path, explicit) = match &settings.config {
             Some(p) => (p.clone(), true),

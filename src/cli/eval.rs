@@ -73,6 +73,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         slots: Default::default(),
         sandbox: args.sandbox.grant(),
         render_read_rules: false,
+        builtins: false,
     };
     let evaluator = match build_eval_evaluator(
         args.address.as_deref(),

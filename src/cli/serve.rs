@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// After a connection's GOAWAY, how long its calls in flight may still run before they are stopped (UNAVAILABLE): 1s to 365d.
     #[arg(long, value_parser = max_connection_age_grace, default_value = "10m")]
     pub max_connection_age_grace: Duration,
+    /// Run apply-setters (catalog v0.2.2) in process, before the exec and pod runtimes (off: Porch's runner has no builtins; porch-server runs its own).
+    #[arg(long)]
+    pub builtin_functions: bool,
     /// Pass an environment variable to functions: NAME (the runner's value) or NAME=VALUE. Repeatable.
     #[arg(long = "exec-env", value_name = "NAME[=VALUE]", value_parser = exec_env_entry)]
     pub exec_env: Vec<String>,
@@ -183,6 +186,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         slots: args.limits.slots(),
         sandbox: args.sandbox.grant(),
         render_read_rules: false,
+        builtins: args.builtin_functions,
     };
     let pod_settings = args.pod.clone().settings(
         std::env::var("WRAPPER_SERVER_IMAGE").ok(),

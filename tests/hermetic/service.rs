@@ -543,3 +543,61 @@ async fn waiting_for_the_start_limit_counts_against_the_deadline() {
     sleeper.abort();
     assert_serving(&bed.runner).await;
 }
+
+/// `--builtin-functions`: apply-setters runs in process before exec — the
+/// response keeps the items' comments and is the one the catalog binary
+/// gives (same items, same results) — and without the flag nothing is
+/// served in process (exec off: NotFound).
+#[tokio::test(flavor = "multi_thread")]
+async fn builtin_functions_flag_serves_apply_setters_in_process() {
+    let rl = with_config(
+        "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm # kpt-set: ${name}\n  data:\n    image: \"nginx:1.1\" # kpt-set: nginx:${tag}\n    keep: x # an ordinary comment\n",
+        "  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    name: web\n    tag: \"1.2\"\n",
+    );
+    // No function configured for exec: only the builtin tier can serve it.
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("config.yaml");
+    std::fs::write(&empty, "functions: []\n").unwrap();
+    let empty = empty.to_str().unwrap();
+    let builtin = Runner::start(&[
+        "--config",
+        empty,
+        "--disable-runtimes=pod",
+        "--builtin-functions",
+    ]);
+    let out = builtin
+        .client()
+        .await
+        .evaluate_function(request(&catalog_image("apply-setters"), rl.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    let text = String::from_utf8(out.resource_list.to_vec()).unwrap();
+    assert!(text.contains("name: web # kpt-set: ${name}"), "{text}");
+    assert!(
+        text.contains("image: \"nginx:1.2\" # kpt-set: nginx:${tag}"),
+        "{text}"
+    );
+    assert!(text.contains("keep: x # an ordinary comment"), "{text}");
+    let ours = ResourceList::parse(&out.resource_list).unwrap();
+    let bed = bed(&[]);
+    let go = bed
+        .runner
+        .client()
+        .await
+        .evaluate_function(request(&catalog_image("apply-setters"), rl.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    let go = ResourceList::parse(&go.resource_list).unwrap();
+    assert_eq!(ours.items, go.items);
+    assert_eq!(ours.results, go.results);
+    let off = Runner::start(&["--config", empty, "--disable-runtimes=pod"]);
+    let err = off
+        .client()
+        .await
+        .evaluate_function(request(&catalog_image("apply-setters"), rl))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+}

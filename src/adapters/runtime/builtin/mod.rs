@@ -26,6 +26,7 @@
 //! `failed to evaluate function: error: function failure` and their results.
 
 pub mod apply_setters;
+pub mod evaluator;
 pub mod pkg_context;
 pub mod set_labels;
 pub mod set_namespace;
@@ -146,6 +147,19 @@ impl BuiltinRuntime {
             "the builtin {name} serves only tags {}",
             tags.join(", ")
         ))
+    }
+
+    /// The tags served for the repository `name` (`…/apply-setters` →
+    /// `["v0.2", "v0.2.2"]`), sorted; empty when no builtin has that name.
+    pub fn served_tags(&self, name: &str) -> Vec<String> {
+        let mut tags: Vec<String> = self
+            .table
+            .keys()
+            .filter_map(|k| k.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::to_string)
+            .collect();
+        tags.sort();
+        tags
     }
 
     /// The builtin serving `image`, if any.
