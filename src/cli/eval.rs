@@ -73,7 +73,8 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         slots: Default::default(),
         sandbox: args.sandbox.grant(),
         render_read_rules: false,
-        builtins: false,
+        // Locally, the builtins that keep their input's text run in process.
+        builtins: local,
     };
     let evaluator = match build_eval_evaluator(
         args.address.as_deref(),

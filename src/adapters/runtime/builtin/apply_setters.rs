@@ -438,8 +438,12 @@ impl Walk<'_> {
         for s in self.setters {
             value = value.replace(&format!("${{{}}}", s.name), &s.value);
         }
-        for (name, v) in current_values(pattern, &current) {
-            value = value.replace(&format!("${{{name}}}"), &v);
+        // Reading the current values compiles a regular expression: only
+        // when something is left to replace (otherwise replacing is a no-op).
+        if value.contains("${") {
+            for (name, v) in current_values(pattern, &current) {
+                value = value.replace(&format!("${{{name}}}"), &v);
+            }
         }
         let left = unresolved(&value);
         if !left.is_empty() {

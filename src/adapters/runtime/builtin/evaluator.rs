@@ -26,14 +26,16 @@ use crate::ports::FunctionEvaluator;
 /// [`BuiltinRuntime`], serving the builtins that keep their input's text.
 #[derive(Debug, Clone, Default)]
 pub struct BuiltinEvaluator {
-    runtime: BuiltinRuntime,
+    runtime: Arc<BuiltinRuntime>,
 }
 
 impl BuiltinEvaluator {
     /// The tier over `runtime` (its image table: the catalog names under
     /// the default image prefix and the catalog's prefixes).
     pub fn new(runtime: BuiltinRuntime) -> Self {
-        Self { runtime }
+        Self {
+            runtime: Arc::new(runtime),
+        }
     }
 
     /// The image this tier runs for `image` and the step's `tag` (Porch's
@@ -58,6 +60,17 @@ impl FunctionEvaluator for BuiltinEvaluator {
     /// comments, so the exec runtime serves it. A failing function is
     /// [`EvalError::FunctionFailed`], as from the exec runtime.
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
+        // CPU work: off the server's reactor threads.
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.evaluate_now(request))
+            .await
+            .map_err(|e| EvalError::Internal(format!("the builtin tier's task failed: {e}")))?
+    }
+}
+
+impl BuiltinEvaluator {
+    /// [`FunctionEvaluator::evaluate`], on the calling thread.
+    fn evaluate_now(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         let not_found = || EvalError::not_found(&request.image);
         let image = self
             .image_for(&request.image, request.tag.as_deref())
