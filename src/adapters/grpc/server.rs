@@ -207,15 +207,29 @@ impl Server {
         mut health: tokio::sync::watch::Receiver<bool>,
     ) -> Result<(), tonic::transport::Error> {
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
-        health_reporter
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
-        health_reporter
-            .set_not_serving::<FunctionEvaluatorServer<EvaluatorService>>()
-            .await;
+        // The first status is set before any call is served: the listener
+        // is already bound, so a client may ask at once.
+        let mut serving = *health.borrow_and_update();
+        let first = if serving {
+            tonic_health::ServingStatus::Serving
+        } else {
+            tonic_health::ServingStatus::NotServing
+        };
+        health_reporter.set_service_status("", first).await;
+        if serving {
+            health_reporter
+                .set_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+                .await;
+        } else {
+            health_reporter
+                .set_not_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+                .await;
+        }
+        if serving {
+            tracing::info!("health: SERVING");
+        }
         let reporter = health_reporter.clone();
         let health_task = tokio::spawn(async move {
-            let mut serving = false;
             loop {
                 let now = *health.borrow_and_update();
                 if now != serving {
