@@ -2273,6 +2273,8 @@ fn builtin_set_namespace_matches_the_binary_under_kpt() {
 
 /// The builtin image our renders use in place of the apply-setters binary.
 const BUILTIN_APPLY_SETTERS: &str = "apply-setters:v0.2.2";
+/// The image of the builtin apply-replacements the comparisons name.
+const BUILTIN_APPLY_REPLACEMENTS: &str = "apply-replacements:v0.1.5";
 
 /// The packages that run the apply-setters binary, again with our builtin
 /// `apply-setters` in its place (kpt still runs the binary).
@@ -2403,18 +2405,25 @@ fn catalog_packages() {
             "kpt's exit status for {name} is not the one the case expects"
         );
         names.push(name.clone());
-        // The apply-setters cases again with the builtin in our render.
+        // The apply-setters and apply-replacements cases again with the
+        // builtin in our render.
         let kptfile = std::fs::read_to_string(dir.join("Kptfile")).unwrap_or_default();
-        if kptfile_images(&kptfile)
-            .iter()
-            .any(|i| function_name(i) == "apply-setters")
-        {
-            let builtin = format!("{name}@builtin:apply-setters");
+        for (function, image) in [
+            ("apply-setters", BUILTIN_APPLY_SETTERS),
+            ("apply-replacements", BUILTIN_APPLY_REPLACEMENTS),
+        ] {
+            if !kptfile_images(&kptfile)
+                .iter()
+                .any(|i| function_name(i) == function)
+            {
+                continue;
+            }
+            let builtin = format!("{name}@builtin:{function}");
             let (_, ours_code, _work) = compare_builtin_in_place(
                 &builtin,
                 dir,
                 &image_to_exec,
-                ("apply-setters", BUILTIN_APPLY_SETTERS),
+                (function, image),
                 &mut diffs,
             );
             assert_eq!(ours_code, catalog_expected_exit(dir), "{builtin}");

@@ -207,12 +207,24 @@ fn unpack(upstream: &Path, kpt_module: &Path, dest: &Path) -> Vec<(String, PathB
 }
 
 /// The directories under `root` holding a `Kptfile` with none above them.
-/// True when a Kptfile of the package (or of a subpackage) runs apply-setters.
-fn uses_apply_setters(pkg: &Path) -> bool {
-    kptfiles(pkg)
+/// The builtins rendered in place of their binaries: (function, image).
+const BUILTINS: &[(&str, &str)] = &[
+    ("apply-setters", super::BUILTIN_APPLY_SETTERS),
+    ("apply-replacements", super::BUILTIN_APPLY_REPLACEMENTS),
+];
+
+/// The builtins of [`BUILTINS`] whose function a Kptfile of the package
+/// (or of a subpackage) runs.
+fn builtins_used(pkg: &Path) -> Vec<(&'static str, &'static str)> {
+    let images: Vec<String> = kptfiles(pkg)
         .iter()
         .flat_map(|k| kptfile_images(k))
-        .any(|i| function_name(&i) == "apply-setters")
+        .collect();
+    BUILTINS
+        .iter()
+        .filter(|(f, _)| images.iter().any(|i| function_name(i) == *f))
+        .copied()
+        .collect()
 }
 
 fn root_packages(root: &Path) -> Vec<PathBuf> {
@@ -326,10 +338,10 @@ struct Outcome {
 
 /// Renders `pkg` in place and with `-o DIR` with both tools and compares,
 /// setting KEPT_INPUT_TEXT differences apart.
-/// The name under which a package's render with our builtin apply-setters
+/// The name under which a package's render with our builtin `function`
 /// (in place of the binary kpt runs) is compared.
-fn builtin_name(name: &str) -> String {
-    format!("{name}@builtin:apply-setters")
+fn builtin_name(name: &str, function: &str) -> String {
+    format!("{name}@builtin:{function}")
 }
 
 fn compare_package(name: &str, pkg: &Path) -> Outcome {
@@ -340,17 +352,19 @@ fn compare_package(name: &str, pkg: &Path) -> Outcome {
         compare_output_dir_with(name, pkg, &super::image_to_exec, &mut found);
     let in_dir = found.len();
     let mut agree = usize::from(kpt.code == ours.code) + usize::from(kpt_dir == ours_dir);
-    let builtin_work = uses_apply_setters(pkg).then(|| {
+    // Per builtin run: where its differences end in `found`, its work dir.
+    let mut builtin_work = Vec::new();
+    for (function, image) in builtins_used(pkg) {
         let (k, o, w) = super::compare_builtin_in_place(
-            &builtin_name(name),
+            &builtin_name(name, function),
             pkg,
             &super::image_to_exec,
-            ("apply-setters", super::BUILTIN_APPLY_SETTERS),
+            (function, image),
             &mut found,
         );
         agree += usize::from(k == o);
-        w
-    });
+        builtin_work.push((found.len(), w));
+    }
     let mut outcome = Outcome {
         agree,
         identical: found.is_empty(),
@@ -363,7 +377,11 @@ fn compare_package(name: &str, pkg: &Path) -> Outcome {
         } else if n < in_dir {
             (out.path(), "out")
         } else {
-            (builtin_work.as_ref().unwrap().path(), "pkg")
+            let (_, w) = builtin_work
+                .iter()
+                .find(|(end, _)| n < *end)
+                .expect("a difference belongs to a run");
+            (w.path(), "pkg")
         };
         let read = |tool: &str| {
             let bytes = std::fs::read(dir.join(tool).join(sub).join(&d.file)).ok()?;
@@ -524,9 +542,9 @@ fn real_world_packages() {
         diffs.extend(outcome.diffs);
         names.push(name.clone());
         names.push(format!("{name}@dir"));
-        if uses_apply_setters(pkg) {
+        for (function, _) in builtins_used(pkg) {
             builtin_runs += 1;
-            names.push(builtin_name(name));
+            names.push(builtin_name(name, function));
         }
     }
     println!(
@@ -547,7 +565,7 @@ fn real_world_packages() {
     }
     println!(
         "exit codes agree in {agree} of {} renders ({builtin_runs} of them with the builtin \
-         apply-setters in place of the binary); {identical} of {} packages identical in every mode",
+         apply-setters or apply-replacements in place of the binary); {identical} of {} packages identical in every mode",
         2 * runnable.len() + builtin_runs,
         runnable.len()
     );

@@ -176,7 +176,10 @@ pub fn apply(texts: &[(Arc<str>, String)], setters: &[Setter]) -> Result<Applied
 }
 
 /// The texts with `edits` made, read back.
-fn splice(doc: &YamlDoc, mut edits: Vec<(usize, usize, String)>) -> Result<YamlDoc, Refusal> {
+pub(super) fn splice(
+    doc: &YamlDoc,
+    mut edits: Vec<(usize, usize, String)>,
+) -> Result<YamlDoc, Refusal> {
     edits.sort_by_key(|e| e.0);
     let t = doc.text();
     let mut s = String::with_capacity(t.len() + 64);
@@ -192,7 +195,7 @@ fn splice(doc: &YamlDoc, mut edits: Vec<(usize, usize, String)>) -> Result<YamlD
 
 /// Where a node sits.
 #[derive(Clone, Copy)]
-enum Place {
+pub(super) enum Place {
     /// The document's root.
     Root,
     /// A block mapping entry's value: the key's column, the colon.
@@ -220,15 +223,15 @@ struct Walk<'a> {
     found: &'a mut Vec<(String, String, String)>,
 }
 
-fn line_start(t: &str, pos: usize) -> usize {
+pub(super) fn line_start(t: &str, pos: usize) -> usize {
     t[..pos].rfind('\n').map_or(0, |i| i + 1)
 }
 
-fn line_end(t: &str, pos: usize) -> usize {
+pub(super) fn line_end(t: &str, pos: usize) -> usize {
     t[pos..].find('\n').map_or(t.len(), |i| pos + i)
 }
 
-fn column(t: &str, pos: usize) -> usize {
+pub(super) fn column(t: &str, pos: usize) -> usize {
     pos - line_start(t, pos)
 }
 
@@ -489,7 +492,7 @@ fn item_text(d: &YamlDoc, it: &Item) -> (String, usize) {
 
 /// `text` (its first line at the item's place) with its other lines moved
 /// from column `from` to column `to`.
-fn reindent(text: &str, from: usize, to: usize) -> String {
+pub(super) fn reindent(text: &str, from: usize, to: usize) -> String {
     let mut lines = text.split('\n');
     let mut out = lines.next().unwrap_or_default().to_string();
     for line in lines {
@@ -506,7 +509,7 @@ fn reindent(text: &str, from: usize, to: usize) -> String {
 
 /// The scalar token yaml.v3 writes for `value` given the node's style
 /// (tag cleared), content lines at `indent + 2`.
-fn token(value: &str, style: Style, indent: usize) -> String {
+pub(super) fn token(value: &str, style: Style, indent: usize) -> String {
     if value.is_empty() {
         return "\"\"".into();
     }

@@ -1,6 +1,6 @@
 //! `serve`'s builtin tier (`--builtin-functions`, off by default): the
-//! builtins that keep their input's text — `apply-setters` — run in
-//! process before the exec runtime. Porch's v1.5.3 runner has no such tier
+//! builtins that keep their input's text — `apply-setters` and
+//! `apply-replacements` — run in process before the exec runtime. Porch's v1.5.3 runner has no such tier
 //! (porch-server runs its own builtins before calling the runner), so it is
 //! only on when asked for.
 //!
@@ -53,11 +53,13 @@ impl BuiltinEvaluator {
 
 #[async_trait]
 impl FunctionEvaluator for BuiltinEvaluator {
-    /// Runs `apply-setters` for its served images (at the version the
-    /// step's `tag` picks); anything else is [`EvalError::NotFound`], and so
-    /// is a request whose items cannot be read one by one with their texts
-    /// (flow style, documents markers inside `items`) when it has setter
-    /// comments, so the exec runtime serves it. A failing function is
+    /// Runs `apply-setters` and `apply-replacements` for their served
+    /// images (at the version the step's `tag` picks); anything else is
+    /// [`EvalError::NotFound`], and so is a request whose items cannot be
+    /// read one by one with their texts (flow style, documents markers
+    /// inside `items`) when it has comments the function would keep (setter
+    /// comments; for apply-replacements any comment), so the exec runtime
+    /// serves it. A failing function is
     /// [`EvalError::FunctionFailed`], as from the exec runtime.
     async fn evaluate(&self, request: EvaluationRequest) -> Result<EvaluationResponse, EvalError> {
         // CPU work: off the server's reactor threads.
@@ -75,9 +77,10 @@ impl BuiltinEvaluator {
         let image = self
             .image_for(&request.image, request.tag.as_deref())
             .ok_or_else(not_found)?;
-        if self.runtime.lookup(&image) != Some(Builtin::ApplySetters) {
-            return Err(not_found());
-        }
+        let builtin = match self.runtime.lookup(&image) {
+            Some(b) if b.keeps_texts() => b,
+            _ => return Err(not_found()),
+        };
         let (rl, texts) = ResourceList::parse_output(&request.resource_list, &[], &[])
             .map_err(|e| EvalError::InvalidInput(format!("the ResourceList is not valid: {e}")))?;
         let texts: Option<Vec<Arc<str>>> = texts.map(|t| {
@@ -91,15 +94,26 @@ impl BuiltinEvaluator {
         });
         let texts = match texts {
             Some(t) => t,
-            None if memchr::memmem::find(&request.resource_list, b"kpt-set").is_some() => {
+            None if memchr::memmem::find(
+                &request.resource_list,
+                match builtin {
+                    Builtin::ApplySetters => b"kpt-set".as_slice(),
+                    _ => b"#".as_slice(),
+                },
+            )
+            .is_some() =>
+            {
                 return Err(EvalError::NotFound {
                     image: request.image.clone(),
-                    detail: Some(
-                        "the builtin apply-setters reads items one by one with their comments, \
+                    detail: Some(format!(
+                        "the builtin {} reads items one by one with their comments, \
                          and this ResourceList's items are not laid out so (flow style or \
-                         document markers)"
-                            .into(),
-                    ),
+                         document markers)",
+                        match builtin {
+                            Builtin::ApplySetters => "apply-setters",
+                            _ => "apply-replacements",
+                        }
+                    )),
                 });
             }
             None => rl
@@ -109,7 +123,9 @@ impl BuiltinEvaluator {
                 .collect(),
         };
         let sent = texts.clone();
-        let (rl, item_texts) = self.runtime.apply_setters(&image, rl, Some(texts))?;
+        let (rl, item_texts) = self
+            .runtime
+            .run_with_texts(builtin, &image, rl, Some(texts))?;
         let text = rl
             .to_yaml_with(|i, _| match &item_texts[i] {
                 OutputItem::Same(j) => sent[*j].clone(),

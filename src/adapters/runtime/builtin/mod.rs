@@ -8,6 +8,7 @@
 //! | `set-namespace` | tags `v0.4`, `v0.4.1`, `v0.4.5` and Porch's pinned digest `sha256:f930d924…` |
 //! | `set-labels` | tags `v0.2`, `v0.2.4` |
 //! | `apply-setters` | tags `v0.2`, `v0.2.2` |
+//! | `apply-replacements` | tags `v0.1`, `v0.1.5` |
 //!
 //! Each catalog name is served bare (`set-namespace:v0.4.5`) and under
 //! `ghcr.io/kptdev/krm-functions-catalog/`, the legacy `gcr.io/kpt-fn/` and
@@ -25,6 +26,7 @@
 //! name, and report failure as exit code 1 with stderr
 //! `failed to evaluate function: error: function failure` and their results.
 
+pub mod apply_replacements;
 pub mod apply_setters;
 pub mod evaluator;
 pub mod pkg_context;
@@ -58,6 +60,8 @@ pub const SET_NAMESPACE_TAGS: &[&str] = &[
 pub const SET_LABELS_TAGS: &[&str] = &[":v0.2", ":v0.2.4"];
 /// Tags of `apply-setters` served by the builtin (catalog v0.2.2).
 pub const APPLY_SETTERS_TAGS: &[&str] = &[":v0.2", ":v0.2.2"];
+/// Tags of `apply-replacements` served by the builtin (catalog v0.1.5).
+pub const APPLY_REPLACEMENTS_TAGS: &[&str] = &[":v0.1", ":v0.1.5"];
 /// Prefixes under which catalog builtins are served (besides the bare name
 /// and the configured default prefix).
 pub const BUILTIN_PREFIXES: &[&str] = &["ghcr.io/kptdev/krm-functions-catalog/", "gcr.io/kpt-fn/"];
@@ -75,6 +79,16 @@ pub enum Builtin {
     SetLabels,
     /// The catalog's `apply-setters`.
     ApplySetters,
+    /// The catalog's `apply-replacements`.
+    ApplyReplacements,
+}
+
+impl Builtin {
+    /// True for the builtins that work on their items' texts (comments and
+    /// quoting kept), which [`BuiltinRuntime::run_with_texts`] runs.
+    pub fn keeps_texts(self) -> bool {
+        matches!(self, Builtin::ApplySetters | Builtin::ApplyReplacements)
+    }
 }
 
 /// The in-process runtime.
@@ -110,6 +124,11 @@ impl BuiltinRuntime {
             ("set-namespace", SET_NAMESPACE_TAGS, Builtin::SetNamespace),
             ("set-labels", SET_LABELS_TAGS, Builtin::SetLabels),
             ("apply-setters", APPLY_SETTERS_TAGS, Builtin::ApplySetters),
+            (
+                "apply-replacements",
+                APPLY_REPLACEMENTS_TAGS,
+                Builtin::ApplyReplacements,
+            ),
         ] {
             for prefix in &prefixes {
                 for tag in tags {
@@ -140,6 +159,7 @@ impl BuiltinRuntime {
             "set-namespace" => SET_NAMESPACE_TAGS,
             "set-labels" => SET_LABELS_TAGS,
             "apply-setters" => APPLY_SETTERS_TAGS,
+            "apply-replacements" => APPLY_REPLACEMENTS_TAGS,
             _ => return None,
         };
         let tags: Vec<&str> = tags.iter().filter_map(|t| t.strip_prefix(':')).collect();
@@ -178,8 +198,10 @@ impl BuiltinRuntime {
         image: &str,
         mut rl: ResourceList,
     ) -> Result<ResourceList, EvalError> {
-        if builtin == Builtin::ApplySetters {
-            return self.apply_setters(image, rl, None).map(|(rl, _)| rl);
+        if builtin.keeps_texts() {
+            return self
+                .run_with_texts(builtin, image, rl, None)
+                .map(|(rl, _)| rl);
         }
         let ran = catch_unwind(AssertUnwindSafe(|| match builtin {
             Builtin::PackageContext => {
@@ -196,7 +218,7 @@ impl BuiltinRuntime {
                 sort_like_sdk(&mut rl.items);
                 ok
             }
-            Builtin::ApplySetters => true,
+            Builtin::ApplySetters | Builtin::ApplyReplacements => true,
         }));
         match ran {
             Ok(true) => Ok(rl),
@@ -299,6 +321,113 @@ impl BuiltinRuntime {
     }
 }
 
+impl BuiltinRuntime {
+    /// Runs a builtin that works on its items' texts
+    /// ([`Builtin::keeps_texts`]): [`Self::apply_setters`] or
+    /// [`Self::apply_replacements`]; any other builtin runs on values
+    /// ([`Self::run_builtin`]) and its items come back as
+    /// [`OutputItem::Same`] of nothing (their texts are not kept).
+    ///
+    /// Errors: as the builtin's own method.
+    pub fn run_with_texts(
+        &self,
+        builtin: Builtin,
+        image: &str,
+        rl: ResourceList,
+        texts: Option<Vec<Arc<str>>>,
+    ) -> Result<(ResourceList, Vec<OutputItem>), EvalError> {
+        match builtin {
+            Builtin::ApplySetters => self.apply_setters(image, rl, texts),
+            Builtin::ApplyReplacements => self.apply_replacements(image, rl, texts),
+            other => {
+                let rl = self.run_builtin(other, image, rl)?;
+                Ok((rl, Vec::new()))
+            }
+        }
+    }
+
+    /// Runs `apply-replacements` on `rl`, whose items' YAML texts are
+    /// `texts` (as the function gets them; `None`: emitted from the items,
+    /// so without comments). Returns the output ResourceList, its items
+    /// sorted as the functions SDK sorts them ([`sort_like_sdk`]), and each
+    /// output item's text ([`OutputItem::Same`] with the input index for
+    /// an item no replacement changed).
+    ///
+    /// Errors: [`EvalError::FunctionFailed`] as the Go function fails (exit
+    /// code 1, the SDK's stderr line, the error as one result, the items
+    /// unchanged); [`EvalError::NotFound`] with the reason for a construct
+    /// the builtin leaves to the Go function
+    /// ([`apply_setters::Refusal`]); [`EvalError::Internal`] if it panicked.
+    pub fn apply_replacements(
+        &self,
+        image: &str,
+        mut rl: ResourceList,
+        texts: Option<Vec<Arc<str>>>,
+    ) -> Result<(ResourceList, Vec<OutputItem>), EvalError> {
+        let texts = texts.unwrap_or_else(|| {
+            rl.items
+                .iter()
+                .map(|i| Arc::from(emit_document(i)))
+                .collect()
+        });
+        let applied = catch_unwind(AssertUnwindSafe(|| {
+            apply_replacements::apply(&texts, rl.function_config.as_ref())
+        }));
+        let applied = match applied {
+            Ok(Ok(a)) => a,
+            Ok(Err(apply_setters::Refusal(why))) => {
+                return Err(EvalError::NotFound {
+                    image: image.to_string(),
+                    detail: Some(format!(
+                        "the builtin apply-replacements leaves this call to the function's binary or image: {why}"
+                    )),
+                });
+            }
+            Err(panic) => {
+                let what = crate::adapters::panic_message(&*panic)
+                    .unwrap_or_else(|| "unknown panic".into());
+                return Err(EvalError::Internal(format!(
+                    "KRM function panicked with: {what}"
+                )));
+            }
+        };
+        let mut item_texts = Vec::with_capacity(rl.items.len());
+        for (i, text) in applied.texts.into_iter().enumerate() {
+            match text {
+                Some(doc) => {
+                    rl.items[i] = doc.value().clone();
+                    item_texts.push(OutputItem::Text(Arc::new(doc)));
+                }
+                None => item_texts.push(OutputItem::Same(i)),
+            }
+        }
+        let order = sdk_order(&rl.items);
+        let mut items = std::mem::take(&mut rl.items);
+        rl.items = order
+            .iter()
+            .map(|&i| std::mem::take(&mut items[i]))
+            .collect();
+        let item_texts: Vec<OutputItem> = order.iter().map(|&i| item_texts[i].clone()).collect();
+        if let Some(e) = applied.error {
+            rl.results.push(crate::domain::resource_list::ResultItem {
+                message: e,
+                severity: Some(crate::domain::resource_list::Severity::Error),
+                ..Default::default()
+            });
+            let output = rl.to_yaml().map(Bytes::from).unwrap_or_default();
+            return Err(EvalError::FunctionFailed(Box::new(FunctionFailure {
+                image: image.to_string(),
+                exit: ExitReason::Code(1),
+                stderr: Bytes::from_static(SDK_FAILURE_STDERR.as_bytes()),
+                output,
+                results: rl.results,
+                sandbox_hint: None,
+            })));
+        }
+        Ok((rl, item_texts))
+    }
+}
+
 #[async_trait]
 impl FunctionRuntime for BuiltinRuntime {
     /// Runs the builtin named by `call.target` (an image); anything else is
@@ -311,12 +440,13 @@ impl FunctionRuntime for BuiltinRuntime {
         let Some(builtin) = self.lookup(image) else {
             return Err(EvalError::not_found(image));
         };
-        if builtin == Builtin::ApplySetters {
+        if builtin.keeps_texts() {
             let texts = call
                 .sources
                 .as_ref()
                 .map(|s| s.input_texts(&call.resource_list.items));
-            let (rl, item_texts) = self.apply_setters(image, call.resource_list, texts)?;
+            let (rl, item_texts) =
+                self.run_with_texts(builtin, image, call.resource_list, texts)?;
             let mut out = FunctionOutput::new(rl, "");
             out.item_texts = Some(item_texts);
             return Ok(out);
@@ -329,6 +459,23 @@ impl FunctionRuntime for BuiltinRuntime {
     fn may_serve(&self, target: &FunctionTarget) -> bool {
         matches!(target, FunctionTarget::Image(image) if self.lookup(image).is_some())
     }
+}
+
+/// The functions SDK's output order of `items` as indexes (a stable sort by
+/// the key [`sort_like_sdk`] uses).
+fn sdk_order(items: &[Value]) -> Vec<usize> {
+    let key = |o: &Value| {
+        format!(
+            "{} {} {} {}",
+            str_at(o, &["apiVersion"]),
+            str_at(o, &["kind"]),
+            str_at(o, &["metadata", "namespace"]),
+            str_at(o, &["metadata", "name"])
+        )
+    };
+    let mut order: Vec<(String, usize)> = items.iter().map(key).zip(0..).collect();
+    order.sort_by(|a, b| a.0.cmp(&b.0));
+    order.into_iter().map(|(_, i)| i).collect()
 }
 
 /// The functions SDK's output order: by `"<apiVersion> <kind> <namespace> <name>"`.
