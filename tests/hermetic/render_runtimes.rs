@@ -343,3 +343,69 @@ fn apply_setters_runs_in_process() {
         "{stderr}"
     );
 }
+
+/// An `image:` step for apply-replacements runs in process too: no binary
+/// on PATH, no `--allow-exec`; a field whose type the value does not read
+/// as (kyaml would write `!!int web`) is left to the Go function, and with
+/// none at hand the step fails naming why.
+#[test]
+fn apply_replacements_runs_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let pkg = dir.path().join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(
+        pkg.join("Kptfile"),
+        "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\npipeline:\n  mutators:\n  \
+         - image: gcr.io/kpt-fn/apply-replacements:v0.1.5\n    configPath: replacements.yaml\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("replacements.yaml"),
+        "apiVersion: fn.kpt.dev/v1alpha1\nkind: ApplyReplacements\nmetadata:\n  name: r\n  annotations:\n    \
+         config.kubernetes.io/local-config: \"true\"\nreplacements:\n- source:\n    kind: ConfigMap\n    \
+         fieldPath: data.image\n  targets:\n  - select:\n      kind: Deployment\n    fieldPaths:\n    \
+         - spec.template.spec.containers.[name=app].image\n",
+    )
+    .unwrap();
+    let config = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  image: nginx:1.25\n";
+    std::fs::write(pkg.join("settings.yaml"), config).unwrap();
+    let app = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  template:\n    spec:\n      \
+               containers:\n      - name: app\n        image: \"nginx\" # the image\n";
+    std::fs::write(pkg.join("app.yaml"), app).unwrap();
+    let render = |pkg: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+            .arg("render")
+            .arg(pkg)
+            .arg("--results-dir")
+            .arg(dir.path().join("results"))
+            .env("PATH", "/nonexistent")
+            .output()
+            .unwrap()
+    };
+    let out = render(&pkg);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(pkg.join("app.yaml")).unwrap(),
+        app.replace("\"nginx\"", "\"nginx:1.25\"")
+    );
+    // An integer target for a string value: left to the Go function, and
+    // nothing else serves it.
+    std::fs::write(
+        pkg.join("app.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  template:\n    spec:\n      \
+         containers:\n      - name: app\n        image: 3\n",
+    )
+    .unwrap();
+    let out = render(&pkg);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the builtin apply-replacements leaves this call"),
+        "{stderr}"
+    );
+}

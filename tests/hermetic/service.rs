@@ -549,7 +549,7 @@ async fn waiting_for_the_start_limit_counts_against_the_deadline() {
 /// gives (same items, same results) — and without the flag nothing is
 /// served in process (exec off: NotFound).
 #[tokio::test(flavor = "multi_thread")]
-async fn builtin_functions_flag_serves_apply_setters_in_process() {
+async fn builtin_functions_flag_serves_apply_setters_and_apply_replacements_in_process() {
     let rl = with_config(
         "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm # kpt-set: ${name}\n  data:\n    image: \"nginx:1.1\" # kpt-set: nginx:${tag}\n    keep: x # an ordinary comment\n",
         "  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    name: web\n    tag: \"1.2\"\n",
@@ -586,6 +586,39 @@ async fn builtin_functions_flag_serves_apply_setters_in_process() {
         .client()
         .await
         .evaluate_function(request(&catalog_image("apply-setters"), rl.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    let go = ResourceList::parse(&go.resource_list).unwrap();
+    assert_eq!(ours.items, go.items);
+    assert_eq!(ours.results, go.results);
+    // apply-replacements as well: the items sorted as the Go function
+    // sorts them, the target's quoting and comment kept.
+    let replacements = with_config(
+        "- apiVersion: v1\n  kind: Service\n  metadata:\n    name: web\n  spec:\n    selector:\n      app: \"old\" # set from the ConfigMap\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: settings\n  data:\n    app: shop\n",
+        "  apiVersion: fn.kpt.dev/v1alpha1\n  kind: ApplyReplacements\n  metadata:\n    name: r\n  replacements:\n  - source:\n      kind: ConfigMap\n      fieldPath: data.app\n    targets:\n    - select:\n        kind: Service\n      fieldPaths:\n      - spec.selector.app\n",
+    );
+    let out = builtin
+        .client()
+        .await
+        .evaluate_function(request(
+            &catalog_image("apply-replacements"),
+            replacements.clone(),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let text = String::from_utf8(out.resource_list.to_vec()).unwrap();
+    assert!(
+        text.contains("app: \"shop\" # set from the ConfigMap"),
+        "{text}"
+    );
+    let ours = ResourceList::parse(&out.resource_list).unwrap();
+    let go = bed
+        .runner
+        .client()
+        .await
+        .evaluate_function(request(&catalog_image("apply-replacements"), replacements))
         .await
         .unwrap()
         .into_inner();
