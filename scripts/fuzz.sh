@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers with libFuzzer (fuzz/: ResourceList parsing, the
 # request check, Kptfile parsing, the comment-preserving editor, the
-# builtin apply-setters' setter comments and the
+# builtin apply-setters' setter comments, the builtin apply-replacements'
+# field paths and the
 # simulator's trace and policy parsers), on stable Rust: the fuzz crate is
 # built with the sanitizer-coverage passes cargo-fuzz would add (no
 # sanitizer runtime, so no nightly), into target/fuzz.
@@ -19,7 +20,7 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(resource_list request kptfile preserve simulation setters)
+  targets=(resource_list request kptfile preserve simulation setters replacements)
 fi
 work="${KRM_FN_FUZZ_WORK:-target/fuzz/work}"
 host="$(rustc -vV | sed -n 's/^host: //p')"
