@@ -11,6 +11,8 @@
 
 mod api;
 #[cfg(not(krm_fn_render_only))]
+mod apply_replacements_vs_go;
+#[cfg(not(krm_fn_render_only))]
 mod apply_setters_vs_go;
 #[cfg(not(krm_fn_render_only))]
 mod builtin_catalog;
