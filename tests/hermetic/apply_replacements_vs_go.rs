@@ -902,6 +902,9 @@ enum Verdict {
 
 /// Compares the two runs of one case (`verbose`: prints the case and both
 /// outputs).
+/// Cases where the Go function's output could only be compared by value.
+static VALUES_ONLY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 async fn compare(
     seed: u64,
     go: &ExecCommandRuntime,
@@ -1001,6 +1004,12 @@ async fn compare(
                         }
                     }
                 }
+                // The Go function's output is not laid out item by item
+                // (a block scalar ending an item, say): its values are
+                // compared above, its text cannot be.
+                (None, Some(_)) => {
+                    VALUES_ONLY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 (g, r) => diffs.push(format!(
                     "item texts: go {}, rust {}",
                     if g.is_some() { "given" } else { "none" },
@@ -1089,7 +1098,8 @@ async fn builtin_apply_replacements_matches_the_go_binary_on_generated_inputs() 
     println!(
         "apply-replacements: {} generated cases (seeds {}..={}), {} differ, {refused} refused by the builtin \
          (the Go function changed items in {}, succeeded without a change in {}, failed in {}, \
-         wrote output the runner does not read in {}, other {})",
+         wrote output the runner does not read in {}, other {}; {} compared by value only, the Go \
+         output not being laid out item by item)",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1],
@@ -1098,7 +1108,8 @@ async fn builtin_apply_replacements_matches_the_go_binary_on_generated_inputs() 
         stats.unchanged,
         stats.failed,
         stats.unreadable,
-        stats.other
+        stats.other,
+        VALUES_ONLY.load(std::sync::atomic::Ordering::Relaxed)
     );
     assert!(
         failed.is_empty(),

@@ -46,11 +46,12 @@
 //! fields have the wrong type or a key in other letter case (the Go JSON
 //! decoder's error texts and case folding are not reproduced).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::apply_setters::{Place, Refusal, column, line_end, line_start, reindent, splice, token};
+use super::apply_setters::{Place, Refusal, column, line_end, line_start, reindent, token};
 use crate::domain::codec::emit::{self, SeqIndent};
 use crate::domain::codec::tree::{Kind, Node, Style, YamlDoc, skip_blank};
 
@@ -236,6 +237,7 @@ pub fn apply(texts: &[Arc<str>], function_config: Option<&Value>) -> Result<Appl
     }
     let mut changed = vec![false; docs.len()];
     let run = Run {
+        styles: vec![Styles::new(); docs.len()],
         docs: &mut docs,
         changed: &mut changed,
     };
@@ -1007,6 +1009,114 @@ fn matches_anno_and_label(doc: &YamlDoc, s: &Selector) -> Result<bool, Stop> {
     Ok(anno && label)
 }
 
+// ---- what the Go function's nodes hold ------------------------------------------
+
+/// A scalar's style and tag as the Go function's node holds them, which
+/// the text it writes does not always show: kyaml keeps a target's style
+/// and tag when it sets its value, and the YAML writer quotes or blocks a
+/// value on its own when the style cannot write it (a plain string that
+/// reads as a number is written `"3"` but stays plain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GoStyle {
+    style: Style,
+    /// The node's tag; `None` for a node kyaml created, which has none.
+    tag: Option<Tag>,
+}
+
+/// The styles of the scalars a run wrote, by their position in the
+/// current text of their item.
+type Styles = HashMap<usize, GoStyle>;
+
+/// The Go style of a scalar node: as written, unless the run wrote it.
+fn go_style(styles: &Styles, t: &str, at: &At) -> GoStyle {
+    if let Some(s) = styles.get(&at.node.start) {
+        return *s;
+    }
+    let style = match at.node.kind {
+        Kind::Scalar { style, .. } => style,
+        _ => Style::Plain,
+    };
+    let tag = match style {
+        Style::Plain => v3_tag(&scalar_value(t, at)),
+        _ => Tag::Str,
+    };
+    GoStyle {
+        style,
+        tag: Some(tag),
+    }
+}
+
+/// One change to an item's text: `start..end` replaced by `text`; a
+/// scalar written at `start + offset` with the Go style it keeps; the
+/// scalar's new `Node.Value`.
+struct Edit {
+    start: usize,
+    end: usize,
+    text: String,
+    written: Option<(usize, GoStyle)>,
+    value: Option<String>,
+}
+
+/// The text with `edits` made, read back, and `styles` moved to where
+/// their scalars now are (those inside a replaced region dropped), with
+/// the styles of the scalars written.
+fn splice_tracked(
+    doc: &YamlDoc,
+    mut edits: Vec<Edit>,
+    styles: &Styles,
+) -> Result<(YamlDoc, Styles), Stop> {
+    edits.sort_by_key(|e| e.start);
+    let t = doc.text();
+    let mut s = String::with_capacity(t.len() + 64);
+    let mut at = 0;
+    // (old start, old end, length change) per edit.
+    let mut regions = Vec::with_capacity(edits.len());
+    let mut new_styles = Styles::new();
+    for e in edits {
+        s.push_str(&t[at..e.start]);
+        if let Some((offset, style)) = e.written {
+            new_styles.insert(s.len() + offset, style);
+        }
+        regions.push((
+            e.start,
+            e.end,
+            e.text.len() as isize - (e.end - e.start) as isize,
+        ));
+        s.push_str(&e.text);
+        at = e.end;
+    }
+    s.push_str(&t[at..]);
+    for (&p, style) in styles {
+        if regions.iter().any(|&(a, b, _)| a <= p && p < b.max(a + 1)) {
+            continue;
+        }
+        let shift: isize = regions
+            .iter()
+            .filter(|&&(_, b, _)| b <= p)
+            .map(|&(_, _, d)| d)
+            .sum();
+        new_styles
+            .entry((p as isize + shift) as usize)
+            .or_insert(*style);
+    }
+    let doc = YamlDoc::parse(s)
+        .map_err(|e| Stop::Refuse(format!("the changed item does not read back: {e}")))?;
+    Ok((doc, new_styles))
+}
+
+/// A scalar token for `value` in `style` as yaml.v3 writes it, the empty
+/// value included (`''` single-quoted, nothing at all plain, `""` else).
+fn scalar_token(value: &str, style: Style, indent: usize) -> String {
+    if value.is_empty() {
+        return match style {
+            Style::SingleQuoted => "''".into(),
+            Style::Plain => String::new(),
+            _ => "\"\"".into(),
+        };
+    }
+    token(value, style, indent)
+}
+
 // ---- the replacement filter ------------------------------------------------------
 
 /// The value a replacement writes.
@@ -1052,6 +1162,16 @@ impl Replacing {
 struct Run<'a> {
     docs: &'a mut Vec<YamlDoc>,
     changed: &'a mut Vec<bool>,
+    /// Per item, the styles of the scalars written ([`GoStyle`]).
+    styles: Vec<Styles>,
+}
+
+/// Where a replacement's value lives while its targets are set: kyaml
+/// holds the source field itself (without a delimiter), so a target that
+/// is that field changes the value the later targets get.
+struct Live {
+    doc: usize,
+    path: Vec<String>,
 }
 
 impl Run<'_> {
@@ -1060,21 +1180,22 @@ impl Run<'_> {
             if (r.source_value.is_none() && r.source.is_none()) || r.targets.is_none() {
                 return fail("replacements must specify a source and at least one target");
             }
-            let value = self.replacement(&mut r)?;
+            let (mut value, live) = self.replacement(&mut r)?;
             for target in r.targets.as_mut().into_iter().flatten() {
-                self.apply_target(&value, target)?;
+                self.apply_target(&mut value, live.as_ref(), target)?;
             }
         }
         Ok(())
     }
 
-    /// kustomize's `getReplacement`.
-    fn replacement(&self, r: &mut Replacement) -> Result<Replacing, Stop> {
+    /// kustomize's `getReplacement`: the value, and where it lives when it
+    /// is the source field itself.
+    fn replacement(&self, r: &mut Replacement) -> Result<(Replacing, Option<Live>), Stop> {
         if r.source_value.is_some() && r.source.is_some() {
             return fail("value and resource selectors are mutually exclusive");
         }
         if let Some(v) = &r.source_value {
-            return Ok(Replacing::Scalar(v.clone()));
+            return Ok((Replacing::Scalar(v.clone()), None));
         }
         let source = r.source.as_mut().expect("checked above");
         let mut found = None;
@@ -1128,7 +1249,7 @@ impl Run<'_> {
             {
                 return fail("delimiter option can only be used with scalar nodes");
             }
-            return block_value(doc, &at).map(|b| b.expect("a collection"));
+            return block_value(doc, &at).map(|b| (b.expect("a collection"), None));
         }
         let value = scalar_value(t, &at);
         match source.options.as_ref() {
@@ -1140,14 +1261,25 @@ impl Run<'_> {
                         o.index
                     ));
                 }
-                Ok(Replacing::Scalar(parts[o.index as usize].to_string()))
+                Ok((Replacing::Scalar(parts[o.index as usize].to_string()), None))
             }
-            _ => Ok(Replacing::Scalar(value)),
+            _ => Ok((
+                Replacing::Scalar(value),
+                Some(Live {
+                    doc: i,
+                    path: split_field_path(&source.field_path),
+                }),
+            )),
         }
     }
 
     /// kustomize's `applyReplacement` for one target selector.
-    fn apply_target(&mut self, value: &Replacing, target: &mut Target) -> Result<(), Stop> {
+    fn apply_target(
+        &mut self,
+        value: &mut Replacing,
+        live: Option<&Live>,
+        target: &mut Target,
+    ) -> Result<(), Stop> {
         let Some(select) = target.select.clone() else {
             return fail("target must specify resources to select");
         };
@@ -1178,14 +1310,20 @@ impl Run<'_> {
                 .filter(|r| !r.id.is_empty())
                 .any(|r| ids.iter().any(|id| id.is_selected_by(&r.id)));
             if ids.iter().any(|id| id.is_selected_by(&select.id)) && !reject_id {
-                self.copy_to_target(i, value, target)?;
+                self.copy_to_target(i, value, live, target)?;
             }
         }
         Ok(())
     }
 
     /// kustomize's `copyValueToTarget` on item `i`.
-    fn copy_to_target(&mut self, i: usize, value: &Replacing, target: &Target) -> Result<(), Stop> {
+    fn copy_to_target(
+        &mut self,
+        i: usize,
+        value: &mut Replacing,
+        live: Option<&Live>,
+        target: &Target,
+    ) -> Result<(), Stop> {
         if self.docs[i].is_opaque() {
             return refuse("a target item uses anchors, aliases or tags");
         }
@@ -1225,21 +1363,28 @@ impl Run<'_> {
             if found.is_empty() && created.is_empty() {
                 return not_found(None);
             }
+            // The source field, when it is in this item.
+            let source_at = match live {
+                Some(l) if l.doc == i => lookup(doc, &l.path)?.map(|a| a.node.start),
+                _ => None,
+            };
+            let styles = &self.styles[i];
             let mut edits = Vec::with_capacity(found.len() + created.len());
             for at in found {
-                edits.push(set_field_value(
-                    t,
-                    doc,
-                    &at,
-                    value,
-                    target.options.as_ref(),
-                )?);
+                let edit = set_field_value(t, doc, styles, &at, value, target.options.as_ref())?;
+                if source_at == Some(at.node.start)
+                    && let Some(v) = &edit.value
+                {
+                    *value = Replacing::Scalar(v.clone());
+                }
+                edits.push(edit);
             }
             for c in created {
-                edits.push(c.edit(t, value, target.options.as_ref()));
+                edits.push(c.edit(value, target.options.as_ref()));
             }
-            let new = splice(doc, edits).map_err(|Refusal(why)| Stop::Refuse(why))?;
+            let (new, styles) = splice_tracked(doc, edits, styles)?;
             self.docs[i] = new;
+            self.styles[i] = styles;
             self.changed[i] = true;
         }
         Ok(())
@@ -1315,13 +1460,10 @@ impl Creation {
     /// The text inserted: each field on its own line, nested two columns
     /// further, the last one with the value (a created scalar has no tag:
     /// its value is written as a plain scalar if it reads as one).
-    fn edit(
-        &self,
-        _t: &str,
-        value: &Replacing,
-        options: Option<&FieldOptions>,
-    ) -> (usize, usize, String) {
+    fn edit(&self, value: &Replacing, options: Option<&FieldOptions>) -> Edit {
         let mut s = String::new();
+        let mut written = None;
+        let mut new_value = None;
         let last = self.chain.len() - 1;
         for (depth, name) in self.chain.iter().enumerate() {
             let indent = self.column + 2 * depth;
@@ -1336,13 +1478,30 @@ impl Creation {
             match value {
                 Replacing::Scalar(v) => {
                     let new = with_delimiter("", v, options);
-                    s.push(' ');
-                    s.push_str(&token(&new, Style::Plain, indent));
+                    let token = scalar_token(&new, Style::Plain, indent);
+                    if !token.is_empty() {
+                        s.push(' ');
+                    }
+                    written = Some((
+                        s.len(),
+                        GoStyle {
+                            style: Style::Plain,
+                            tag: None,
+                        },
+                    ));
+                    s.push_str(&token);
+                    new_value = Some(new);
                 }
                 block => s.push_str(&block.block_under(indent, self.seq_indent)),
             }
         }
-        (self.at, self.at, s)
+        Edit {
+            start: self.at,
+            end: self.at,
+            text: s,
+            written,
+            value: new_value,
+        }
     }
 }
 
@@ -1574,11 +1733,12 @@ fn node_string(t: &str, at: &At) -> Result<String, Stop> {
 fn set_field_value(
     t: &str,
     doc: &YamlDoc,
+    styles: &Styles,
     at: &At,
     value: &Replacing,
     options: Option<&FieldOptions>,
-) -> Result<(usize, usize, String), Stop> {
-    let Kind::Scalar { style, empty } = at.node.kind else {
+) -> Result<Edit, Stop> {
+    let Kind::Scalar { empty, .. } = at.node.kind else {
         if options.is_some_and(|o| !o.delimiter.is_empty()) {
             return fail("delimiter option can only be used with scalar nodes");
         }
@@ -1605,16 +1765,18 @@ fn set_field_value(
     {
         return refuse("a target field has a comment inside it");
     }
-    let token = match style {
-        Style::Plain => {
-            let (was, is) = (v3_tag(&old), v3_tag(&new));
+    let go = go_style(styles, t, at);
+    let token = match (go.style, go.tag) {
+        (Style::Plain, None) => scalar_token(&new, Style::Plain, indent),
+        (Style::Plain, Some(was)) => {
+            let is = v3_tag(&new);
             if was == Tag::Unknown || is == Tag::Unknown {
                 return refuse(format!(
                     "the value {new:?} or {old:?} may resolve to a timestamp"
                 ));
             }
             if was == is {
-                token(&new, Style::Plain, indent)
+                scalar_token(&new, Style::Plain, indent)
             } else if was == Tag::Str {
                 if new.contains('\n') {
                     token(&new, Style::Plain, indent)
@@ -1627,7 +1789,29 @@ fn set_field_value(
                 ));
             }
         }
-        s => token(&new, s, indent),
+        (s, _) => scalar_token(&new, s, indent),
+    };
+    // The Go function writes such a block, and its YAML reader takes a
+    // content line starting with `#` for a comment when it reads the item
+    // back (the value comes out empty).
+    if token.starts_with(['|', '>']) && new.lines().any(|l| l.trim_start().starts_with('#')) {
+        return refuse(
+            "a block scalar would get a line starting with `#`, which the Go function loses",
+        );
+    }
+    // Nothing is written for an empty plain value, not even the blank
+    // before it (`key:`).
+    let start = if token.is_empty() {
+        t[..start].trim_end_matches([' ', '\t']).len()
+    } else {
+        start
+    };
+    let edit = |start: usize, end: usize, text: String| Edit {
+        start,
+        end,
+        text,
+        written: Some((0, go)),
+        value: Some(new.clone()),
     };
     // A comment after the value stays, one blank after it (on a block
     // scalar's header line).
@@ -1639,22 +1823,22 @@ fn set_field_value(
                 Some((header, body)) if token.starts_with(['|', '>']) => {
                     format!("{header} {comment}\n{body}")
                 }
+                _ if token.is_empty() => format!(" {comment}"),
                 _ => format!("{token} {comment}"),
             };
-            Ok((start, end, text))
+            let mut e = edit(start, end, text);
+            if token.is_empty() {
+                e.written = None;
+            }
+            Ok(e)
         }
-        None => Ok((start, at.node.end, token)),
+        None => Ok(edit(start, at.node.end, token)),
     }
 }
 
 /// kyaml's `SetYNode` of a block mapping or sequence target: the copied
 /// block in its place (the comment on the target's key line stays).
-fn replace_collection(
-    t: &str,
-    doc: &YamlDoc,
-    at: &At,
-    value: &Replacing,
-) -> Result<(usize, usize, String), Stop> {
+fn replace_collection(t: &str, doc: &YamlDoc, at: &At, value: &Replacing) -> Result<Edit, Stop> {
     if matches!(value, Replacing::Scalar(_)) {
         return refuse("a scalar replaces a mapping or sequence (left to the Go function)");
     }
@@ -1690,7 +1874,13 @@ fn replace_collection(
         return refuse("comment lines follow a replaced mapping or sequence");
     }
     let _ = doc;
-    Ok((from, end, value.block_under(key_column, SeqIndent::of(t))))
+    Ok(Edit {
+        start: from,
+        end,
+        text: value.block_under(key_column, SeqIndent::of(t)),
+        written: None,
+        value: None,
+    })
 }
 
 #[cfg(test)]
