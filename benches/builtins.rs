@@ -1,12 +1,14 @@
-//! The builtin apply-setters against the catalog's Go binary, per call
-//! through `krm-fn-runner serve`, side by side in one run: one server with
-//! `--builtin-functions` (and no exec function configured, so the builtin
-//! tier answers every call) and one with the exec runtime on the catalog's
-//! `config.yaml` (the Go binary, sandboxed, per call). Both get the same
-//! ResourceList — 100 or 1,000 ConfigMaps, each with three `# kpt-set:`
-//! fields, and a setter config — from 1 and 16 concurrent callers for a
-//! fixed time each; prints calls/s per cell and the builtin/exec ratio
-//! (target >= 10x).
+//! The builtins apply-setters and apply-replacements against the
+//! catalog's Go binaries, per call through `krm-fn-runner serve`, side by
+//! side in one run: one server with `--builtin-functions` (and no exec
+//! function configured, so the builtin tier answers every call) and one with
+//! the exec runtime on the catalog's `config.yaml` (the Go binary,
+//! sandboxed, per call). Both get the same ResourceList — for apply-setters
+//! 100 or 1,000 ConfigMaps, each with three `# kpt-set:` fields, and a
+//! setter config; for apply-replacements 100 or 1,000 Deployments and a
+//! ConfigMap whose image and team every Deployment gets — from 1 and 16
+//! concurrent callers for a fixed time each; prints calls/s per cell and the
+//! builtin/exec ratio (target >= 10x).
 //!
 //! Needs the catalog functions (`scripts/install-catalog-functions.sh`).
 //! Run: `cargo bench --bench builtins`. `KRM_FN_BENCH_SECONDS` sets the
@@ -36,15 +38,48 @@ fn input(n: usize) -> Vec<u8> {
     s.into_bytes()
 }
 
-/// Calls per second from `callers` concurrent callers over `seconds`.
-async fn calls_per_second(runner: &Runner, body: &[u8], callers: usize, seconds: f64) -> f64 {
-    let image = common::catalog_image("apply-setters");
+/// A ResourceList of `n` Deployments and the ConfigMap they take their
+/// image and team label from, and the replacements.
+fn replacements_input(n: usize) -> Vec<u8> {
+    let mut s = String::from(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  \
+         metadata:\n    name: settings\n  data:\n    image: nginx:1.27\n    team: payments\n",
+    );
+    for i in 0..n {
+        s.push_str(&format!(
+            "- apiVersion: apps/v1\n  kind: Deployment\n  metadata:\n    name: app-{i} # app {i}\n    \
+             labels:\n      app: app-{i}\n  spec:\n    template:\n      spec:\n        containers:\n        \
+             - name: app\n          image: \"nginx:1.14\" # replaced\n        - name: side\n          image: busybox\n"
+        ));
+    }
+    s.push_str(
+        "functionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: ApplyReplacements\n  metadata:\n    name: r\n  \
+         replacements:\n  - source:\n      kind: ConfigMap\n      fieldPath: data.image\n    targets:\n    \
+         - select:\n        kind: Deployment\n      fieldPaths:\n      - spec.template.spec.containers.[name=app].image\n  \
+         - source:\n      kind: ConfigMap\n      fieldPath: data.team\n    targets:\n    - select:\n        \
+         kind: Deployment\n      fieldPaths:\n      - metadata.labels.team\n      options:\n        create: true\n",
+    );
+    s.into_bytes()
+}
+
+/// Calls of `function` per second from `callers` concurrent callers over
+/// `seconds`; the first answer is checked.
+async fn calls_per_second(
+    runner: &Runner,
+    function: &str,
+    body: &[u8],
+    callers: usize,
+    seconds: f64,
+) -> f64 {
+    let image = common::catalog_image(function);
+    let function = function.to_string();
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let mut tasks = Vec::new();
     for _ in 0..callers {
         let mut client = runner.client().await;
         let body = body.to_vec();
         let image = image.clone();
+        let function = function.clone();
         tasks.push(tokio::spawn(async move {
             let mut calls = 0u64;
             while Instant::now() < end {
@@ -55,11 +90,21 @@ async fn calls_per_second(runner: &Runner, body: &[u8], callers: usize, seconds:
                         tag: String::new(),
                     })
                     .await
-                    .expect("apply-setters call")
+                    .expect("the call")
                     .into_inner();
                 if calls == 0 {
                     let rl = ResourceList::parse(&out.resource_list).unwrap();
-                    assert_eq!(rl.items[0]["data"]["image"], "nginx:1.27");
+                    if function == "apply-setters" {
+                        assert_eq!(rl.items[0]["data"]["image"], "nginx:1.27");
+                    } else {
+                        let d = &rl.items[0];
+                        assert_eq!(d["kind"], "Deployment", "{d}");
+                        assert_eq!(
+                            d["spec"]["template"]["spec"]["containers"][0]["image"],
+                            "nginx:1.27"
+                        );
+                        assert_eq!(d["metadata"]["labels"]["team"], "payments");
+                    }
                 }
                 calls += 1;
             }
@@ -103,18 +148,26 @@ fn main() {
         "--max-concurrent-functions=16",
     ]);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    println!("apply-setters per call through serve, {seconds} s per cell (calls/s)");
-    println!("| resources | callers | builtin | exec (Go binary) | builtin/exec |");
-    println!("|---|---|---|---|---|");
-    for n in [100, 1_000] {
-        let body = input(n);
-        for callers in [1, 16] {
-            let b = rt.block_on(calls_per_second(&builtin, &body, callers, seconds));
-            let e = rt.block_on(calls_per_second(&exec, &body, callers, seconds));
-            println!(
-                "| {n} | {callers} | {b:.1} | {e:.1} | {:.1}x (target >= 10x) |",
-                b / e
-            );
+    println!("per call through serve, {seconds} s per cell (calls/s)");
+    println!("| function | resources | callers | builtin | exec (Go binary) | builtin/exec |");
+    println!("|---|---|---|---|---|---|");
+    for function in ["apply-setters", "apply-replacements"] {
+        for n in [100, 1_000] {
+            let body = if function == "apply-setters" {
+                input(n)
+            } else {
+                replacements_input(n)
+            };
+            for callers in [1, 16] {
+                let b = rt.block_on(calls_per_second(
+                    &builtin, function, &body, callers, seconds,
+                ));
+                let e = rt.block_on(calls_per_second(&exec, function, &body, callers, seconds));
+                println!(
+                    "| {function} | {n} | {callers} | {b:.1} | {e:.1} | {:.1}x (target >= 10x) |",
+                    b / e
+                );
+            }
         }
     }
 }

@@ -8,7 +8,10 @@
 //!    run through `exec:`: wall time, and the CPU of the whole render split
 //!    into the renderer's own and its descendants' (the function processes
 //!    and their supervisors), see [`Measured`];
-//! 2. `set-namespace` as a builtin (image `set-namespace:v0.4.5`, run
+//! 2. the three mutators alone on 1,000 resources: as builtins (`image:`
+//!    steps run in process) in our render, as the exec binaries in ours and
+//!    in kpt's (target: builtins >= 10x kpt);
+//! 3. `set-namespace` as a builtin (image `set-namespace:v0.4.5`, run
 //!    in-process) versus the same step through the exec binary: the whole
 //!    `render` command on the same package with only that step, and the step
 //!    alone (one runtime call on the package's 1,000 resources).
@@ -175,6 +178,28 @@ fn full_pipeline() -> String {
         b("apply-setters"),
         b("apply-replacements"),
         b("starlark"),
+    )
+}
+
+/// The three mutators of [`full_pipeline`] without the validator, as
+/// `image:` steps (the builtins `set-namespace`, `apply-setters`,
+/// `apply-replacements`) or as `exec:` steps (the catalog binaries).
+fn mutators_pipeline(builtin: bool) -> String {
+    let f = |name: &str, tag: &str| {
+        if builtin {
+            format!("image: {name}:{tag}")
+        } else {
+            format!("exec: {}", catalog_bin().join(name).display())
+        }
+    };
+    format!(
+        "  mutators:\n\
+         \x20   - {}\n      configMap:\n        namespace: bench\n\
+         \x20   - {}\n      configMap:\n        replicas: \"3\"\n        tag: \"1.27\"\n\
+         \x20   - {}\n      configPath: replacements.yaml\n",
+        f("set-namespace", "v0.4.5"),
+        f("apply-setters", "v0.2.2"),
+        f("apply-replacements", "v0.1.5"),
     )
 }
 
@@ -613,6 +638,44 @@ fn main() {
     if ab_only {
         return;
     }
+    // The three mutators: builtins against the binaries, ours and kpt's.
+    // The templates' names start with `full`, so each contender's first
+    // render is checked (`check_full_render`).
+    let mutators_builtin = work.path().join("full-mutators-builtin");
+    write_package(&mutators_builtin, RESOURCES, &mutators_pipeline(true));
+    let mutators_exec = work.path().join("full-mutators-exec");
+    write_package(&mutators_exec, RESOURCES, &mutators_pipeline(false));
+    let m = median_renders(
+        &[
+            Contender {
+                template: &mutators_builtin,
+                program: &ours,
+                args: &["render"],
+            },
+            Contender {
+                template: &mutators_exec,
+                program: &ours,
+                args: &["render"],
+            },
+            Contender {
+                template: &mutators_exec,
+                program: &kpt,
+                args: &["fn", "render"],
+            },
+        ],
+        work.path(),
+        RUNS,
+    );
+    println!(
+        "set-namespace + apply-setters + apply-replacements on {RESOURCES} resources: builtins {}, \
+         exec binaries {}, kpt with the binaries {}: builtins are {:.1}x faster than kpt (target >= 10x), \
+         {:.1}x faster than our exec path",
+        ms(m[0].wall),
+        ms(m[1].wall),
+        ms(m[2].wall),
+        m[2].wall.as_secs_f64() / m[0].wall.as_secs_f64(),
+        m[1].wall.as_secs_f64() / m[0].wall.as_secs_f64()
+    );
     let builtin_pkg = work.path().join("builtin");
     write_package(&builtin_pkg, RESOURCES, &set_namespace_pipeline(true));
     let exec_pkg = work.path().join("exec");
