@@ -31,11 +31,14 @@ fuzz_target!(|data: &[u8]| {
         "metadata": {"name": "r"},
         "replacements": replacements,
     });
-    let texts: Vec<Arc<str>> = parts
-        .iter()
-        .map(|p| Arc::<str>::from(format!("{p}\n")))
-        .collect();
-    if let Ok(applied) = apply_replacements::apply(&texts, Some(&config)) {
+    let mut docs = Vec::with_capacity(parts.len());
+    for p in &parts {
+        match YamlDoc::parse(format!("{p}\n")) {
+            Ok(d) => docs.push(Arc::new(d)),
+            Err(_) => return,
+        }
+    }
+    if let Ok(applied) = apply_replacements::apply(docs, Some(&config)) {
         for doc in applied.texts.iter().flatten() {
             assert!(YamlDoc::parse(doc.text()).is_ok(), "a changed object reads back");
         }

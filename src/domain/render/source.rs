@@ -183,6 +183,26 @@ pub struct CallSources {
 }
 
 impl CallSources {
+    /// As [`Self::input_texts`], each text read as a document (a base that
+    /// already reads as the item is shared, not read again); `None` when an
+    /// edited text does not read back.
+    pub fn input_docs(&self, items: &[Value]) -> Option<Vec<Arc<YamlDoc>>> {
+        items
+            .par_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let text = match self.texts.get(i).and_then(Option::as_ref) {
+                    Some(t) => match t.base() {
+                        Some(b) if same(b.value(), item) => return Some(b.clone()),
+                        _ => t.input_text(item),
+                    },
+                    None => Arc::from(emit_document(item)),
+                };
+                YamlDoc::parse(text).ok().map(Arc::new)
+            })
+            .collect()
+    }
+
     /// The document text of every item of `items` as a function gets it
     /// (formatted in parallel on rayon's pool).
     pub fn input_texts(&self, items: &[Value]) -> Vec<Arc<str>> {

@@ -69,7 +69,7 @@ const PREVIOUS: &str = "internal.config.kubernetes.io/";
 pub struct Applied {
     /// Per item, its new text when a replacement changed it (`None`:
     /// unchanged; all `None` when the function fails).
-    pub texts: Vec<Option<YamlDoc>>,
+    pub texts: Vec<Option<Arc<YamlDoc>>>,
     /// The error the Go function fails with, if any.
     pub error: Option<String>,
 }
@@ -209,13 +209,13 @@ fn fail<T>(why: impl Into<String>) -> Result<T, Stop> {
 }
 
 /// Applies the replacements of `function_config` to the items whose YAML
-/// texts are `texts` (in item order).
+/// documents are `docs` (in item order).
 ///
 /// Errors: [`Refusal`] for a construct or config the builtin leaves to the
 /// Go function (nothing is changed then).
-pub fn apply(texts: &[Arc<str>], function_config: Option<&Value>) -> Result<Applied, Refusal> {
+pub fn apply(docs: Vec<Arc<YamlDoc>>, function_config: Option<&Value>) -> Result<Applied, Refusal> {
     let unchanged = Applied {
-        texts: vec![None; texts.len()],
+        texts: vec![None; docs.len()],
         error: None,
     };
     let replacements = match config(function_config) {
@@ -228,13 +228,7 @@ pub fn apply(texts: &[Arc<str>], function_config: Option<&Value>) -> Result<Appl
             });
         }
     };
-    let mut docs = Vec::with_capacity(texts.len());
-    for t in texts {
-        docs.push(
-            YamlDoc::parse(t.clone())
-                .map_err(|e| Refusal(format!("an item does not parse as YAML: {e}")))?,
-        );
-    }
+    let mut docs = docs;
     let mut changed = vec![false; docs.len()];
     let run = Run {
         styles: vec![Styles::new(); docs.len()],
@@ -1160,7 +1154,7 @@ impl Replacing {
 }
 
 struct Run<'a> {
-    docs: &'a mut Vec<YamlDoc>,
+    docs: &'a mut Vec<Arc<YamlDoc>>,
     changed: &'a mut Vec<bool>,
     /// Per item, the styles of the scalars written ([`GoStyle`]).
     styles: Vec<Styles>,
@@ -1383,7 +1377,7 @@ impl Run<'_> {
                 edits.push(c.edit(value, target.options.as_ref()));
             }
             let (new, styles) = splice_tracked(doc, edits, styles)?;
-            self.docs[i] = new;
+            self.docs[i] = Arc::new(new);
             self.styles[i] = styles;
             self.changed[i] = true;
         }
@@ -1888,9 +1882,12 @@ mod tests {
     use super::*;
 
     fn run(items: &[&str], config: &str) -> Result<Applied, Refusal> {
-        let texts: Vec<Arc<str>> = items.iter().map(|t| Arc::from(*t)).collect();
+        let docs: Vec<Arc<YamlDoc>> = items
+            .iter()
+            .map(|t| Arc::new(YamlDoc::parse(*t).unwrap()))
+            .collect();
         let fc: Value = crate::domain::codec::from_yaml_str(config).unwrap();
-        apply(&texts, Some(&fc))
+        apply(docs, Some(&fc))
     }
 
     fn text(a: &Applied, i: usize) -> &str {

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 
 use super::{Builtin, BuiltinRuntime};
+use crate::domain::codec::tree::YamlDoc;
 use crate::domain::evaluation::{EvalError, EvaluationRequest, EvaluationResponse};
 use crate::domain::image::split_reference;
 use crate::domain::resource_list::{OutputItem, ResourceList};
@@ -83,15 +84,25 @@ impl BuiltinEvaluator {
         };
         let (rl, texts) = ResourceList::parse_output(&request.resource_list, &[], &[])
             .map_err(|e| EvalError::InvalidInput(format!("the ResourceList is not valid: {e}")))?;
-        let texts: Option<Vec<Arc<str>>> = texts.map(|t| {
-            t.into_iter()
-                .zip(&rl.items)
-                .map(|(t, item)| match t {
-                    OutputItem::Text(doc) => doc.shared_text(),
-                    OutputItem::Same(_) => Arc::from(super::emit_document(item)),
-                })
-                .collect()
-        });
+        let texts: Option<Vec<Arc<YamlDoc>>> = match texts {
+            Some(t) => {
+                let mut docs = Vec::with_capacity(t.len());
+                for (t, item) in t.into_iter().zip(&rl.items) {
+                    docs.push(match t {
+                        OutputItem::Text(doc) => doc,
+                        OutputItem::Same(_) => {
+                            Arc::new(YamlDoc::parse(super::emit_document(item)).map_err(|e| {
+                                EvalError::Internal(format!(
+                                    "an item written as YAML does not read back: {e}"
+                                ))
+                            })?)
+                        }
+                    });
+                }
+                Some(docs)
+            }
+            None => None,
+        };
         let texts = match texts {
             Some(t) => t,
             None if memchr::memmem::find(
@@ -116,11 +127,19 @@ impl BuiltinEvaluator {
                     )),
                 });
             }
-            None => rl
-                .items
-                .iter()
-                .map(|i| Arc::from(super::emit_document(i)))
-                .collect(),
+            None => {
+                let mut docs = Vec::with_capacity(rl.items.len());
+                for i in &rl.items {
+                    docs.push(Arc::new(YamlDoc::parse(super::emit_document(i)).map_err(
+                        |e| {
+                            EvalError::Internal(format!(
+                                "an item written as YAML does not read back: {e}"
+                            ))
+                        },
+                    )?));
+                }
+                docs
+            }
         };
         let sent = texts.clone();
         let (rl, item_texts) = self
@@ -128,7 +147,7 @@ impl BuiltinEvaluator {
             .run_with_texts(builtin, &image, rl, Some(texts))?;
         let text = rl
             .to_yaml_with(|i, _| match &item_texts[i] {
-                OutputItem::Same(j) => sent[*j].clone(),
+                OutputItem::Same(j) => sent[*j].shared_text(),
                 OutputItem::Text(doc) => doc.shared_text(),
             })
             .map_err(|e| EvalError::Internal(format!("writing the output ResourceList: {e}")))?;

@@ -41,6 +41,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::domain::codec::tree::YamlDoc;
 use crate::domain::evaluation::{EvalError, ExitReason, FunctionFailure};
 use crate::domain::image::DEFAULT_IMAGE_PREFIX;
 use crate::domain::render::GEN_PKG_CONTEXT_IMAGE;
@@ -259,14 +260,16 @@ impl BuiltinRuntime {
         &self,
         image: &str,
         mut rl: ResourceList,
-        texts: Option<Vec<Arc<str>>>,
+        docs: Option<Vec<Arc<YamlDoc>>>,
     ) -> Result<(ResourceList, Vec<OutputItem>), EvalError> {
-        let texts = texts.unwrap_or_else(|| {
-            rl.items
+        let texts: Vec<Arc<str>> = match docs {
+            Some(d) => d.iter().map(|d| d.shared_text()).collect(),
+            None => rl
+                .items
                 .iter()
                 .map(|i| Arc::from(emit_document(i)))
-                .collect()
-        });
+                .collect(),
+        };
         let inputs: Vec<(Arc<str>, String)> = texts
             .into_iter()
             .zip(&rl.items)
@@ -334,11 +337,11 @@ impl BuiltinRuntime {
         builtin: Builtin,
         image: &str,
         rl: ResourceList,
-        texts: Option<Vec<Arc<str>>>,
+        docs: Option<Vec<Arc<YamlDoc>>>,
     ) -> Result<(ResourceList, Vec<OutputItem>), EvalError> {
         match builtin {
-            Builtin::ApplySetters => self.apply_setters(image, rl, texts),
-            Builtin::ApplyReplacements => self.apply_replacements(image, rl, texts),
+            Builtin::ApplySetters => self.apply_setters(image, rl, docs),
+            Builtin::ApplyReplacements => self.apply_replacements(image, rl, docs),
             other => {
                 let rl = self.run_builtin(other, image, rl)?;
                 Ok((rl, Vec::new()))
@@ -362,16 +365,24 @@ impl BuiltinRuntime {
         &self,
         image: &str,
         mut rl: ResourceList,
-        texts: Option<Vec<Arc<str>>>,
+        docs: Option<Vec<Arc<YamlDoc>>>,
     ) -> Result<(ResourceList, Vec<OutputItem>), EvalError> {
-        let texts = texts.unwrap_or_else(|| {
-            rl.items
-                .iter()
-                .map(|i| Arc::from(emit_document(i)))
-                .collect()
-        });
+        let docs = match docs {
+            Some(d) => d,
+            None => {
+                let mut docs = Vec::with_capacity(rl.items.len());
+                for i in &rl.items {
+                    docs.push(Arc::new(YamlDoc::parse(emit_document(i)).map_err(|e| {
+                        EvalError::Internal(format!(
+                            "an item written as YAML does not read back: {e}"
+                        ))
+                    })?));
+                }
+                docs
+            }
+        };
         let applied = catch_unwind(AssertUnwindSafe(|| {
-            apply_replacements::apply(&texts, rl.function_config.as_ref())
+            apply_replacements::apply(docs, rl.function_config.as_ref())
         }));
         let applied = match applied {
             Ok(Ok(a)) => a,
@@ -396,7 +407,7 @@ impl BuiltinRuntime {
             match text {
                 Some(doc) => {
                     rl.items[i] = doc.value().clone();
-                    item_texts.push(OutputItem::Text(Arc::new(doc)));
+                    item_texts.push(OutputItem::Text(doc));
                 }
                 None => item_texts.push(OutputItem::Same(i)),
             }
@@ -444,7 +455,7 @@ impl FunctionRuntime for BuiltinRuntime {
             let texts = call
                 .sources
                 .as_ref()
-                .map(|s| s.input_texts(&call.resource_list.items));
+                .and_then(|s| s.input_docs(&call.resource_list.items));
             let (rl, item_texts) =
                 self.run_with_texts(builtin, image, call.resource_list, texts)?;
             let mut out = FunctionOutput::new(rl, "");
