@@ -760,3 +760,42 @@ pub const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus:
 /// `grpc.health.v1` NOT_SERVING.
 pub const NOT_SERVING: i32 =
     tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+
+/// A runtime call of `target` on the objects whose YAML texts are `items`
+/// (each text its object's origin, as render sends them) with
+/// `function_config`, and a 30 s timeout.
+///
+/// Panics: an item that is not one YAML document (a test's own input).
+pub fn call_with_texts(
+    target: krm_fn_runner::ports::FunctionTarget,
+    items: &[String],
+    function_config: Option<&serde_json::Value>,
+) -> krm_fn_runner::ports::FunctionCall {
+    use krm_fn_runner::domain::codec::tree::YamlDoc;
+    use krm_fn_runner::domain::render::source::{CallSources, ObjectText};
+    let docs: Vec<YamlDoc> = items
+        .iter()
+        .map(|t| YamlDoc::parse(t.as_str()).unwrap())
+        .collect();
+    let mut rl = krm_fn_runner::domain::resource_list::ResourceList::new(
+        docs.iter().map(|d| d.value().clone()).collect(),
+    );
+    rl.function_config = function_config.cloned();
+    krm_fn_runner::ports::FunctionCall {
+        target,
+        resource_list: rl,
+        timeout: Some(Duration::from_secs(30)),
+        sources: Some(CallSources {
+            texts: docs
+                .into_iter()
+                .map(|d| {
+                    Some(ObjectText {
+                        origin: Some(Arc::new(d)),
+                        wire: None,
+                    })
+                })
+                .collect(),
+            checked_only_output: false,
+        }),
+    }
+}

@@ -60,13 +60,9 @@
 
 use krm_fn_testbed::common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use krm_fn_runner::adapters::runtime::{BuiltinRuntime, ExecCommandRuntime};
 use krm_fn_runner::domain::codec::{self, tree::YamlDoc};
 use krm_fn_runner::domain::evaluation::EvalError;
-use krm_fn_runner::domain::render::source::{CallSources, ObjectText};
 use krm_fn_runner::domain::resource_list::{OutputItem, ResourceList};
 use krm_fn_runner::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 use rand::rngs::StdRng;
@@ -831,29 +827,7 @@ fn case(seed: u64) -> (Vec<String>, Option<Value>) {
 }
 
 fn call(target: FunctionTarget, items: &[String], fc: Option<&Value>) -> FunctionCall {
-    let docs: Vec<YamlDoc> = items
-        .iter()
-        .map(|t| YamlDoc::parse(t.as_str()).unwrap())
-        .collect();
-    let mut rl = ResourceList::new(docs.iter().map(|d| d.value().clone()).collect());
-    rl.function_config = fc.cloned();
-    FunctionCall {
-        target,
-        resource_list: rl,
-        timeout: Some(Duration::from_secs(30)),
-        sources: Some(CallSources {
-            texts: docs
-                .into_iter()
-                .map(|d| {
-                    Some(ObjectText {
-                        origin: Some(Arc::new(d)),
-                        wire: None,
-                    })
-                })
-                .collect(),
-            checked_only_output: false,
-        }),
-    }
+    common::call_with_texts(target, items, fc)
 }
 
 /// Each output item's text, lines with leading blanks removed (`None`: the

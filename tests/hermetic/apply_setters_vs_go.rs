@@ -18,13 +18,9 @@
 
 use krm_fn_testbed::common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use krm_fn_runner::adapters::runtime::{BuiltinRuntime, ExecCommandRuntime};
-use krm_fn_runner::domain::codec::{self, tree::YamlDoc};
+use krm_fn_runner::domain::codec;
 use krm_fn_runner::domain::evaluation::EvalError;
-use krm_fn_runner::domain::render::source::{CallSources, ObjectText};
 use krm_fn_runner::domain::resource_list::{OutputItem, ResourceList};
 use krm_fn_runner::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 use rand::rngs::StdRng;
@@ -178,29 +174,7 @@ fn case(seed: u64) -> (Vec<String>, Value) {
 }
 
 fn call(target: FunctionTarget, items: &[String], fc: &Value) -> FunctionCall {
-    let docs: Vec<YamlDoc> = items
-        .iter()
-        .map(|t| YamlDoc::parse(t.as_str()).unwrap())
-        .collect();
-    let mut rl = ResourceList::new(docs.iter().map(|d| d.value().clone()).collect());
-    rl.function_config = Some(fc.clone());
-    FunctionCall {
-        target,
-        resource_list: rl,
-        timeout: Some(Duration::from_secs(30)),
-        sources: Some(CallSources {
-            texts: docs
-                .into_iter()
-                .map(|d| {
-                    Some(ObjectText {
-                        origin: Some(Arc::new(d)),
-                        wire: None,
-                    })
-                })
-                .collect(),
-            checked_only_output: false,
-        }),
-    }
+    common::call_with_texts(target, items, Some(fc))
 }
 
 /// Each output item's text, lines with leading blanks removed.

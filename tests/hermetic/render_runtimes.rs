@@ -282,6 +282,19 @@ sys.stdout.write("\n".join(out + tail))
     }
 }
 
+/// `krm-fn-runner render PKG --results-dir RESULTS` with an empty PATH
+/// (nothing but the builtins can serve a step).
+fn render_without_path(pkg: &std::path::Path, results: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
+        .arg("render")
+        .arg(pkg)
+        .arg("--results-dir")
+        .arg(results)
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap()
+}
+
 /// `apply-setters` (catalog v0.2.2) is a builtin: an `image:` step for it
 /// renders with no binary on the PATH and no `--allow-exec`, comments kept,
 /// and its results are recorded; a construct the builtin leaves to the Go
@@ -302,16 +315,7 @@ fn apply_setters_runs_in_process() {
     let app = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app # kpt-set: ${app}\nspec:\n  \
                envs: # kpt-set: ${envs}\n  - x\n  image: \"nginx\" # kpt-set: ${app}\n";
     std::fs::write(pkg.join("app.yaml"), app).unwrap();
-    let render = |pkg: &std::path::Path| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
-            .arg("render")
-            .arg(pkg)
-            .arg("--results-dir")
-            .arg(dir.path().join("results"))
-            .env("PATH", "/nonexistent")
-            .output()
-            .unwrap()
-    };
+    let render = |pkg: &std::path::Path| render_without_path(pkg, &dir.path().join("results"));
     let out = render(&pkg);
     assert_eq!(
         out.status.code(),
@@ -372,16 +376,7 @@ fn apply_replacements_runs_in_process() {
     let app = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  template:\n    spec:\n      \
                containers:\n      - name: app\n        image: \"nginx\" # the image\n";
     std::fs::write(pkg.join("app.yaml"), app).unwrap();
-    let render = |pkg: &std::path::Path| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_krm-fn-runner"))
-            .arg("render")
-            .arg(pkg)
-            .arg("--results-dir")
-            .arg(dir.path().join("results"))
-            .env("PATH", "/nonexistent")
-            .output()
-            .unwrap()
-    };
+    let render = |pkg: &std::path::Path| render_without_path(pkg, &dir.path().join("results"));
     let out = render(&pkg);
     assert_eq!(
         out.status.code(),

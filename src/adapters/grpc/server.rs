@@ -210,21 +210,7 @@ impl Server {
         // The first status is set before any call is served: the listener
         // is already bound, so a client may ask at once.
         let mut serving = *health.borrow_and_update();
-        let first = if serving {
-            tonic_health::ServingStatus::Serving
-        } else {
-            tonic_health::ServingStatus::NotServing
-        };
-        health_reporter.set_service_status("", first).await;
-        if serving {
-            health_reporter
-                .set_serving::<FunctionEvaluatorServer<EvaluatorService>>()
-                .await;
-        } else {
-            health_reporter
-                .set_not_serving::<FunctionEvaluatorServer<EvaluatorService>>()
-                .await;
-        }
+        report_health(&health_reporter, serving).await;
         if serving {
             tracing::info!("health: SERVING");
         }
@@ -234,31 +220,12 @@ impl Server {
                 let now = *health.borrow_and_update();
                 if now != serving {
                     serving = now;
-                    let status = if now {
-                        tonic_health::ServingStatus::Serving
-                    } else {
-                        tonic_health::ServingStatus::NotServing
-                    };
-                    reporter.set_service_status("", status).await;
-                    if now {
-                        reporter
-                            .set_serving::<FunctionEvaluatorServer<EvaluatorService>>()
-                            .await;
-                    } else {
-                        reporter
-                            .set_not_serving::<FunctionEvaluatorServer<EvaluatorService>>()
-                            .await;
-                    }
+                    report_health(&reporter, now).await;
                     tracing::info!("health: {}", if now { "SERVING" } else { "NOT_SERVING" });
                 }
                 if health.changed().await.is_err() {
                     if serving {
-                        reporter
-                            .set_service_status("", tonic_health::ServingStatus::NotServing)
-                            .await;
-                        reporter
-                            .set_not_serving::<FunctionEvaluatorServer<EvaluatorService>>()
-                            .await;
+                        report_health(&reporter, false).await;
                     }
                     return;
                 }
@@ -353,6 +320,26 @@ impl Server {
 
 /// Aborts the task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+/// Sets the health of the whole server (`""`) and of
+/// `evaluator.FunctionEvaluator` to SERVING or NOT_SERVING.
+async fn report_health(reporter: &tonic_health::server::HealthReporter, serving: bool) {
+    let status = if serving {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    reporter.set_service_status("", status).await;
+    if serving {
+        reporter
+            .set_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+            .await;
+    } else {
+        reporter
+            .set_not_serving::<FunctionEvaluatorServer<EvaluatorService>>()
+            .await;
+    }
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

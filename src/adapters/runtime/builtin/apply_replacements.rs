@@ -1653,19 +1653,7 @@ fn block_value(doc: &YamlDoc, at: &At) -> Result<Option<Replacing>, Stop> {
     {
         return refuse("a copied value has a comment before its first entry");
     }
-    let end = line_end(t, at.node.end);
-    let rest = t[at.node.end..end].trim();
-    if !rest.is_empty() && !rest.starts_with('#') {
-        return refuse("a copied value does not end its line");
-    }
-    if t[end..]
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .is_some_and(|l| l.starts_with('#'))
-    {
-        return refuse("comment lines follow a copied value");
-    }
+    let (_, rest) = block_end(t, at.node.end, "a copied value")?;
     let text = format!(
         "{}{}",
         &t[at.node.start..at.node.end],
@@ -1676,6 +1664,27 @@ fn block_value(doc: &YamlDoc, at: &At) -> Result<Option<Replacing>, Stop> {
         column: column(t, at.node.start),
         seq,
     }))
+}
+
+/// Where the line of a block collection ending at `node_end` ends, and the
+/// comment on it (`""` if none); refused when more than a comment follows
+/// on that line or comment lines follow it (kyaml carries those as the
+/// collection's foot comments). `what` names the collection in the reason.
+fn block_end<'t>(t: &'t str, node_end: usize, what: &str) -> Result<(usize, &'t str), Stop> {
+    let end = line_end(t, node_end);
+    let rest = t[node_end..end].trim();
+    if !rest.is_empty() && !rest.starts_with('#') {
+        return refuse(format!("{what} does not end its line"));
+    }
+    if t[end..]
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .is_some_and(|l| l.starts_with('#'))
+    {
+        return refuse(format!("comment lines follow {what}"));
+    }
+    Ok((end, rest))
 }
 
 /// kustomize's delimiter rule: `old` split, the element at `index`
@@ -1854,19 +1863,7 @@ fn replace_collection(t: &str, doc: &YamlDoc, at: &At, value: &Replacing) -> Res
     if line_start(t, at.node.start) <= colon {
         return refuse("a replaced mapping or sequence starts on its key's line");
     }
-    let end = line_end(t, at.node.end);
-    let rest = t[at.node.end..end].trim();
-    if !rest.is_empty() && !rest.starts_with('#') {
-        return refuse("a replaced mapping or sequence does not end its line");
-    }
-    if t[end..]
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .is_some_and(|l| l.starts_with('#'))
-    {
-        return refuse("comment lines follow a replaced mapping or sequence");
-    }
+    let (end, _) = block_end(t, at.node.end, "a replaced mapping or sequence")?;
     let _ = doc;
     Ok(Edit {
         start: from,

@@ -90,13 +90,7 @@ impl BuiltinEvaluator {
                 for (t, item) in t.into_iter().zip(&rl.items) {
                     docs.push(match t {
                         OutputItem::Text(doc) => doc,
-                        OutputItem::Same(_) => {
-                            Arc::new(YamlDoc::parse(super::emit_document(item)).map_err(|e| {
-                                EvalError::Internal(format!(
-                                    "an item written as YAML does not read back: {e}"
-                                ))
-                            })?)
-                        }
+                        OutputItem::Same(_) => super::emitted_doc(item)?,
                     });
                 }
                 Some(docs)
@@ -127,19 +121,7 @@ impl BuiltinEvaluator {
                     )),
                 });
             }
-            None => {
-                let mut docs = Vec::with_capacity(rl.items.len());
-                for i in &rl.items {
-                    docs.push(Arc::new(YamlDoc::parse(super::emit_document(i)).map_err(
-                        |e| {
-                            EvalError::Internal(format!(
-                                "an item written as YAML does not read back: {e}"
-                            ))
-                        },
-                    )?));
-                }
-                docs
-            }
+            None => super::emitted_docs(&rl.items)?,
         };
         let sent = texts.clone();
         let (rl, item_texts) = self

@@ -279,35 +279,13 @@ impl BuiltinRuntime {
             })
             .collect();
         let setters = apply_setters::setters(rl.function_config.as_ref());
-        let applied = catch_unwind(AssertUnwindSafe(|| apply_setters::apply(&inputs, &setters)));
-        let applied = match applied {
-            Ok(Ok(a)) => a,
-            Ok(Err(apply_setters::Refusal(why))) => {
-                return Err(EvalError::NotFound {
-                    image: image.to_string(),
-                    detail: Some(format!(
-                        "the builtin apply-setters leaves this call to the function's binary or image: {why}"
-                    )),
-                });
-            }
-            Err(panic) => {
-                let what = crate::adapters::panic_message(&*panic)
-                    .unwrap_or_else(|| "unknown panic".into());
-                return Err(EvalError::Internal(format!(
-                    "KRM function panicked with: {what}"
-                )));
-            }
-        };
-        let mut item_texts = Vec::with_capacity(rl.items.len());
-        for (i, text) in applied.texts.into_iter().enumerate() {
-            match text {
-                Some(doc) => {
-                    rl.items[i] = doc.value().clone();
-                    item_texts.push(OutputItem::Text(Arc::new(doc)));
-                }
-                None => item_texts.push(OutputItem::Same(i)),
-            }
-        }
+        let applied = guarded(image, "apply-setters", || {
+            apply_setters::apply(&inputs, &setters)
+        })?;
+        let item_texts = take_texts(
+            &mut rl.items,
+            applied.texts.into_iter().map(|t| t.map(Arc::new)),
+        );
         rl.results = applied.results;
         if let Some(e) = applied.error {
             let output = rl.to_yaml().map(Bytes::from).unwrap_or_default();
@@ -369,49 +347,12 @@ impl BuiltinRuntime {
     ) -> Result<(ResourceList, Vec<OutputItem>), EvalError> {
         let docs = match docs {
             Some(d) => d,
-            None => {
-                let mut docs = Vec::with_capacity(rl.items.len());
-                for i in &rl.items {
-                    docs.push(Arc::new(YamlDoc::parse(emit_document(i)).map_err(|e| {
-                        EvalError::Internal(format!(
-                            "an item written as YAML does not read back: {e}"
-                        ))
-                    })?));
-                }
-                docs
-            }
+            None => emitted_docs(&rl.items)?,
         };
-        let applied = catch_unwind(AssertUnwindSafe(|| {
+        let applied = guarded(image, "apply-replacements", || {
             apply_replacements::apply(docs, rl.function_config.as_ref())
-        }));
-        let applied = match applied {
-            Ok(Ok(a)) => a,
-            Ok(Err(apply_setters::Refusal(why))) => {
-                return Err(EvalError::NotFound {
-                    image: image.to_string(),
-                    detail: Some(format!(
-                        "the builtin apply-replacements leaves this call to the function's binary or image: {why}"
-                    )),
-                });
-            }
-            Err(panic) => {
-                let what = crate::adapters::panic_message(&*panic)
-                    .unwrap_or_else(|| "unknown panic".into());
-                return Err(EvalError::Internal(format!(
-                    "KRM function panicked with: {what}"
-                )));
-            }
-        };
-        let mut item_texts = Vec::with_capacity(rl.items.len());
-        for (i, text) in applied.texts.into_iter().enumerate() {
-            match text {
-                Some(doc) => {
-                    rl.items[i] = doc.value().clone();
-                    item_texts.push(OutputItem::Text(doc));
-                }
-                None => item_texts.push(OutputItem::Same(i)),
-            }
-        }
+        })?;
+        let item_texts = take_texts(&mut rl.items, applied.texts.into_iter());
         let order = sdk_order(&rl.items);
         let mut items = std::mem::take(&mut rl.items);
         rl.items = order
@@ -470,6 +411,69 @@ impl FunctionRuntime for BuiltinRuntime {
     fn may_serve(&self, target: &FunctionTarget) -> bool {
         matches!(target, FunctionTarget::Image(image) if self.lookup(image).is_some())
     }
+}
+
+/// The items written as YAML and read back as documents (for a call that
+/// came without the items' texts).
+///
+/// Errors: [`EvalError::Internal`] if a written item does not read back.
+pub(crate) fn emitted_docs(items: &[Value]) -> Result<Vec<Arc<YamlDoc>>, EvalError> {
+    items.iter().map(emitted_doc).collect()
+}
+
+/// One item written as YAML and read back; errors as [`emitted_docs`].
+pub(crate) fn emitted_doc(item: &Value) -> Result<Arc<YamlDoc>, EvalError> {
+    YamlDoc::parse(emit_document(item))
+        .map(Arc::new)
+        .map_err(|e| {
+            EvalError::Internal(format!("an item written as YAML does not read back: {e}"))
+        })
+}
+
+/// Runs a text-keeping builtin `name`: its result, a [`Refusal`] as
+/// [`EvalError::NotFound`] naming why (so a chain goes on to the binary or
+/// image), a panic as [`EvalError::Internal`].
+///
+/// [`Refusal`]: apply_setters::Refusal
+fn guarded<T>(
+    image: &str,
+    name: &str,
+    run: impl FnOnce() -> Result<T, apply_setters::Refusal>,
+) -> Result<T, EvalError> {
+    match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(Ok(a)) => Ok(a),
+        Ok(Err(apply_setters::Refusal(why))) => Err(EvalError::NotFound {
+            image: image.to_string(),
+            detail: Some(format!(
+                "the builtin {name} leaves this call to the function's binary or image: {why}"
+            )),
+        }),
+        Err(panic) => {
+            let what =
+                crate::adapters::panic_message(&*panic).unwrap_or_else(|| "unknown panic".into());
+            Err(EvalError::Internal(format!(
+                "KRM function panicked with: {what}"
+            )))
+        }
+    }
+}
+
+/// Each item's output text: a changed item's new document (its value
+/// replacing the item's), [`OutputItem::Same`] for the others.
+fn take_texts(
+    items: &mut [Value],
+    texts: impl Iterator<Item = Option<Arc<YamlDoc>>>,
+) -> Vec<OutputItem> {
+    texts
+        .enumerate()
+        .map(|(i, text)| match text {
+            Some(doc) => {
+                items[i] = doc.value().clone();
+                OutputItem::Text(doc)
+            }
+            None => OutputItem::Same(i),
+        })
+        .collect()
 }
 
 /// The functions SDK's output order of `items` as indexes (a stable sort by
