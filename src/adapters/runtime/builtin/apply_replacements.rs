@@ -482,8 +482,11 @@ fn path_splitter(path: &str, delim: &str) -> Vec<String> {
     res
 }
 
-/// kyaml's `SmarterPathSplitter`: as [`path_splitter`], a `[…]` part with
-/// the delimiter inside kept whole (its brackets dropped when it has no `=`).
+/// A replacement field path split into its parts, as kyaml's
+/// `SmarterPathSplitter` splits it on `.`: a leading `.` dropped, `\.`
+/// kept as a dot inside a part, a `[…]` part with dots inside kept whole
+/// (its brackets dropped when it has no `=`). `"a.[name=x.y].b"` →
+/// `["a", "[name=x.y]", "b"]`; never empty (`""` → `[""]`).
 pub fn split_field_path(path: &str) -> Vec<String> {
     let split = path_splitter(path, ".");
     let mut out = Vec::with_capacity(split.len());
