@@ -275,7 +275,7 @@ fn config(fc: Option<&Value>) -> Result<Vec<Replacement>, Stop> {
              only functionConfig of kind {CONFIG_KIND} and apiVersion {CONFIG_API_VERSION} is supported"
         ));
     }
-    let root = Obj::new(fc, "functionConfig")?;
+    let root = Obj::new(fc, "functionConfig");
     let list = match root.get("replacements")? {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(a)) => a,
@@ -289,13 +289,13 @@ fn config(fc: Option<&Value>) -> Result<Vec<Replacement>, Stop> {
                 out.push(Replacement::default());
                 continue;
             }
-            Value::Object(m) => Obj::new(m, &at)?,
+            Value::Object(m) => Obj::new(m, &at),
             _ => return refuse(format!("{at} is not a mapping")),
         };
         let source = match r.get("source")? {
             None | Some(Value::Null) => None,
             Some(Value::Object(m)) => {
-                let s = Obj::new(m, &format!("{at}.source"))?;
+                let s = Obj::new(m, &format!("{at}.source"));
                 Some(Source {
                     id: s.res_id()?,
                     field_path: s.string("fieldPath")?,
@@ -313,7 +313,7 @@ fn config(fc: Option<&Value>) -> Result<Vec<Replacement>, Stop> {
                     let Value::Object(m) = t else {
                         return refuse(format!("{at} is not a mapping"));
                     };
-                    ts.push(Obj::new(m, &at)?.target()?);
+                    ts.push(Obj::new(m, &at).target()?);
                 }
                 Some(ts)
             }
@@ -341,11 +341,11 @@ struct Obj<'a> {
 }
 
 impl<'a> Obj<'a> {
-    fn new(m: &'a Map<String, Value>, at: &str) -> Result<Self, Stop> {
-        Ok(Self {
+    fn new(m: &'a Map<String, Value>, at: &str) -> Self {
+        Self {
             m,
             at: at.to_string(),
-        })
+        }
     }
 
     fn get(&self, key: &str) -> Result<Option<&'a Value>, Stop> {
@@ -390,7 +390,7 @@ impl<'a> Obj<'a> {
     fn options(&self) -> Result<Option<FieldOptions>, Stop> {
         let m = match self.get("options")? {
             None | Some(Value::Null) => return Ok(None),
-            Some(Value::Object(m)) => Obj::new(m, &format!("{}.options", self.at))?,
+            Some(Value::Object(m)) => Obj::new(m, &format!("{}.options", self.at)),
             Some(_) => return refuse(format!("{}.options is not a mapping", self.at)),
         };
         let index = match m.get("index")? {
@@ -415,9 +415,7 @@ impl<'a> Obj<'a> {
     fn target(&self) -> Result<Target, Stop> {
         let select = match self.get("select")? {
             None | Some(Value::Null) => None,
-            Some(Value::Object(m)) => {
-                Some(Obj::new(m, &format!("{}.select", self.at))?.selector()?)
-            }
+            Some(Value::Object(m)) => Some(Obj::new(m, &format!("{}.select", self.at)).selector()?),
             Some(_) => return refuse(format!("{}.select is not a mapping", self.at)),
         };
         let mut reject = Vec::new();
@@ -428,7 +426,7 @@ impl<'a> Obj<'a> {
                     let Value::Object(m) = r else {
                         return refuse(format!("{}.reject[{k}] is not a mapping", self.at));
                     };
-                    reject.push(Obj::new(m, &format!("{}.reject[{k}]", self.at))?.selector()?);
+                    reject.push(Obj::new(m, &format!("{}.reject[{k}]", self.at)).selector()?);
                 }
             }
             Some(_) => return refuse(format!("{}.reject is not a list", self.at)),
@@ -1346,7 +1344,6 @@ impl Run<'_> {
             };
             let mut walk = Matcher {
                 t,
-                doc,
                 create,
                 out: &mut found,
                 created: Vec::new(),
@@ -1506,7 +1503,6 @@ impl Creation {
 /// document order; with `create`, the fields it would add.
 struct Matcher<'a, 'o> {
     t: &'a str,
-    doc: &'a YamlDoc,
     create: bool,
     out: &'o mut Vec<At<'a>>,
     created: Vec<Creation>,
@@ -1624,7 +1620,7 @@ impl<'a> Matcher<'a, '_> {
             at: end,
             column,
             chain: path.to_vec(),
-            seq_indent: SeqIndent::of(self.doc.text()),
+            seq_indent: SeqIndent::of(self.t),
         });
         Ok(())
     }
@@ -1748,7 +1744,7 @@ fn set_field_value(
         if options.is_some_and(|o| !o.delimiter.is_empty()) {
             return fail("delimiter option can only be used with scalar nodes");
         }
-        return replace_collection(t, doc, at, value);
+        return replace_collection(t, at, value);
     };
     let old = scalar_value(t, at);
     let new = with_delimiter(&old, value.value(), options);
@@ -1844,7 +1840,7 @@ fn set_field_value(
 
 /// kyaml's `SetYNode` of a block mapping or sequence target: the copied
 /// block in its place (the comment on the target's key line stays).
-fn replace_collection(t: &str, doc: &YamlDoc, at: &At, value: &Replacing) -> Result<Edit, Stop> {
+fn replace_collection(t: &str, at: &At, value: &Replacing) -> Result<Edit, Stop> {
     if matches!(value, Replacing::Scalar(_)) {
         return refuse("a scalar replaces a mapping or sequence (left to the Go function)");
     }
@@ -1867,7 +1863,6 @@ fn replace_collection(t: &str, doc: &YamlDoc, at: &At, value: &Replacing) -> Res
         return refuse("a replaced mapping or sequence starts on its key's line");
     }
     let (end, _) = block_end(t, at.node.end, "a replaced mapping or sequence")?;
-    let _ = doc;
     Ok(Edit {
         start: from,
         end,

@@ -176,10 +176,7 @@ pub fn apply(texts: &[(Arc<str>, String)], setters: &[Setter]) -> Result<Applied
 }
 
 /// The texts with `edits` made, read back.
-pub(super) fn splice(
-    doc: &YamlDoc,
-    mut edits: Vec<(usize, usize, String)>,
-) -> Result<YamlDoc, Refusal> {
+fn splice(doc: &YamlDoc, mut edits: Vec<(usize, usize, String)>) -> Result<YamlDoc, Refusal> {
     edits.sort_by_key(|e| e.0);
     let t = doc.text();
     let mut s = String::with_capacity(t.len() + 64);

@@ -1,8 +1,8 @@
 //! `serve`'s builtin tier (`--builtin-functions`, off by default): the
 //! builtins that keep their input's text — `apply-setters` and
-//! `apply-replacements` — run in process before the exec runtime. Porch's v1.5.3 runner has no such tier
-//! (porch-server runs its own builtins before calling the runner), so it is
-//! only on when asked for.
+//! `apply-replacements` — run in process before the exec runtime. Porch's
+//! v1.5.3 runner has no such tier (porch-server runs its own builtins before
+//! calling the runner), so it is only on when asked for.
 //!
 //! The request's ResourceList is read item by item with each item's text
 //! (comments, quoting, layout); the response is the ResourceList with the
@@ -84,40 +84,29 @@ impl BuiltinEvaluator {
         };
         let (rl, texts) = ResourceList::parse_output(&request.resource_list, &[], &[])
             .map_err(|e| EvalError::InvalidInput(format!("the ResourceList is not valid: {e}")))?;
-        let texts: Option<Vec<Arc<YamlDoc>>> = match texts {
-            Some(t) => {
-                let mut docs = Vec::with_capacity(t.len());
-                for (t, item) in t.into_iter().zip(&rl.items) {
-                    docs.push(match t {
-                        OutputItem::Text(doc) => doc,
-                        OutputItem::Same(_) => super::emitted_doc(item)?,
-                    });
-                }
-                Some(docs)
-            }
-            None => None,
+        // Setter comments are all apply-setters looks at; apply-replacements
+        // keeps every comment.
+        let kept_comments = match builtin {
+            Builtin::ApplySetters => b"kpt-set".as_slice(),
+            _ => b"#".as_slice(),
         };
-        let texts = match texts {
-            Some(t) => t,
-            None if memchr::memmem::find(
-                &request.resource_list,
-                match builtin {
-                    Builtin::ApplySetters => b"kpt-set".as_slice(),
-                    _ => b"#".as_slice(),
-                },
-            )
-            .is_some() =>
-            {
+        let texts: Vec<Arc<YamlDoc>> = match texts {
+            Some(t) => t
+                .into_iter()
+                .zip(&rl.items)
+                .map(|(t, item)| match t {
+                    OutputItem::Text(doc) => Ok(doc),
+                    OutputItem::Same(_) => super::emitted_doc(item),
+                })
+                .collect::<Result<_, _>>()?,
+            None if memchr::memmem::find(&request.resource_list, kept_comments).is_some() => {
                 return Err(EvalError::NotFound {
                     image: request.image.clone(),
                     detail: Some(format!(
                         "the builtin {} reads items one by one with their comments, \
                          and this ResourceList's items are not laid out so (flow style or \
                          document markers)",
-                        match builtin {
-                            Builtin::ApplySetters => "apply-setters",
-                            _ => "apply-replacements",
-                        }
+                        builtin.name()
                     )),
                 });
             }

@@ -85,12 +85,45 @@ pub enum Builtin {
 }
 
 impl Builtin {
+    /// The function's catalog name (`apply-setters`; kpt's
+    /// `builtins/gen-pkg-context` for the package-context generator).
+    pub fn name(self) -> &'static str {
+        match self {
+            Builtin::PackageContext => GEN_PKG_CONTEXT_IMAGE,
+            Builtin::SetNamespace => "set-namespace",
+            Builtin::SetLabels => "set-labels",
+            Builtin::ApplySetters => "apply-setters",
+            Builtin::ApplyReplacements => "apply-replacements",
+        }
+    }
+
+    /// The tags (and digests) served, each with its `:` or `@`; none for
+    /// the package-context generator, which kpt names without one.
+    pub fn tags(self) -> &'static [&'static str] {
+        match self {
+            Builtin::PackageContext => &[],
+            Builtin::SetNamespace => SET_NAMESPACE_TAGS,
+            Builtin::SetLabels => SET_LABELS_TAGS,
+            Builtin::ApplySetters => APPLY_SETTERS_TAGS,
+            Builtin::ApplyReplacements => APPLY_REPLACEMENTS_TAGS,
+        }
+    }
+
     /// True for the builtins that work on their items' texts (comments and
     /// quoting kept), which [`BuiltinRuntime::run_with_texts`] runs.
     pub fn keeps_texts(self) -> bool {
         matches!(self, Builtin::ApplySetters | Builtin::ApplyReplacements)
     }
 }
+
+/// The catalog functions among the builtins, served under the catalog's
+/// prefixes with their [`Builtin::tags`].
+const CATALOG_BUILTINS: [Builtin; 4] = [
+    Builtin::SetNamespace,
+    Builtin::SetLabels,
+    Builtin::ApplySetters,
+    Builtin::ApplyReplacements,
+];
 
 /// The in-process runtime.
 #[derive(Debug, Clone)]
@@ -121,18 +154,10 @@ impl BuiltinRuntime {
         };
         let mut prefixes = vec![String::new(), default_prefix];
         prefixes.extend(BUILTIN_PREFIXES.iter().map(|p| p.to_string()));
-        for (name, tags, builtin) in [
-            ("set-namespace", SET_NAMESPACE_TAGS, Builtin::SetNamespace),
-            ("set-labels", SET_LABELS_TAGS, Builtin::SetLabels),
-            ("apply-setters", APPLY_SETTERS_TAGS, Builtin::ApplySetters),
-            (
-                "apply-replacements",
-                APPLY_REPLACEMENTS_TAGS,
-                Builtin::ApplyReplacements,
-            ),
-        ] {
+        for builtin in CATALOG_BUILTINS {
+            let name = builtin.name();
             for prefix in &prefixes {
-                for tag in tags {
+                for tag in builtin.tags() {
                     table.insert(format!("{prefix}{name}{tag}"), builtin);
                 }
             }
@@ -156,14 +181,12 @@ impl BuiltinRuntime {
     pub fn tags_note(&self, image: &str) -> Option<String> {
         let name = image.rsplit('/').next().unwrap_or(image);
         let name = name.split(['@', ':']).next().unwrap_or(name);
-        let tags = match name {
-            "set-namespace" => SET_NAMESPACE_TAGS,
-            "set-labels" => SET_LABELS_TAGS,
-            "apply-setters" => APPLY_SETTERS_TAGS,
-            "apply-replacements" => APPLY_REPLACEMENTS_TAGS,
-            _ => return None,
-        };
-        let tags: Vec<&str> = tags.iter().filter_map(|t| t.strip_prefix(':')).collect();
+        let builtin = CATALOG_BUILTINS.into_iter().find(|b| b.name() == name)?;
+        let tags: Vec<&str> = builtin
+            .tags()
+            .iter()
+            .filter_map(|t| t.strip_prefix(':'))
+            .collect();
         Some(format!(
             "the builtin {name} serves only tags {}",
             tags.join(", ")
@@ -279,7 +302,7 @@ impl BuiltinRuntime {
             })
             .collect();
         let setters = apply_setters::setters(rl.function_config.as_ref());
-        let applied = guarded(image, "apply-setters", || {
+        let applied = guarded(image, Builtin::ApplySetters, || {
             apply_setters::apply(&inputs, &setters)
         })?;
         let item_texts = take_texts(
@@ -349,7 +372,7 @@ impl BuiltinRuntime {
             Some(d) => d,
             None => emitted_docs(&rl.items)?,
         };
-        let applied = guarded(image, "apply-replacements", || {
+        let applied = guarded(image, Builtin::ApplyReplacements, || {
             apply_replacements::apply(docs, rl.function_config.as_ref())
         })?;
         let item_texts = take_texts(&mut rl.items, applied.texts.into_iter());
@@ -430,16 +453,17 @@ pub(crate) fn emitted_doc(item: &Value) -> Result<Arc<YamlDoc>, EvalError> {
         })
 }
 
-/// Runs a text-keeping builtin `name`: its result, a [`Refusal`] as
+/// Runs text-keeping `builtin`: its result, a [`Refusal`] as
 /// [`EvalError::NotFound`] naming why (so a chain goes on to the binary or
 /// image), a panic as [`EvalError::Internal`].
 ///
 /// [`Refusal`]: apply_setters::Refusal
 fn guarded<T>(
     image: &str,
-    name: &str,
+    builtin: Builtin,
     run: impl FnOnce() -> Result<T, apply_setters::Refusal>,
 ) -> Result<T, EvalError> {
+    let name = builtin.name();
     match catch_unwind(AssertUnwindSafe(run)) {
         Ok(Ok(a)) => Ok(a),
         Ok(Err(apply_setters::Refusal(why))) => Err(EvalError::NotFound {
@@ -479,31 +503,26 @@ fn take_texts(
 /// The functions SDK's output order of `items` as indexes (a stable sort by
 /// the key [`sort_like_sdk`] uses).
 fn sdk_order(items: &[Value]) -> Vec<usize> {
-    let key = |o: &Value| {
-        format!(
-            "{} {} {} {}",
-            str_at(o, &["apiVersion"]),
-            str_at(o, &["kind"]),
-            str_at(o, &["metadata", "namespace"]),
-            str_at(o, &["metadata", "name"])
-        )
-    };
-    let mut order: Vec<(String, usize)> = items.iter().map(key).zip(0..).collect();
-    order.sort_by(|a, b| a.0.cmp(&b.0));
-    order.into_iter().map(|(_, i)| i).collect()
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_cached_key(|&i| sdk_key(&items[i]));
+    order
 }
 
 /// The functions SDK's output order: by `"<apiVersion> <kind> <namespace> <name>"`.
 pub fn sort_like_sdk(items: &mut [Value]) {
-    items.sort_by_cached_key(|o| {
-        format!(
-            "{} {} {} {}",
-            str_at(o, &["apiVersion"]),
-            str_at(o, &["kind"]),
-            str_at(o, &["metadata", "namespace"]),
-            str_at(o, &["metadata", "name"])
-        )
-    });
+    items.sort_by_cached_key(sdk_key);
+}
+
+/// The key the functions SDK sorts items by:
+/// `"<apiVersion> <kind> <namespace> <name>"`.
+fn sdk_key(o: &Value) -> String {
+    format!(
+        "{} {} {} {}",
+        str_at(o, &["apiVersion"]),
+        str_at(o, &["kind"]),
+        str_at(o, &["metadata", "namespace"]),
+        str_at(o, &["metadata", "name"])
+    )
 }
 
 /// A string field at `path`, or "".
