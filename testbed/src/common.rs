@@ -799,3 +799,42 @@ pub fn call_with_texts(
         }),
     }
 }
+
+/// The installed catalog binary of `function` (`catalog_dir()/bin/NAME`).
+///
+/// Panics, naming the install script, when it is not installed.
+pub fn installed_catalog_binary(function: &str) -> PathBuf {
+    let bin = catalog_dir().join("bin").join(function);
+    assert!(
+        bin.is_file(),
+        "{} is not installed: run scripts/install-catalog-functions.sh (or set KRM_FN_CATALOG)",
+        bin.display()
+    );
+    bin
+}
+
+/// How two failures of one function call differ (the Go binary's and a
+/// builtin's): exit code, stderr and results, and the items written with
+/// the failure (compared as values). Empty when they are the same.
+pub fn failure_differences(
+    go: &krm_fn_runner::domain::evaluation::FunctionFailure,
+    rust: &krm_fn_runner::domain::evaluation::FunctionFailure,
+) -> Vec<String> {
+    use krm_fn_runner::domain::resource_list::ResourceList;
+    let mut diffs = Vec::new();
+    if go.exit != rust.exit || go.stderr != rust.stderr || go.results != rust.results {
+        diffs.push(format!(
+            "failures differ\n--- go\n{:?} {:?} {:?}\n--- rust\n{:?} {:?} {:?}",
+            go.exit, go.stderr, go.results, rust.exit, rust.stderr, rust.results
+        ));
+    }
+    let items_of = |b: &[u8]| ResourceList::parse(b).map(|l| l.items).ok();
+    if items_of(&go.output) != items_of(&rust.output) {
+        diffs.push(format!(
+            "items written on failure differ\n--- go\n{}\n--- rust\n{}",
+            String::from_utf8_lossy(&go.output),
+            String::from_utf8_lossy(&rust.output)
+        ));
+    }
+    diffs
+}

@@ -886,7 +886,7 @@ async fn compare(
     stats: &mut GoOutcomes,
     verbose: bool,
 ) -> Verdict {
-    let bin = common::catalog_dir().join("bin/apply-replacements");
+    let bin = common::installed_catalog_binary("apply-replacements");
     let (items, fc) = case(seed);
     let g = go
         .run(call(
@@ -999,20 +999,7 @@ async fn compare(
             }
         }
         (Err(EvalError::FunctionFailed(g)), Err(EvalError::FunctionFailed(r))) => {
-            if g.exit != r.exit || g.stderr != r.stderr || g.results != r.results {
-                diffs.push(format!(
-                    "failures differ\n--- go\n{:?} {:?} {:?}\n--- rust\n{:?} {:?} {:?}",
-                    g.exit, g.stderr, g.results, r.exit, r.stderr, r.results
-                ));
-            }
-            let items_of = |b: &[u8]| ResourceList::parse(b).map(|l| l.items).ok();
-            if items_of(&g.output) != items_of(&r.output) {
-                diffs.push(format!(
-                    "items written on failure differ\n--- go\n{}\n--- rust\n{}",
-                    String::from_utf8_lossy(&g.output),
-                    String::from_utf8_lossy(&r.output)
-                ));
-            }
+            diffs.extend(common::failure_differences(&g, &r));
         }
         (g, r) => diffs.push(format!(
             "outcomes differ: go {}, rust {}",
@@ -1038,12 +1025,7 @@ async fn compare(
 
 #[tokio::test]
 async fn builtin_apply_replacements_matches_the_go_binary_on_generated_inputs() {
-    let bin = common::catalog_dir().join("bin/apply-replacements");
-    assert!(
-        bin.is_file(),
-        "{} is not installed: run scripts/install-catalog-functions.sh (or set KRM_FN_CATALOG)",
-        bin.display()
-    );
+    common::installed_catalog_binary("apply-replacements");
     let go = ExecCommandRuntime::inheriting(64 << 20);
     let rust = BuiltinRuntime::default();
     let (seeds, verbose): (Vec<u64>, bool) = match std::env::var("KRM_FN_REPLACEMENTS_SEED") {
@@ -1112,12 +1094,7 @@ async fn builtin_apply_replacements_matches_the_go_binary_on_generated_inputs() 
 /// replacements made.
 #[tokio::test]
 async fn generated_items_are_in_the_go_writers_normal_form() {
-    let bin = common::catalog_dir().join("bin/apply-replacements");
-    assert!(
-        bin.is_file(),
-        "{} is not installed: run scripts/install-catalog-functions.sh (or set KRM_FN_CATALOG)",
-        bin.display()
-    );
+    let bin = common::installed_catalog_binary("apply-replacements");
     let go = ExecCommandRuntime::inheriting(64 << 20);
     let fc = json!({
         "apiVersion": "fn.kpt.dev/v1alpha1",

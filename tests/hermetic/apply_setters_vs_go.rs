@@ -213,7 +213,7 @@ static INVALID_GO_OUTPUT: std::sync::atomic::AtomicUsize = std::sync::atomic::At
 
 /// The differences between the two runs of one case.
 async fn compare(seed: u64, go: &ExecCommandRuntime, rust: &BuiltinRuntime) -> Vec<String> {
-    let bin = common::catalog_dir().join("bin/apply-setters");
+    let bin = common::installed_catalog_binary("apply-setters");
     let (items, fc) = case(seed);
     let g = go
         .run(call(
@@ -275,20 +275,7 @@ async fn compare(seed: u64, go: &ExecCommandRuntime, rust: &BuiltinRuntime) -> V
             INVALID_GO_OUTPUT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         (Err(EvalError::FunctionFailed(g)), Err(EvalError::FunctionFailed(r))) => {
-            if g.exit != r.exit || g.stderr != r.stderr || g.results != r.results {
-                diffs.push(format!(
-                    "failures differ\n--- go\n{:?} {:?} {:?}\n--- rust\n{:?} {:?} {:?}",
-                    g.exit, g.stderr, g.results, r.exit, r.stderr, r.results
-                ));
-            }
-            let items_of = |b: &[u8]| ResourceList::parse(b).map(|l| l.items).ok();
-            if items_of(&g.output) != items_of(&r.output) {
-                diffs.push(format!(
-                    "items written on failure differ\n--- go\n{}\n--- rust\n{}",
-                    String::from_utf8_lossy(&g.output),
-                    String::from_utf8_lossy(&r.output)
-                ));
-            }
+            diffs.extend(common::failure_differences(&g, &r));
         }
         // The Go function writes `key: # comment` and an unindented `[]`
         // line for an array setter whose value is `[]`: not YAML. The
@@ -317,12 +304,7 @@ async fn compare(seed: u64, go: &ExecCommandRuntime, rust: &BuiltinRuntime) -> V
 
 #[tokio::test]
 async fn builtin_apply_setters_matches_the_go_binary_on_generated_inputs() {
-    let bin = common::catalog_dir().join("bin/apply-setters");
-    assert!(
-        bin.is_file(),
-        "{} is not installed: run scripts/install-catalog-functions.sh (or set KRM_FN_CATALOG)",
-        bin.display()
-    );
+    common::installed_catalog_binary("apply-setters");
     let go = ExecCommandRuntime::inheriting(64 << 20);
     let rust = BuiltinRuntime::default();
     let seeds: Vec<u64> = match std::env::var("KRM_FN_SETTERS_SEED") {
