@@ -838,3 +838,26 @@ pub fn failure_differences(
     }
     diffs
 }
+
+/// Each output item's text as lines with their leading blanks removed
+/// (an unchanged item is its input's text, `inputs[j]`); `None` when the
+/// runtime gave no item texts.
+pub fn output_item_lines(
+    out: &krm_fn_runner::ports::FunctionOutput,
+    inputs: &[String],
+) -> Option<Vec<Vec<String>>> {
+    use krm_fn_runner::domain::resource_list::OutputItem;
+    let texts = out.item_texts.as_ref()?;
+    Some(
+        texts
+            .iter()
+            .map(|t| {
+                let text = match t {
+                    OutputItem::Same(j) => inputs[*j].as_str(),
+                    OutputItem::Text(doc) => doc.text(),
+                };
+                text.lines().map(|l| l.trim_start().to_string()).collect()
+            })
+            .collect(),
+    )
+}

@@ -63,7 +63,7 @@ use krm_fn_testbed::common;
 use krm_fn_runner::adapters::runtime::{BuiltinRuntime, ExecCommandRuntime};
 use krm_fn_runner::domain::codec::{self, tree::YamlDoc};
 use krm_fn_runner::domain::evaluation::EvalError;
-use krm_fn_runner::domain::resource_list::{OutputItem, ResourceList};
+use krm_fn_runner::domain::resource_list::ResourceList;
 use krm_fn_runner::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -833,19 +833,7 @@ fn call(target: FunctionTarget, items: &[String], fc: Option<&Value>) -> Functio
 /// Each output item's text, lines with leading blanks removed (`None`: the
 /// runtime gave no item texts).
 fn item_lines(out: &FunctionOutput, inputs: &[String]) -> Option<Vec<Vec<String>>> {
-    let texts = out.item_texts.as_ref()?;
-    Some(
-        texts
-            .iter()
-            .map(|t| {
-                let text = match t {
-                    OutputItem::Same(j) => inputs[*j].clone(),
-                    OutputItem::Text(doc) => doc.text().to_string(),
-                };
-                text.lines().map(|l| l.trim_start().to_string()).collect()
-            })
-            .collect(),
-    )
+    common::output_item_lines(out, inputs)
 }
 
 /// How a case came out of the Go function (for the summary line).

@@ -21,7 +21,7 @@ use krm_fn_testbed::common;
 use krm_fn_runner::adapters::runtime::{BuiltinRuntime, ExecCommandRuntime};
 use krm_fn_runner::domain::codec;
 use krm_fn_runner::domain::evaluation::EvalError;
-use krm_fn_runner::domain::resource_list::{OutputItem, ResourceList};
+use krm_fn_runner::domain::resource_list::ResourceList;
 use krm_fn_runner::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -179,17 +179,7 @@ fn call(target: FunctionTarget, items: &[String], fc: &Value) -> FunctionCall {
 
 /// Each output item's text, lines with leading blanks removed.
 fn item_lines(out: &FunctionOutput, inputs: &[String]) -> Vec<Vec<String>> {
-    let texts = out.item_texts.as_ref().expect("item texts");
-    texts
-        .iter()
-        .map(|t| {
-            let text = match t {
-                OutputItem::Same(j) => inputs[*j].clone(),
-                OutputItem::Text(doc) => doc.text().to_string(),
-            };
-            text.lines().map(|l| l.trim_start().to_string()).collect()
-        })
-        .collect()
+    common::output_item_lines(out, inputs).expect("item texts")
 }
 
 /// The setter comments of the inputs' flow sequences: the Go function
