@@ -77,6 +77,8 @@ mod app;
 mod cli;
 pub mod domain;
 pub mod ports;
+#[doc(hidden)]
+pub mod supervisor;
 
 pub use adapters::exec::{ExecEvaluator, ExecSettings};
 pub use adapters::package::{PackageIoError, PackageRender, RenderedPackage, render_dir};

@@ -1,8 +1,6 @@
 //! Local exec: running function binaries as child processes.
 
-mod confine;
 pub mod evaluator;
-mod layers;
 pub mod process;
 mod reap;
 mod resident;

@@ -3,7 +3,7 @@
 //!
 //! - no shell: the program is executed directly with the given argv;
 //! - a scrubbed environment: only the variables in [`ProcessSpec::env`];
-//! - the function runs under a supervisor (`super::confine`; see
+//! - the function runs under a supervisor (`crate::supervisor::tree`; see
 //!   [`Confinement`] for how it is started) that kills
 //!   every descendant (whatever session or group it moved to) when the
 //!   function exits, when the call ends for any other reason — timeout,
@@ -37,7 +37,7 @@ use tokio::process::Command;
 use crate::adapters::parse_pool::parse_off_workers;
 use crate::domain::evaluation::{EvalError, ExitReason, FunctionFailure, Payload};
 
-/// How each function process gets its supervisor (`super::confine`).
+/// How each function process gets its supervisor (`crate::supervisor::tree`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Confinement {
     /// The runner starts the `krm-fn-supervisor` program at this path with
@@ -368,15 +368,16 @@ pub async fn run_confined(
         Confinement::InProcess => {
             let mut cmd = Command::new(&spec.program);
             // Made ready here, before the fork: it allocates.
-            let layers = super::layers::prepare(spec.sandbox.bytes()).map_err(|source| {
-                ProcessError::Spawn {
-                    program: spec.program.clone(),
-                    source,
-                }
-            })?;
+            let layers =
+                crate::supervisor::layers::prepare(spec.sandbox.bytes()).map_err(|source| {
+                    ProcessError::Spawn {
+                        program: spec.program.clone(),
+                        source,
+                    }
+                })?;
             // SAFETY: `become_supervisor` uses only async-signal-safe system calls.
             unsafe {
-                cmd.pre_exec(move || super::confine::become_supervisor(runner, &layers));
+                cmd.pre_exec(move || crate::supervisor::tree::become_supervisor(runner, &layers));
             }
             cmd
         }
@@ -528,7 +529,7 @@ where
 }
 
 /// The resident supervisor's request for `spec`, or `None` when it takes
-/// more than [`super::confine::MAX_REQUEST`] bytes.
+/// more than [`crate::supervisor::protocol::MAX_REQUEST`] bytes.
 ///
 /// Errors: a NUL byte in the program, an argument, the environment or the
 /// working directory: the same [`ProcessError::Spawn`] as `std`'s.
@@ -544,15 +545,16 @@ fn resident_request(spec: &ProcessSpec) -> Result<Option<Vec<u8>>, ProcessError>
         .collect();
     let env: Vec<&[u8]> = env.iter().map(Vec::as_slice).collect();
     let cwd = spec.cwd.as_ref().map(|c| c.as_os_str().as_bytes());
-    let request = super::confine::encode_request(cwd, spec.sandbox.bytes(), &argv, &env)
-        .ok_or_else(|| ProcessError::Spawn {
-            program: spec.program.clone(),
-            source: io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "nul byte found in provided data",
-            ),
-        })?;
-    Ok((request.len() <= super::confine::MAX_REQUEST).then_some(request))
+    let request =
+        crate::supervisor::protocol::encode_request(cwd, spec.sandbox.bytes(), &argv, &env)
+            .ok_or_else(|| ProcessError::Spawn {
+                program: spec.program.clone(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "nul byte found in provided data",
+                ),
+            })?;
+    Ok((request.len() <= crate::supervisor::protocol::MAX_REQUEST).then_some(request))
 }
 
 /// [`run_confined`] through the resident supervisor `supervisor`: new
@@ -566,7 +568,9 @@ async fn run_resident(
     supervisor: &Path,
     request: &[u8],
 ) -> Result<ProcessOutput, ProcessError> {
-    use super::confine::{REPORT_BYTES, REPORT_EXITED, REPORT_START_FAILED, decode_report};
+    use crate::supervisor::protocol::{
+        REPORT_BYTES, REPORT_EXITED, REPORT_START_FAILED, decode_report,
+    };
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
     use nix::unistd::pipe2;
     use std::os::fd::{AsRawFd, OwnedFd};
@@ -669,10 +673,10 @@ async fn run_resident(
 }
 
 /// The `errno` the supervisor program reported for a function it could not
-/// start: exit code [`super::confine::START_FAILED_CODE`] and `stderr`
+/// start: exit code [`crate::supervisor::protocol::START_FAILED_CODE`] and `stderr`
 /// exactly the report line with this call's `token`.
 fn start_failure(code: Option<i32>, stderr: &[u8], token: &str) -> Option<i32> {
-    use super::confine::{START_FAILED, START_FAILED_CODE};
+    use crate::supervisor::protocol::{START_FAILED, START_FAILED_CODE};
     if code != Some(START_FAILED_CODE) {
         return None;
     }

@@ -88,7 +88,7 @@ pub(crate) fn reap_orphans() -> Vec<i32> {
 /// `Z`).
 fn zombie_parent(pid: i32) -> Option<i32> {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let (state, ppid) = super::confine::stat_state_ppid(&stat)?;
+    let (state, ppid) = crate::supervisor::tree::stat_state_ppid(&stat)?;
     (state == b'Z').then_some(ppid)
 }
 

@@ -2,8 +2,8 @@
 //! `krm-fn-supervisor --resident RUNNER_PID` process per supervisor program,
 //! started with the server (or on first use), whose pool of per-call
 //! supervisors (forked ahead of time, each serving call after call) takes
-//! the calls (see `src/bin/krm-fn-supervisor.rs` and the protocol in
-//! `super::confine`).
+//! the calls (see `crate::supervisor::pool` and the protocol in
+//! `crate::supervisor::protocol`).
 //!
 //! The control socket is shared by every call without a lock: each request
 //! is one `SOCK_SEQPACKET` message, sent whole or not at all. A resident
@@ -146,7 +146,7 @@ pub(crate) const DEFAULT_SPARES: usize = 2;
 
 /// The most spares [`SPARES_ENV`] may ask for (the supervisor program's
 /// limit).
-pub(crate) const MAX_SPARES: usize = 16;
+pub(crate) use crate::supervisor::pool::MAX_SPARES;
 
 /// The number of spares: [`SPARES_ENV`] when it holds a number up to
 /// [`MAX_SPARES`], otherwise [`DEFAULT_SPARES`] (with a warning naming the

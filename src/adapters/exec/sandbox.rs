@@ -2,15 +2,17 @@
 //! (probed once, one warning per missing layer), which paths a function may
 //! read, its per-call scratch directory, and the [`LayerSpec`] each call
 //! sends to its supervisor, which applies the layers in the function
-//! process before `exec` (`super::layers`).
+//! process before `exec` (`crate::supervisor::layers`).
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use super::layers::{self, DEVICE, LANDLOCK, NO_NETWORK, NO_NEW_PRIVS, READ, SYSCALLS, WRITE};
 use crate::domain::sandbox::{READ_RULES_EXEC, READ_RULES_RENDER, credential_stores};
 pub use crate::domain::sandbox::{SandboxAllow, SandboxGrant};
+use crate::supervisor::layers::{
+    self, DEVICE, LANDLOCK, NO_NETWORK, NO_NEW_PRIVS, READ, SYSCALLS, WRITE,
+};
 
 /// One call's sandbox as its supervisor reads it (layer bits and Landlock
 /// rules); the default is no layer at all.
@@ -18,7 +20,7 @@ pub use crate::domain::sandbox::{SandboxAllow, SandboxGrant};
 pub struct LayerSpec(pub(crate) Vec<u8>);
 
 impl LayerSpec {
-    /// The spec's bytes (`super::layers::Spec`).
+    /// The spec's bytes (`crate::supervisor::layers::Spec`).
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.0
     }

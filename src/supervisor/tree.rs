@@ -1,4 +1,5 @@
-//! Confining a function process and every descendant to its call.
+//! The process tree: confining a function process and every descendant to
+//! its call.
 //!
 //! A process group is not enough: a function may start a child with
 //! `setsid` (a new session and group), fork twice so the grandchild is
@@ -30,10 +31,9 @@
 //!
 //! The supervisor is normally a per-call process of the resident
 //! `krm-fn-supervisor --resident`'s pool (forked ahead of time and serving
-//! one call at a time, call after call; `src/bin/krm-fn-supervisor.rs`, which
-//! includes this file), one long-lived process the runner starts once with
-//! `posix_spawn` and sends each call to over a Unix socket (the protocol is
-//! below, [`MAX_REQUEST`]); there it waits with [`supervise_call`], which
+//! one call at a time, call after call; [`super::pool`]), one long-lived
+//! process the runner starts once with `posix_spawn` and sends each call to
+//! over a Unix socket ([`super::protocol`]); there it waits with [`supervise_call`], which
 //! also stops the call when the runner closes the call's status socket. It
 //! can also be that program started per call (`posix_spawn`, no copy of the
 //! runner's address space), or, without the program, the runner's own
@@ -46,11 +46,11 @@
 //! Everything in this module may run in the forked child of a
 //! multi-threaded process, between `fork` and `exec`, where only
 //! async-signal-safe calls are allowed: no allocation, no locks — raw system
-//! calls on stack buffers. The exception is the resident supervisor's
-//! request codec ([`encode_request`], [`decode_request`]), which allocates
-//! and runs only in the runner and in the single-threaded resident process.
+//! calls on stack buffers.
 
 use std::io;
+
+use super::protocol::SETUP_FAILED;
 
 /// The signal the kernel sends the supervisor when the runner dies; told
 /// apart from a thread exit of the runner (which also fires it) by checking
@@ -66,20 +66,6 @@ const HANDLED: [libc::c_int; 6] = [
     libc::SIGQUIT,
     PARENT_DIED,
 ];
-
-/// Exit code of a supervisor that could not set itself up.
-pub(crate) const SETUP_FAILED: i32 = 125;
-
-/// Exit code of the `krm-fn-supervisor` program when the function could not
-/// be started (or the supervisor could not set itself up); its stderr is
-/// then exactly [`START_FAILED`], the call's token (from the program's
-/// argv), ` errno `, the decimal `errno` and a newline. The function never
-/// ran, so nothing else was written there; the token, new for each call,
-/// keeps a function's own stderr from passing for this report.
-pub(crate) const START_FAILED_CODE: i32 = 127;
-
-/// The stderr prefix of a [`START_FAILED_CODE`] exit.
-pub(crate) const START_FAILED: &[u8] = b"krm-fn-supervisor: cannot start the function: ";
 
 fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -529,7 +515,7 @@ fn pids(text: &[u8]) -> impl Iterator<Item = libc::pid_t> + '_ {
 /// The state and the parent pid in the text of `/proc/<pid>/stat`: the
 /// first and second fields after the command name, which ends at the last
 /// `)`. Allocates nothing (it also runs in a forked supervisor).
-pub(super) fn stat_state_ppid(stat: &[u8]) -> Option<(u8, libc::pid_t)> {
+pub(crate) fn stat_state_ppid(stat: &[u8]) -> Option<(u8, libc::pid_t)> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let mut fields = stat[close + 1..]
         .split(|&b| b == b' ')
@@ -631,127 +617,6 @@ pub(crate) unsafe fn relay(status: libc::c_int) -> ! {
     }
 }
 
-/// The resident supervisor's protocol (`krm-fn-supervisor --resident
-/// RUNNER_PID`, its control socket as descriptor 0): one `SOCK_SEQPACKET`
-/// message per call, the bytes of [`encode_request`] with four descriptors
-/// attached (`SCM_RIGHTS`): the function's stdin, stdout and stderr, and
-/// the call's status socket, on which the per-call process sends one
-/// [`REPORT_BYTES`]-byte report ([`encode_report`]) and which the runner
-/// closes to stop the call.
-///
-/// The most bytes of a request; a call whose argv, environment and working
-/// directory take more is started by a per-call supervisor program instead.
-pub(crate) const MAX_REQUEST: usize = 64 << 10;
-
-/// Bytes of a report on a call's status socket.
-pub(crate) const REPORT_BYTES: usize = 8;
-
-/// Report kind: the function ended; the value is its wait status.
-pub(crate) const REPORT_EXITED: u32 = 0;
-/// Report kind: the function could not be started; the value is the `errno`.
-pub(crate) const REPORT_START_FAILED: u32 = 1;
-/// Report kind: the request could not be read; the value is 0.
-#[allow(dead_code)] // used by the supervisor program
-pub(crate) const REPORT_BAD_REQUEST: u32 = 2;
-
-/// A report: the kind (little-endian `u32`) and the value (`i32`).
-#[allow(dead_code)] // used by the supervisor program
-pub(crate) fn encode_report(kind: u32, value: i32) -> [u8; REPORT_BYTES] {
-    let mut out = [0u8; REPORT_BYTES];
-    out[..4].copy_from_slice(&kind.to_le_bytes());
-    out[4..].copy_from_slice(&value.to_le_bytes());
-    out
-}
-
-/// The kind and value of a report, or `None` when `bytes` is not one.
-pub(crate) fn decode_report(bytes: &[u8]) -> Option<(u32, i32)> {
-    let bytes: &[u8; REPORT_BYTES] = bytes.try_into().ok()?;
-    let kind = u32::from_le_bytes(bytes[..4].try_into().ok()?);
-    let value = i32::from_le_bytes(bytes[4..].try_into().ok()?);
-    Some((kind, value))
-}
-
-/// A request: `argc` and `envc` (little-endian `u32`), a byte saying
-/// whether a working directory follows, the length of the call's sandbox
-/// spec (little-endian `u32`, `super::layers::Spec`) and the spec, then
-/// NUL-terminated strings: the working directory, `argv` (`argv[0]` is the
-/// program, looked up in the environment's `PATH`) and the environment's
-/// `NAME=VALUE` entries. Returns `None` when a string holds a NUL byte.
-pub(crate) fn encode_request<'a>(
-    cwd: Option<&[u8]>,
-    sandbox: &[u8],
-    argv: &[&'a [u8]],
-    env: &[&'a [u8]],
-) -> Option<Vec<u8>> {
-    let strings = cwd.iter().chain(argv).chain(env);
-    let size: usize = 13 + sandbox.len() + strings.clone().map(|s| s.len() + 1).sum::<usize>();
-    let mut out = Vec::with_capacity(size);
-    out.extend_from_slice(&(argv.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(env.len() as u32).to_le_bytes());
-    out.push(cwd.is_some() as u8);
-    out.extend_from_slice(&(sandbox.len() as u32).to_le_bytes());
-    out.extend_from_slice(sandbox);
-    for s in strings {
-        if s.contains(&0) {
-            return None;
-        }
-        out.extend_from_slice(s);
-        out.push(0);
-    }
-    Some(out)
-}
-
-/// A request read back: the working directory, `argv` and the environment,
-/// each string with its NUL. Returns `None` when `bytes` is not exactly one
-/// request with a non-empty `argv`.
-#[allow(dead_code)] // used by the supervisor program
-pub(crate) fn decode_request(bytes: &[u8]) -> Option<DecodedRequest<'_>> {
-    let argc = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    let envc = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?) as usize;
-    let has_cwd = match *bytes.get(8)? {
-        0 => false,
-        1 => true,
-        _ => return None,
-    };
-    let sandbox_len = u32::from_le_bytes(bytes.get(9..13)?.try_into().ok()?) as usize;
-    let sandbox = bytes.get(13..13usize.checked_add(sandbox_len)?)?;
-    let mut rest = &bytes[13 + sandbox_len..];
-    let mut next = || {
-        let end = rest.iter().position(|&b| b == 0)?;
-        let (s, tail) = rest.split_at(end + 1);
-        rest = tail;
-        Some(s)
-    };
-    let cwd = if has_cwd { Some(next()?) } else { None };
-    if argc == 0 || argc > bytes.len() || envc > bytes.len() {
-        return None;
-    }
-    let argv = (0..argc).map(|_| next()).collect::<Option<Vec<_>>>()?;
-    let env = (0..envc).map(|_| next()).collect::<Option<Vec<_>>>()?;
-    if next().is_some() || !rest.is_empty() {
-        return None;
-    }
-    Some(DecodedRequest {
-        cwd,
-        sandbox,
-        argv,
-        env,
-    })
-}
-
-/// A request read by [`decode_request`]; each string ends with its NUL.
-#[allow(dead_code)] // used by the supervisor program
-pub(crate) struct DecodedRequest<'a> {
-    /// The working directory, if any.
-    pub(crate) cwd: Option<&'a [u8]>,
-    /// The call's sandbox spec (`super::layers::Spec`; empty: none).
-    pub(crate) sandbox: &'a [u8],
-    /// The function's argv.
-    pub(crate) argv: Vec<&'a [u8]>,
-    /// The function's environment, `NAME=VALUE` entries.
-    pub(crate) env: Vec<&'a [u8]>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -770,30 +635,5 @@ mod tests {
             stat_state_ppid(b"77 (spare) x) Z 1 77 77 0 -1"),
             Some((b'Z', 1))
         );
-    }
-
-    #[test]
-    fn requests_and_reports_read_back() {
-        let bytes = encode_request(
-            Some(b"/tmp"),
-            b"\x02r/usr\0",
-            &[b"cat", b"-"],
-            &[b"PATH=/bin"],
-        )
-        .unwrap();
-        let r = decode_request(&bytes).unwrap();
-        assert_eq!(r.cwd, Some(&b"/tmp\0"[..]));
-        assert_eq!(r.sandbox, b"\x02r/usr\0");
-        assert_eq!(r.argv, [&b"cat\0"[..], b"-\0"]);
-        assert_eq!(r.env, [&b"PATH=/bin\0"[..]]);
-        let bytes = encode_request(None, b"", &[b"cat"], &[]).unwrap();
-        assert!(decode_request(&bytes).unwrap().cwd.is_none());
-        assert!(encode_request(None, b"", &[b"c\0at"], &[]).is_none());
-        assert!(decode_request(&bytes[..bytes.len() - 1]).is_none());
-        assert!(decode_request(&[&bytes[..], b"x\0"].concat()).is_none());
-        assert!(decode_request(&encode_request(None, b"", &[], &[]).unwrap()).is_none());
-        assert!(decode_request(b"\xff\xff\xff\xff").is_none());
-        assert_eq!(decode_report(&encode_report(1, -2)), Some((1, -2)));
-        assert_eq!(decode_report(b"short"), None);
     }
 }
