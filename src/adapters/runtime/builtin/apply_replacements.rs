@@ -232,6 +232,8 @@ pub fn apply(docs: Vec<Arc<YamlDoc>>, function_config: Option<&Value>) -> Result
     let mut changed = vec![false; docs.len()];
     let run = Run {
         styles: vec![Styles::new(); docs.len()],
+        ids: vec![None; docs.len()],
+        patterns: HashMap::new(),
         docs: &mut docs,
         changed: &mut changed,
     };
@@ -1159,6 +1161,10 @@ struct Run<'a> {
     changed: &'a mut Vec<bool>,
     /// Per item, the styles of the scalars written ([`GoStyle`]).
     styles: Vec<Styles>,
+    /// Per item, its ids ([`res_ids`]) once read, until the item changes.
+    ids: Vec<Option<Arc<Vec<ResId>>>>,
+    /// The `[name=value]` patterns of the field paths, compiled once.
+    patterns: HashMap<String, regex::Regex>,
 }
 
 /// Where a replacement's value lives while its targets are set: kyaml
@@ -1170,6 +1176,16 @@ struct Live {
 }
 
 impl Run<'_> {
+    /// The ids of item `i` ([`res_ids`]), read once until the item changes.
+    fn ids(&mut self, i: usize) -> Result<Arc<Vec<ResId>>, Stop> {
+        if let Some(ids) = &self.ids[i] {
+            return Ok(ids.clone());
+        }
+        let ids = Arc::new(res_ids(&self.docs[i])?);
+        self.ids[i] = Some(ids.clone());
+        Ok(ids)
+    }
+
     fn all(mut self, replacements: Vec<Replacement>) -> Result<(), Stop> {
         for mut r in replacements {
             if (r.source_value.is_none() && r.source.is_none()) || r.targets.is_none() {
@@ -1185,7 +1201,7 @@ impl Run<'_> {
 
     /// kustomize's `getReplacement`: the value, and where it lives when it
     /// is the source field itself.
-    fn replacement(&self, r: &mut Replacement) -> Result<(Replacing, Option<Live>), Stop> {
+    fn replacement(&mut self, r: &mut Replacement) -> Result<(Replacing, Option<Live>), Stop> {
         if r.source_value.is_some() && r.source.is_some() {
             return fail("value and resource selectors are mutually exclusive");
         }
@@ -1194,8 +1210,8 @@ impl Run<'_> {
         }
         let source = r.source.as_mut().expect("checked above");
         let mut found = None;
-        for (i, doc) in self.docs.iter().enumerate() {
-            let ids = res_ids(doc).map_err(|e| match e {
+        for i in 0..self.docs.len() {
+            let ids = self.ids(i).map_err(|e| match e {
                 Stop::Fail(e) => Stop::Fail(format!("error getting node IDs: {e}")),
                 refused => refused,
             })?;
@@ -1281,8 +1297,13 @@ impl Run<'_> {
         if target.field_paths.is_empty() {
             target.field_paths = vec![DEFAULT_FIELD_PATH.to_string()];
         }
+        let paths: Vec<Vec<String>> = target
+            .field_paths
+            .iter()
+            .map(|fp| split_field_path(fp))
+            .collect();
         for i in 0..self.docs.len() {
-            let ids = res_ids(&self.docs[i])?;
+            let ids = self.ids(i)?;
             if !matches_anno_and_label(&self.docs[i], &select)? {
                 continue;
             }
@@ -1305,7 +1326,7 @@ impl Run<'_> {
                 .filter(|r| !r.id.is_empty())
                 .any(|r| ids.iter().any(|id| id.is_selected_by(&r.id)));
             if ids.iter().any(|id| id.is_selected_by(&select.id)) && !reject_id {
-                self.copy_to_target(i, value, live, target)?;
+                self.copy_to_target(i, value, live, target, &paths)?;
             }
         }
         Ok(())
@@ -1318,12 +1339,13 @@ impl Run<'_> {
         value: &mut Replacing,
         live: Option<&Live>,
         target: &Target,
+        paths: &[Vec<String>],
     ) -> Result<(), Stop> {
         if self.docs[i].is_opaque() {
             return refuse("a target item uses anchors, aliases or tags");
         }
         let create = target.options.as_ref().is_some_and(|o| o.create);
-        for fp in &target.field_paths {
+        for (fp, path) in target.field_paths.iter().zip(paths) {
             let not_found = |detail: Option<String>| {
                 let what = if create { "find or create" } else { "find" };
                 let head = format!(
@@ -1337,7 +1359,6 @@ impl Run<'_> {
             };
             let doc = &self.docs[i];
             let t = doc.text();
-            let path = split_field_path(fp);
             let mut found = Vec::new();
             let Some(root) = At::root(doc) else {
                 return not_found(None);
@@ -1347,8 +1368,9 @@ impl Run<'_> {
                 create,
                 out: &mut found,
                 created: Vec::new(),
+                patterns: &mut self.patterns,
             };
-            match walk.path(root, &path) {
+            match walk.path(root, path) {
                 Ok(()) => {}
                 Err(Stop::Fail(d)) => return not_found(Some(d)),
                 Err(refused) => return Err(refused),
@@ -1378,6 +1400,7 @@ impl Run<'_> {
             }
             let (new, styles) = splice_tracked(doc, edits, styles)?;
             self.docs[i] = Arc::new(new);
+            self.ids[i] = None;
             self.styles[i] = styles;
             self.changed[i] = true;
         }
@@ -1506,6 +1529,8 @@ struct Matcher<'a, 'o> {
     create: bool,
     out: &'o mut Vec<At<'a>>,
     created: Vec<Creation>,
+    /// The compiled `[name=value]` patterns ([`Run::patterns`]).
+    patterns: &'o mut HashMap<String, regex::Regex>,
 }
 
 impl<'a> Matcher<'a, '_> {
@@ -1546,9 +1571,13 @@ impl<'a> Matcher<'a, '_> {
                     "the pattern {pattern:?} may read differently in Go's regular expressions"
                 ));
             }
-            let re = regex::Regex::new(pattern).map_err(|e| {
-                Stop::Refuse(format!("the pattern {pattern:?} does not compile: {e}"))
-            })?;
+            if !self.patterns.contains_key(pattern) {
+                let re = regex::Regex::new(pattern).map_err(|e| {
+                    Stop::Refuse(format!("the pattern {pattern:?} does not compile: {e}"))
+                })?;
+                self.patterns.insert(pattern.to_string(), re);
+            }
+            let re = self.patterns[pattern].clone();
             let before = (self.out.len(), self.created.len());
             for e in at.elements(t)? {
                 if name.is_empty() {
