@@ -328,7 +328,7 @@ pub async fn start_pod_runtime(
     let templates = match function_configs {
         Some(store) => {
             let images = store.warm_up_images();
-            policy = policy.with_function_configs(store);
+            policy = policy.with_settings_source(store);
             warm_up = warm_up_list(s.warm_up, images, &policy);
             watch_template_objects(client, &s.namespace, &wrapper_image, s.sync_timeout)
                 .await

@@ -164,7 +164,7 @@ impl ExecConfig {
 
 /// Where the exec runtime looks up the binary that serves an image: the
 /// `config.yaml` table ([`ExecTable`]), or the FunctionConfig objects
-/// ([`FunctionConfigStore`](super::function_config::FunctionConfigStore),
+/// (the FunctionConfig generation's store implements it in its own module,
 /// read live by the adapter that watches them).
 pub trait BinaryCatalog: Send + Sync + std::fmt::Debug {
     /// The binary for `image` and the sandbox layers it may do without, or
@@ -210,25 +210,6 @@ impl BinaryCatalog for ExecTable {
     }
     fn origin(&self) -> &'static str {
         "--config"
-    }
-}
-
-#[cfg(feature = "pod-cache")]
-impl BinaryCatalog for super::function_config::FunctionConfigStore {
-    fn binary_for(&self, image: &str) -> Option<ExecBinary> {
-        super::function_config::FunctionConfigStore::binary_entry(self, image)
-    }
-    fn binary_for_tag(&self, image: &str, tag: &str) -> Result<ExecBinary, String> {
-        super::function_config::FunctionConfigStore::binary_entry_for_tag(self, image, tag)
-    }
-    fn binaries(&self) -> Vec<PathBuf> {
-        super::function_config::FunctionConfigStore::binaries(self)
-    }
-    fn len(&self) -> usize {
-        super::function_config::FunctionConfigStore::len(self)
-    }
-    fn origin(&self) -> &'static str {
-        "the FunctionConfig's binaryExecutor.path"
     }
 }
 

@@ -64,9 +64,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, PodSecurityContext, ResourceRequirements};
 use serde::{Deserialize, Serialize};
 
-use super::exec_config::ExecBinary;
+use super::exec_config::{BinaryCatalog, ExecBinary};
 use super::image::{resolve_image, split_reference};
 use super::pod_cache::PodCacheConfigEntry;
+use super::pod_cache::config::PodSettingsSource;
 use super::pod_cache::config::{check_pool, check_whole_numbers, parse_go_duration};
 use super::pod_cache::template::{ContainerOverrides, TemplateOverrides};
 use super::sandbox::{SandboxGrant, SandboxSpec};
@@ -712,6 +713,43 @@ impl FunctionConfigStore {
     /// True when the store holds no object.
     pub fn is_empty(&self) -> bool {
         self.objects.is_empty()
+    }
+}
+
+/// Gen C: the exec runtime finds a function's binary in the FunctionConfig
+/// objects' `binaryExecutor` ([`binary_entry`](FunctionConfigStore::binary_entry)).
+impl BinaryCatalog for FunctionConfigStore {
+    fn binary_for(&self, image: &str) -> Option<ExecBinary> {
+        self.binary_entry(image)
+    }
+    fn binary_for_tag(&self, image: &str, tag: &str) -> Result<ExecBinary, String> {
+        self.binary_entry_for_tag(image, tag)
+    }
+    fn binaries(&self) -> Vec<PathBuf> {
+        FunctionConfigStore::binaries(self)
+    }
+    fn len(&self) -> usize {
+        FunctionConfigStore::len(self)
+    }
+    fn origin(&self) -> &'static str {
+        "the FunctionConfig's binaryExecutor.path"
+    }
+}
+
+/// Gen C: the FunctionConfig objects give the pod cache its per-function
+/// settings ([`pod_entry`](FunctionConfigStore::pod_entry)), warm pools for
+/// their warm-up images, and their shortest `timeToLive`.
+impl PodSettingsSource for FunctionConfigStore {
+    fn entry(&self, image: &str) -> Option<PodCacheConfigEntry> {
+        self.pod_entry(image)
+    }
+
+    fn pool_images(&self) -> Vec<String> {
+        self.warm_up_images()
+    }
+
+    fn shortest_ttl(&self) -> Option<Duration> {
+        FunctionConfigStore::shortest_ttl(self)
     }
 }
 

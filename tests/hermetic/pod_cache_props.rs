@@ -62,6 +62,11 @@ const POOL_MIN: usize = 2;
 const POOL_MAX: usize = 3;
 
 fn policy() -> PodCachePolicy {
+    policy_with(None)
+}
+
+/// [`policy`]'s `--pod-cache-config` entries, and `extra` after them.
+fn policy_with(extra: Option<PodCacheConfigEntry>) -> PodCachePolicy {
     let defaults = FunctionSettings {
         ttl: TTL,
         max_waitlist: 1,
@@ -79,6 +84,8 @@ fn policy() -> PodCachePolicy {
         "pod-cache-config.yaml",
     )
     .unwrap();
+    let mut config = config;
+    config.entries.extend(extra);
     let mut p = PodCachePolicy::new(defaults, "r0")
         .unwrap()
         .with_config(&config);
@@ -93,7 +100,6 @@ fn policy() -> PodCachePolicy {
 /// FunctionConfig would give it: its own source and overrides (so its pods
 /// are built differently) and a longer TTL.
 fn changed_policy(configured: bool) -> PodCachePolicy {
-    let mut p = policy();
     if configured {
         let overrides = TemplateOverrides {
             service_account_name: Some("fn-sa".into()),
@@ -106,9 +112,9 @@ fn changed_policy(configured: bool) -> PodCachePolicy {
             source: Some("FunctionConfig set-namespace".into()),
             ..PodCacheConfigEntry::default()
         };
-        p.functions.insert(entry.name.clone(), entry);
+        return policy_with(Some(entry));
     }
-    p
+    policy()
 }
 
 fn faults(level: u8) -> FailureRates {

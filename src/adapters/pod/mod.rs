@@ -343,7 +343,7 @@ impl PodEvaluator {
     /// request sees them; see the pod cache's `Input::PolicyChanged` for
     /// what happens to existing pods.
     pub fn update_function_configs(&self, store: Arc<FunctionConfigStore>) {
-        let policy = self.policy.clone().with_function_configs(store);
+        let policy = self.policy.clone().with_settings_source(store);
         let _ = self.tx.send(Msg::Policy(Box::new(policy)));
     }
 

@@ -281,7 +281,7 @@ fn pod_settings_follow_pod_executor_tags() {
 
     let policy = PodCachePolicy::new(FunctionSettings::default(), "r1")
         .unwrap()
-        .with_function_configs(Arc::new(s));
+        .with_settings_source(Arc::new(s));
     let settings = policy.settings_for(&format!("{CATALOG}/f:v7"));
     assert_eq!(settings.ttl, Duration::from_secs(1800));
     assert_eq!(settings.source.as_deref(), Some("FunctionConfig f"));
@@ -309,7 +309,7 @@ fn pod_executor_sets_the_warm_pool() {
     assert_eq!((e.min_ready, e.max_pods), (Some(2), Some(5)));
     let policy = PodCachePolicy::new(FunctionSettings::default(), "r1")
         .unwrap()
-        .with_function_configs(Arc::new(s));
+        .with_settings_source(Arc::new(s));
     let pool = policy.settings_for(&image).pool().expect("a pool");
     assert_eq!((pool.min, pool.max), (2, 5));
     assert_eq!(policy.min_ready_images(), vec![image]);

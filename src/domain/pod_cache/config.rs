@@ -22,6 +22,7 @@
 //! works there; here it is reported as unknown, with the right spelling).
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +32,6 @@ use serde::Deserialize;
 use super::template::TemplateOverrides;
 use crate::domain::codec;
 use crate::domain::codec::keys::{Shape, ignored_key_warnings};
-use crate::domain::function_config::FunctionConfigStore;
 
 /// The keys of one pod-cache config entry (Porch's `podCacheConfigEntry`
 /// plus `maxLoadPerPod`).
@@ -524,18 +524,58 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         .then(|| Duration::from_nanos(total.round() as u64))
 }
 
-/// The pod cache's policy: global defaults, per-function entries and the
-/// knobs Porch hard-codes.
-#[derive(Debug, Clone, PartialEq)]
+/// Where the pod cache's per-function settings come from, beside the
+/// global defaults: in the config.yaml generation the `--pod-cache-config`
+/// entries keyed by the exact image string (Porch Gen B; the
+/// implementation for `HashMap<String, PodCacheConfigEntry>`), in the
+/// FunctionConfig generation the FunctionConfig objects, matched by
+/// repository, name and tag (Porch Gen C `getParamsForImage`; the
+/// implementation for
+/// [`FunctionConfigStore`](crate::domain::function_config::FunctionConfigStore)).
+/// [`PodCachePolicy`] asks only this trait, so the pod cache does not
+/// depend on either configuration format.
+pub trait PodSettingsSource: fmt::Debug + Send + Sync {
+    /// The entry configuring `image` (a full image reference, as the pod
+    /// cache keys functions): its values replace the defaults where set.
+    /// `None`: the image takes the defaults.
+    fn entry(&self, image: &str) -> Option<PodCacheConfigEntry>;
+
+    /// The images this source may give a warm pool minimum (`minReady`):
+    /// every entry's image in Gen B, the warm-up images in Gen C. GC keeps
+    /// the minimum of those whose settings set one.
+    fn pool_images(&self) -> Vec<String>;
+
+    /// The shortest `timeToLive` of the entries, if any sets one.
+    fn shortest_ttl(&self) -> Option<Duration>;
+}
+
+/// Gen B: `--pod-cache-config` entries by the exact image string.
+impl PodSettingsSource for HashMap<String, PodCacheConfigEntry> {
+    fn entry(&self, image: &str) -> Option<PodCacheConfigEntry> {
+        self.get(image).cloned()
+    }
+
+    fn pool_images(&self) -> Vec<String> {
+        self.keys().cloned().collect()
+    }
+
+    fn shortest_ttl(&self) -> Option<Duration> {
+        self.values().filter_map(|e| e.ttl).min()
+    }
+}
+
+/// The pod cache's policy: global defaults, where per-function settings
+/// come from, and the knobs Porch hard-codes.
+#[derive(Debug, Clone)]
 pub struct PodCachePolicy {
     /// Settings for images without an entry (Porch's global flags).
     pub defaults: FunctionSettings,
-    /// Per-image entries keyed by the exact image string (config.yaml
-    /// generation, `--pod-cache-config`).
-    pub functions: HashMap<String, PodCacheConfigEntry>,
-    /// The FunctionConfig generation's objects; when set, per-function
-    /// settings come from them instead of [`functions`](Self::functions).
-    pub function_configs: Option<Arc<FunctionConfigStore>>,
+    /// Where per-function entries come from ([`PodSettingsSource`]): the
+    /// `--pod-cache-config` entries ([`with_config`](Self::with_config)),
+    /// the FunctionConfig objects
+    /// ([`with_settings_source`](Self::with_settings_source)), or none (an
+    /// empty map: the defaults for every image).
+    pub settings_source: Arc<dyn PodSettingsSource>,
     /// How long a pending slot waits for its pod before the creation counts
     /// as failed (Porch: `podReadyTimeout`, fixed 60 s — spec §10 item 28).
     pub pod_ready_timeout: Duration,
@@ -577,6 +617,36 @@ pub struct PodCachePolicy {
     pub retry_backoff_max: Duration,
 }
 
+/// Two policies are equal when every field is, the settings source being
+/// the same one (shared, as a clone shares it): a source is configuration
+/// read once and never compared by content.
+impl PartialEq for PodCachePolicy {
+    fn eq(&self, other: &Self) -> bool {
+        let Self {
+            defaults,
+            settings_source,
+            pod_ready_timeout,
+            replica_token,
+            instance,
+            scan_interval,
+            await_endpoints,
+            probe_wrapper,
+            retry_backoff,
+            retry_backoff_max,
+        } = self;
+        *defaults == other.defaults
+            && Arc::ptr_eq(settings_source, &other.settings_source)
+            && *pod_ready_timeout == other.pod_ready_timeout
+            && *replica_token == other.replica_token
+            && *instance == other.instance
+            && *scan_interval == other.scan_interval
+            && *await_endpoints == other.await_endpoints
+            && *probe_wrapper == other.probe_wrapper
+            && *retry_backoff == other.retry_backoff
+            && *retry_backoff_max == other.retry_backoff_max
+    }
+}
+
 impl PodCachePolicy {
     /// A policy with `defaults` for every image, a 60 s pod-ready timeout and
     /// the given replica token.
@@ -595,8 +665,7 @@ impl PodCachePolicy {
         }
         Ok(Self {
             defaults: defaults.normalised(),
-            functions: HashMap::new(),
-            function_configs: None,
+            settings_source: Arc::new(HashMap::<String, PodCacheConfigEntry>::new()),
             pod_ready_timeout: Duration::from_secs(60),
             replica_token: replica_token.to_string(),
             instance: replica_token.to_string(),
@@ -608,13 +677,12 @@ impl PodCachePolicy {
         })
     }
 
-    /// Takes the per-function part (defaults, entries, FunctionConfigs) of
+    /// Takes the per-function part (defaults and the settings source) of
     /// `other`; everything that belongs to the process (replica token,
     /// instance, timeouts, GC period, retries) is kept.
     pub fn set_settings_from(&mut self, other: PodCachePolicy) {
         self.defaults = other.defaults;
-        self.functions = other.functions;
-        self.function_configs = other.function_configs;
+        self.settings_source = other.settings_source;
     }
 
     /// The delay before retry number `attempt` (1-based) of a failed
@@ -625,34 +693,32 @@ impl PodCachePolicy {
         (self.retry_backoff * factor).min(self.retry_backoff_max.max(self.retry_backoff))
     }
 
-    /// Adds (or replaces) the per-function entries of `config`.
-    pub fn with_config(mut self, config: &PodCacheConfig) -> Self {
-        for e in &config.entries {
-            self.functions.insert(e.name.clone(), e.clone());
-        }
+    /// Takes per-function settings from the entries of `config` (the
+    /// config.yaml generation, `--pod-cache-config`: by the exact image
+    /// string; a name listed twice is the later entry) from now on.
+    pub fn with_config(self, config: &PodCacheConfig) -> Self {
+        let entries: HashMap<String, PodCacheConfigEntry> = config
+            .entries
+            .iter()
+            .map(|e| (e.name.clone(), e.clone()))
+            .collect();
+        self.with_settings_source(Arc::new(entries))
+    }
+
+    /// Takes per-function settings from `source` from now on (the
+    /// FunctionConfig generation passes its
+    /// [`FunctionConfigStore`](crate::domain::function_config::FunctionConfigStore)).
+    pub fn with_settings_source(mut self, source: Arc<dyn PodSettingsSource>) -> Self {
+        self.settings_source = source;
         self
     }
 
-    /// Takes per-function settings from `store` (the FunctionConfig
-    /// generation) from now on.
-    pub fn with_function_configs(mut self, store: Arc<FunctionConfigStore>) -> Self {
-        self.function_configs = Some(store);
-        self
-    }
-
-    /// The settings for `image`: its entry's values where set, the globals
-    /// elsewhere, normalised. The entry is the FunctionConfig that
-    /// configures the image when [`function_configs`](Self::function_configs)
-    /// is set (Porch Gen C `getParamsForImage`, matched by repository, name
-    /// and tag instead of by the bare name), else the `--pod-cache-config`
-    /// entry of the exact image string (Gen B).
+    /// The settings for `image`: the values of its entry in the
+    /// [settings source](Self::settings_source) where set, the globals
+    /// elsewhere, normalised.
     pub fn settings_for(&self, image: &str) -> FunctionSettings {
         let d = &self.defaults;
-        let entry = match &self.function_configs {
-            Some(store) => store.pod_entry(image),
-            None => self.functions.get(image).cloned(),
-        };
-        match entry {
+        match self.settings_source.entry(image) {
             None => d.clone(),
             Some(e) => FunctionSettings {
                 ttl: e.ttl.unwrap_or(d.ttl),
@@ -670,16 +736,14 @@ impl PodCachePolicy {
     }
 
     /// The images whose settings keep a warm pool minimum (`minReady` above
-    /// 0): the `--pod-cache-config` entries, or in the FunctionConfig
+    /// 0), among the source's [pool images](PodSettingsSource::pool_images):
+    /// the `--pod-cache-config` entries, or in the FunctionConfig
     /// generation the images it warms up (an object's first repository,
     /// name and tag). GC keeps their minimum from the first listing on,
     /// whether or not they were warmed up or called.
     pub fn min_ready_images(&self) -> Vec<String> {
-        let images: Vec<String> = match &self.function_configs {
-            Some(store) => store.warm_up_images(),
-            None => self.functions.keys().cloned().collect(),
-        };
-        images
+        self.settings_source
+            .pool_images()
             .into_iter()
             .filter(|image| self.settings_for(image).min_ready.is_some_and(|m| m > 0))
             .collect()
@@ -688,14 +752,8 @@ impl PodCachePolicy {
     /// The shortest TTL any function may have: the default's, and every
     /// per-function entry's. The driver ticks at least every half of it.
     pub fn shortest_ttl(&self) -> Duration {
-        let entries = self.functions.values().filter_map(|e| e.ttl);
-        let configs = self
-            .function_configs
-            .as_ref()
-            .and_then(|s| s.shortest_ttl());
         std::iter::once(self.defaults.ttl)
-            .chain(entries)
-            .chain(configs)
+            .chain(self.settings_source.shortest_ttl())
             .min()
             .unwrap_or(self.defaults.ttl)
             .max(Duration::from_secs(1))

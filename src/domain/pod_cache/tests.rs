@@ -773,9 +773,11 @@ fn expired_idle_pods_are_not_handed_out() {
 
 /// The policy of `pc` with `entry` as the only per-function entry.
 fn policy_with(pc: &PodCache, entry: Option<PodCacheConfigEntry>) -> PodCachePolicy {
-    let mut p = pc.policy().clone();
-    p.functions = entry.into_iter().map(|e| (e.name.clone(), e)).collect();
-    p
+    let config = PodCacheConfig {
+        entries: entry.into_iter().collect(),
+        ..PodCacheConfig::default()
+    };
+    pc.policy().clone().with_config(&config)
 }
 
 fn entry(ttl: Duration, max_pods: u32, source: &str) -> PodCacheConfigEntry {
@@ -1634,8 +1636,11 @@ fn pool_cache(token: &str, min: u32, max: u32) -> PodCache {
         max_pods: Some(max),
         ..PodCacheConfigEntry::default()
     };
-    p.functions.insert(IMG.to_string(), entry);
-    PodCache::new(p, "v1")
+    let config = PodCacheConfig {
+        entries: vec![entry],
+        ..PodCacheConfig::default()
+    };
+    PodCache::new(p.with_config(&config), "v1")
 }
 
 fn pool_name(index: u32) -> String {
