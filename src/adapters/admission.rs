@@ -187,15 +187,7 @@ impl<R: FunctionRuntime> FunctionRuntime for AdmittedRuntime<R> {
         self.inner.run(call).await
     }
 
-    /// As the runtime it wraps.
-    fn may_serve(&self, target: &FunctionTarget) -> bool {
-        self.inner.may_serve(target)
-    }
-
-    /// As the runtime it wraps.
-    fn returns_input(&self, target: &FunctionTarget) -> bool {
-        self.inner.returns_input(target)
-    }
+    crate::ports::forward_capabilities!(inner);
 }
 
 #[cfg(test)]

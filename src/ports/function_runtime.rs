@@ -245,6 +245,29 @@ pub trait FunctionRuntime: Send + Sync {
     }
 }
 
+/// The two capability answers of a [`FunctionRuntime`] that decorates
+/// another — [`may_serve`](FunctionRuntime::may_serve) and
+/// [`returns_input`](FunctionRuntime::returns_input) — forwarded to the
+/// runtime in field `$inner`, inside the decorator's `impl FunctionRuntime`
+/// block: a decorator that checks, times or rewords a call serves what its
+/// runtime serves and hands back what it hands back, and forgetting to
+/// forward them would silently turn the defaults on (a chain would copy
+/// calls it need not copy, a render would copy items it could lend).
+macro_rules! forward_capabilities {
+    ($inner:ident) => {
+        /// As the runtime it wraps.
+        fn may_serve(&self, target: &$crate::ports::FunctionTarget) -> bool {
+            self.$inner.may_serve(target)
+        }
+
+        /// As the runtime it wraps.
+        fn returns_input(&self, target: &$crate::ports::FunctionTarget) -> bool {
+            self.$inner.returns_input(target)
+        }
+    };
+}
+pub(crate) use forward_capabilities;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@ pub use evaluator::FunctionEvaluator;
 pub use evaluator::MockFunctionEvaluator;
 #[cfg(test)]
 pub use function_runtime::MockFunctionRuntime;
+pub(crate) use function_runtime::forward_capabilities;
 pub use function_runtime::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
 #[cfg(test)]
 pub use image_inspector::MockImageInspector;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::domain::evaluation::EvalError;
-use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime, FunctionTarget};
+use crate::ports::{FunctionCall, FunctionOutput, FunctionRuntime};
 
 /// Bounds every call of `inner` by the call's own `timeout` (a Kptfile
 /// step's `timeout:` or render's `--step-timeout`), whatever the runtime:
@@ -52,15 +52,7 @@ impl FunctionRuntime for DeadlineRuntime {
         }
     }
 
-    /// As the runtime it wraps.
-    fn may_serve(&self, target: &FunctionTarget) -> bool {
-        self.inner.may_serve(target)
-    }
-
-    /// As the runtime it wraps.
-    fn returns_input(&self, target: &FunctionTarget) -> bool {
-        self.inner.returns_input(target)
-    }
+    crate::ports::forward_capabilities!(inner);
 }
 
 #[cfg(test)]
@@ -87,6 +79,22 @@ mod tests {
         async fn run(&self, _: FunctionCall) -> Result<FunctionOutput, EvalError> {
             std::thread::sleep(Duration::from_secs(2));
             Err(EvalError::Internal("finished too late".into()))
+        }
+    }
+
+    /// A decorator answers `may_serve` and `returns_input` as the runtime
+    /// it wraps ([`crate::ports::forward_capabilities`]), not with the
+    /// trait's defaults (true, false).
+    #[test]
+    fn capabilities_are_the_wrapped_runtimes() {
+        let target = FunctionTarget::Image("example.com/f:v1".into());
+        for (serves, returns) in [(false, true), (true, false)] {
+            let mut inner = crate::ports::MockFunctionRuntime::new();
+            inner.expect_may_serve().return_const(serves);
+            inner.expect_returns_input().return_const(returns);
+            let rt = DeadlineRuntime::new(Arc::new(inner));
+            assert_eq!(rt.may_serve(&target), serves);
+            assert_eq!(rt.returns_input(&target), returns);
         }
     }
 

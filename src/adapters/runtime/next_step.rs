@@ -104,15 +104,7 @@ impl FunctionRuntime for NextStepOnNotFound {
         }
     }
 
-    /// As the runtime it wraps.
-    fn may_serve(&self, target: &FunctionTarget) -> bool {
-        self.chain.may_serve(target)
-    }
-
-    /// As the runtime it wraps.
-    fn returns_input(&self, target: &FunctionTarget) -> bool {
-        self.chain.returns_input(target)
-    }
+    crate::ports::forward_capabilities!(chain);
 }
 
 #[cfg(test)]
