@@ -862,26 +862,50 @@ pub struct FileRef {
 }
 
 impl fmt::Display for ResultItem {
-    /// Renders a result as Porch's wrapper server does:
-    /// `[<severity>] <apiVersion/kind/namespace/name> <field path>: <message>`,
-    /// with empty parts omitted.
+    /// Renders a result as Porch's wrapper server does (and kpt prints a
+    /// stored one): [`write_result_line`].
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}]", self.severity.unwrap_or_default())?;
-        if let Some(r) = &self.resource_ref {
-            let id: Vec<&str> = [&r.api_version, &r.kind, &r.namespace, &r.name]
-                .into_iter()
-                .map(String::as_str)
-                .filter(|s| !s.is_empty())
-                .collect();
-            if !id.is_empty() {
-                write!(f, " {}", id.join("/"))?;
-            }
-        }
-        if let Some(field) = self.field.as_ref().filter(|x| !x.path.is_empty()) {
-            write!(f, " {}", field.path)?;
-        }
-        write!(f, ": {}", self.message)
+        write_result_line(
+            f,
+            self.severity,
+            self.resource_ref.as_ref(),
+            self.field.as_ref().map(|x| x.path.as_str()),
+            &self.message,
+        )
     }
+}
+
+/// Writes one result on one line, as Porch's wrapper server reports it and
+/// kpt prints it:
+/// `[<severity>] <apiVersion/kind/namespace/name> <field path>: <message>`,
+/// with the empty parts of the object's id, the id itself when all are
+/// empty, and an empty or absent field path omitted; no severity reads as
+/// `info`. The one rendering of [`ResultItem`] and of its stored form
+/// ([`StructuredResult`](crate::domain::render::results::StructuredResult)).
+///
+/// Errors: only the formatter's.
+pub fn write_result_line(
+    f: &mut fmt::Formatter<'_>,
+    severity: Option<Severity>,
+    resource_ref: Option<&ResourceRef>,
+    field_path: Option<&str>,
+    message: &str,
+) -> fmt::Result {
+    write!(f, "[{}]", severity.unwrap_or_default())?;
+    if let Some(r) = resource_ref {
+        let id: Vec<&str> = [&r.api_version, &r.kind, &r.namespace, &r.name]
+            .into_iter()
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !id.is_empty() {
+            write!(f, " {}", id.join("/"))?;
+        }
+    }
+    if let Some(path) = field_path.filter(|p| !p.is_empty()) {
+        write!(f, " {path}")?;
+    }
+    write!(f, ": {message}")
 }
 
 /// Renders results the way Porch's wrapper server reports them in an error,

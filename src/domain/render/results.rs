@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::domain::codec::{self, CodecError};
-use crate::domain::resource_list::{ResourceRef, ResultItem, Severity};
+use crate::domain::resource_list::{ResourceRef, ResultItem, Severity, write_result_line};
 use crate::ports::FunctionTarget;
 
 /// `apiVersion` of a FunctionResultList.
@@ -26,7 +26,9 @@ pub const RESULTS_FILE: &str = "results.yaml";
 
 /// One structured result as kpt stores it (`fnresult/v1` / Porch
 /// `ResultItem`): field values narrowed to strings, `file.path` omitted
-/// when empty and `file.index` when 0.
+/// when empty and `file.index` when 0. Not a second model of a result: it
+/// is only ever made from the function's [`ResultItem`] (`From`) or read
+/// back from a stored results file, and prints as that item does.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StructuredResult {
@@ -114,24 +116,16 @@ impl From<&ResultItem> for StructuredResult {
 }
 
 impl std::fmt::Display for StructuredResult {
-    /// kpt's one-line rendering:
-    /// `[<severity>] <apiVersion/kind/namespace/name> <field.path>: <message>`.
+    /// kpt's one-line rendering, the same as the [`ResultItem`] it was
+    /// narrowed from ([`write_result_line`]).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "[{}]", self.severity.unwrap_or_default())?;
-        if let Some(r) = &self.resource_ref {
-            let id: Vec<&str> = [&r.api_version, &r.kind, &r.namespace, &r.name]
-                .into_iter()
-                .map(String::as_str)
-                .filter(|s| !s.is_empty())
-                .collect();
-            if !id.is_empty() {
-                write!(f, " {}", id.join("/"))?;
-            }
-        }
-        if let Some(field) = self.field.as_ref().filter(|x| !x.path.is_empty()) {
-            write!(f, " {}", field.path)?;
-        }
-        write!(f, ": {}", self.message)
+        write_result_line(
+            f,
+            self.severity,
+            self.resource_ref.as_ref(),
+            self.field.as_ref().map(|x| x.path.as_str()),
+            &self.message,
+        )
     }
 }
 
