@@ -347,3 +347,134 @@ proptest! {
         }
     }
 }
+
+/// The start of every non-empty scalar value node of `node` (not keys).
+fn scalar_starts(node: &super::tree::Node, out: &mut Vec<usize>) {
+    use super::tree::Kind;
+    match &node.kind {
+        Kind::Scalar { empty: false, .. } => out.push(node.start),
+        Kind::Map { entries, .. } => entries.iter().for_each(|e| scalar_starts(&e.value, out)),
+        Kind::Seq { items, .. } => items.iter().for_each(|it| scalar_starts(&it.node, out)),
+        _ => {}
+    }
+}
+
+/// One-line tokens a replacement writes, some with a comment.
+const TOKENS: &[&str] = &[
+    "x",
+    "nginx:1.27",
+    "42",
+    "true",
+    "~",
+    "\"quoted # not a comment\"",
+    "'single'",
+    "''",
+    "-1.5",
+    "a b c",
+    "x # a new comment",
+    "\"é\"",
+    "- not a scalar",
+    "k: v",
+    "[flow]",
+    "&anchor x",
+    "!tag x",
+    "*alias",
+    "---",
+    "",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// A scalar replaced in place is what reading the changed text gives:
+    /// the same nodes, ranges, comments and value — or the replacement
+    /// declines and nothing changes.
+    #[test]
+    fn a_scalar_replaced_in_place_reads_as_the_changed_text(
+        v in object(),
+        wide in any::<bool>(),
+        commented in any::<bool>(),
+        pick in any::<prop::sample::Index>(),
+        token in 0..TOKENS.len(),
+        keep_comment in any::<bool>(),
+    ) {
+        let seq = if wide { SeqIndent::Wide } else { SeqIndent::Compact };
+        let mut text = emit::document(&v, seq);
+        if commented {
+            text = with_comments(&text, "c");
+        }
+        let Ok(doc) = YamlDoc::parse(text.as_str()) else { return Ok(()) };
+        let mut starts = Vec::new();
+        if let Some(root) = doc.root() {
+            scalar_starts(root, &mut starts);
+        }
+        if starts.is_empty() {
+            return Ok(());
+        }
+        let start = starts[pick.index(starts.len())];
+        let mut path = Vec::new();
+        let node = doc.root().and_then(|r| find(r, start, &mut path)).unwrap().clone();
+        let line_end = text[node.end..].find('\n').map_or(text.len(), |i| node.end + i);
+        let after = text[node.end..line_end].trim();
+        let (region, new) = if after.starts_with('#') && keep_comment {
+            (start..line_end, format!("{} {after}", TOKENS[token]))
+        } else {
+            (start..node.end, TOKENS[token].to_string())
+        };
+        let changed = format!("{}{}{}", &text[..region.start], new, &text[region.end..]);
+        let mut edited = doc.clone();
+        if edited.replace_scalar(start, region.clone(), &new) {
+            let read = YamlDoc::parse(changed.as_str());
+            prop_assert!(read.is_ok(), "{}\n---\n{}", text, changed);
+            prop_assert_eq!(&edited, &read.unwrap(), "{}\n---\n{}", text, changed);
+        } else {
+            prop_assert_eq!(&edited, &doc);
+        }
+    }
+}
+
+/// The node starting at `at`.
+fn find<'n>(
+    node: &'n super::tree::Node,
+    at: usize,
+    _path: &mut Vec<usize>,
+) -> Option<&'n super::tree::Node> {
+    use super::tree::Kind;
+    if node.start == at && matches!(node.kind, Kind::Scalar { .. }) {
+        return Some(node);
+    }
+    match &node.kind {
+        Kind::Map { entries, .. } => entries.iter().find_map(|e| find(&e.value, at, _path)),
+        Kind::Seq { items, .. } => items.iter().find_map(|it| find(&it.node, at, _path)),
+        _ => None,
+    }
+}
+
+/// The in-place replacement takes the common cases (a plain block
+/// document, a plain or quoted token, with or without a comment after it)
+/// instead of declining them.
+#[test]
+fn common_scalar_replacements_are_taken_in_place() {
+    let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app # app 1\nspec:\n  containers:\n  - name: app\n    image: \"nginx:1.14\" # replaced\n  - name: side\n    image: busybox\n";
+    let doc = YamlDoc::parse(text).unwrap();
+    let cases = [
+        ("\"nginx:1.14\" # replaced", "\"nginx:1.27\" # replaced"),
+        ("\"nginx:1.14\"", "nginx:1.27"),
+        ("busybox", "'busybox:1'"),
+        ("app # app 1", "3 # app 1"),
+    ];
+    for (old, new) in cases {
+        let start = text.find(old).unwrap();
+        let mut d = doc.clone();
+        assert!(
+            d.replace_scalar(start, start..start + old.len(), new),
+            "{old} -> {new}"
+        );
+        let changed = text.replacen(old, new, 1);
+        assert_eq!(
+            d,
+            YamlDoc::parse(changed.as_str()).unwrap(),
+            "{old} -> {new}"
+        );
+    }
+}

@@ -216,6 +216,225 @@ impl YamlDoc {
             .iter()
             .map(|c| self.text[c.start..c.end].trim_end())
     }
+
+    /// Replaces, in place, the scalar value node that starts at byte
+    /// `node`: the bytes `region` (the node and what surrounds it on its
+    /// line — blanks before it, blanks and a comment after it) become
+    /// `text` (a one-line scalar token, optionally followed by a blank and
+    /// a comment). The document is then what [`YamlDoc::parse`] would read
+    /// from the new text — the same nodes, byte ranges, comments and value
+    /// — without reading it again: the token is read alone and every
+    /// position after the region moves by the change in length.
+    ///
+    /// Returns false, changing nothing, when it cannot be sure of that: the
+    /// document uses anchors, aliases or tags; `node` is not the start of a
+    /// scalar value (a mapping's key, a collection, an empty value, a node
+    /// with properties, inside a flow collection); `region` or `text` spans
+    /// lines, holds anything but the node, blanks and whole comments, or
+    /// `text` does not read alone as one scalar from its first byte. The
+    /// caller then splices the text and parses it.
+    pub fn replace_scalar(&mut self, node: usize, region: Range<usize>, text: &str) -> bool {
+        if self.opaque || region.start > region.end || region.end > self.text.len() {
+            return false;
+        }
+        let old = &self.text[region.clone()];
+        if old.contains(['\n', '\r']) || text.contains(['\n', '\r']) {
+            return false;
+        }
+        let Some(root) = &self.root else {
+            return false;
+        };
+        let mut path = Vec::new();
+        let Some(target) = scalar_at(root, node, &mut path) else {
+            return false;
+        };
+        let (old_start, old_end) = (target.start, target.end);
+        if old_start < region.start || old_end > region.end || old_start == old_end {
+            return false;
+        }
+        let t = &self.text;
+        if !t[region.start..old_start].bytes().all(|b| b == b' ') {
+            return false;
+        }
+        // After the node: blanks, then nothing or one comment that ends
+        // the region.
+        let inside: Vec<&Comment> = self
+            .comments
+            .iter()
+            .filter(|c| c.end > region.start && c.start < region.end)
+            .collect();
+        let after = t[old_end..region.end].trim_start_matches(' ');
+        let ok = match inside.as_slice() {
+            [] => after.is_empty(),
+            [c] => c.start == region.end - after.len() && c.end == region.end,
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+        // The new token and comments, read alone.
+        let Ok(piece) = YamlDoc::parse(text) else {
+            return false;
+        };
+        let Some(new) = &piece.root else {
+            return false;
+        };
+        if piece.opaque
+            || new.props
+            || new.start != 0
+            || !matches!(new.kind, Kind::Scalar { empty: false, .. })
+        {
+            return false;
+        }
+        // A comment written ends the line: nothing may follow the region.
+        let at_line_end = matches!(t.as_bytes().get(region.end), None | Some(b'\n'));
+        if !piece.comments.is_empty() && !at_line_end {
+            return false;
+        }
+        if flow_ancestor(root, node) {
+            return false;
+        }
+        let delta = text.len() as isize - region.len() as isize;
+        let new_end = region.start + new.end;
+        let shift = |p: usize| -> usize {
+            if p == old_end {
+                new_end
+            } else if p >= region.end {
+                (p as isize + delta) as usize
+            } else {
+                p
+            }
+        };
+        let replacement = Node {
+            start: region.start,
+            end: new_end,
+            kind: new.kind.clone(),
+            props: false,
+        };
+        let mut new_text = String::with_capacity(self.text.len() + text.len());
+        new_text.push_str(&self.text[..region.start]);
+        new_text.push_str(text);
+        new_text.push_str(&self.text[region.end..]);
+        let root = self.root.as_mut().expect("checked above");
+        rebase(root, old_start, &replacement, &shift);
+        let mut comments: Vec<Comment> = self
+            .comments
+            .iter()
+            .filter(|c| !(c.end > region.start && c.start < region.end))
+            .map(|c| Comment {
+                start: shift(c.start),
+                end: shift(c.end),
+                trailing: c.trailing,
+            })
+            .collect();
+        comments.extend(piece.comments.iter().map(|c| Comment {
+            start: c.start + region.start,
+            end: c.end + region.start,
+            trailing: true,
+        }));
+        comments.sort_by_key(|c| c.start);
+        self.comments = comments;
+        let mut value = &mut self.value;
+        for step in &path {
+            value = match (step, value) {
+                (Step::Key(k), Value::Object(m)) => match m.get_mut(k.as_str()) {
+                    Some(v) => v,
+                    None => unreachable!("the tree and the value agree"),
+                },
+                (Step::Index(i), Value::Array(a)) => &mut a[*i],
+                _ => unreachable!("the tree and the value agree"),
+            };
+        }
+        *value = piece.value;
+        self.text = new_text.into();
+        true
+    }
+}
+
+/// A step from a collection to one of its values.
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// The scalar value node starting at `at` below (or being) `node`, with
+/// the keys and indexes leading to it; `None` when what starts there is
+/// a key, a collection, or nothing.
+fn scalar_at<'n>(node: &'n Node, at: usize, path: &mut Vec<Step>) -> Option<&'n Node> {
+    if node.start == at && matches!(node.kind, Kind::Scalar { empty: false, .. }) && !node.props {
+        return Some(node);
+    }
+    match &node.kind {
+        Kind::Map { entries, .. } => {
+            let e = entries
+                .iter()
+                .find(|e| e.value.start <= at && at < e.value.end.max(e.value.start + 1))?;
+            if e.key.start == at {
+                return None;
+            }
+            path.push(Step::Key(e.name.clone()));
+            scalar_at(&e.value, at, path)
+        }
+        Kind::Seq { items, .. } => {
+            let (i, item) = items
+                .iter()
+                .enumerate()
+                .find(|(_, it)| it.node.start <= at && at < it.node.end.max(it.node.start + 1))?;
+            path.push(Step::Index(i));
+            scalar_at(&item.node, at, path)
+        }
+        _ => None,
+    }
+}
+
+/// True when the node starting at `at` is inside a flow collection.
+fn flow_ancestor(node: &Node, at: usize) -> bool {
+    match &node.kind {
+        Kind::Map { flow, entries } => {
+            *flow
+                || entries
+                    .iter()
+                    .find(|e| e.value.start <= at && at < e.value.end.max(e.value.start + 1))
+                    .is_some_and(|e| flow_ancestor(&e.value, at))
+        }
+        Kind::Seq { flow, items } => {
+            *flow
+                || items
+                    .iter()
+                    .find(|it| it.node.start <= at && at < it.node.end.max(it.node.start + 1))
+                    .is_some_and(|it| flow_ancestor(&it.node, at))
+        }
+        _ => false,
+    }
+}
+
+/// Moves every position of `node`'s subtree with `shift`, and puts
+/// `replacement` in place of the node that starts at `target`.
+fn rebase(node: &mut Node, target: usize, replacement: &Node, shift: &impl Fn(usize) -> usize) {
+    if node.start == target && matches!(node.kind, Kind::Scalar { .. }) {
+        *node = replacement.clone();
+        return;
+    }
+    node.start = shift(node.start);
+    node.end = shift(node.end);
+    match &mut node.kind {
+        Kind::Map { entries, .. } => {
+            for e in entries {
+                // A key never starts at the target (checked by the caller).
+                e.key.start = shift(e.key.start);
+                e.key.end = shift(e.key.end);
+                e.colon = e.colon.map(shift);
+                rebase(&mut e.value, target, replacement, shift);
+            }
+        }
+        Kind::Seq { items, .. } => {
+            for it in items {
+                it.dash = shift(it.dash);
+                rebase(&mut it.node, target, replacement, shift);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Parses the value of one YAML document with the tree builder (faster than

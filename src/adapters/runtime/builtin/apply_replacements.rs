@@ -1045,23 +1045,27 @@ fn go_style(styles: &Styles, t: &str, at: &At) -> GoStyle {
 
 /// One change to an item's text: `start..end` replaced by `text`; a
 /// scalar written at `start + offset` with the Go style it keeps; the
-/// scalar's new `Node.Value`.
+/// scalar's new `Node.Value`; the start of the scalar node it replaces,
+/// when it replaces one.
 struct Edit {
     start: usize,
     end: usize,
     text: String,
     written: Option<(usize, GoStyle)>,
     value: Option<String>,
+    scalar: Option<usize>,
 }
 
-/// The text with `edits` made, read back, and `styles` moved to where
-/// their scalars now are (those inside a replaced region dropped), with
-/// the styles of the scalars written.
+/// Makes `edits` in `doc` — one scalar replaced in place when it can be
+/// ([`YamlDoc::replace_scalar`]: the same document without reading the
+/// text again), else the text spliced and read back — and returns
+/// `styles` moved to where their scalars now are (those inside a replaced
+/// region dropped), with the styles of the scalars written.
 fn splice_tracked(
-    doc: &YamlDoc,
+    doc: &mut Arc<YamlDoc>,
     mut edits: Vec<Edit>,
     styles: &Styles,
-) -> Result<(YamlDoc, Styles), Stop> {
+) -> Result<Styles, Stop> {
     edits.sort_by_key(|e| e.start);
     let t = doc.text();
     let mut s = String::with_capacity(t.len() + 64);
@@ -1069,6 +1073,10 @@ fn splice_tracked(
     // (old start, old end, length change) per edit.
     let mut regions = Vec::with_capacity(edits.len());
     let mut new_styles = Styles::new();
+    let in_place = match edits.as_slice() {
+        [e] => e.scalar.map(|node| (node, e.start..e.end, e.text.clone())),
+        _ => None,
+    };
     for e in edits {
         s.push_str(&t[at..e.start]);
         if let Some((offset, style)) = e.written {
@@ -1096,9 +1104,15 @@ fn splice_tracked(
             .entry((p as isize + shift) as usize)
             .or_insert(*style);
     }
-    let doc = YamlDoc::parse(s)
+    if let Some((node, region, text)) = in_place
+        && Arc::make_mut(doc).replace_scalar(node, region, &text)
+    {
+        return Ok(new_styles);
+    }
+    let new = YamlDoc::parse(s)
         .map_err(|e| Stop::Refuse(format!("the changed item does not read back: {e}")))?;
-    Ok((doc, new_styles))
+    *doc = Arc::new(new);
+    Ok(new_styles)
 }
 
 /// A scalar token for `value` in `style` as yaml.v3 writes it, the empty
@@ -1398,8 +1412,7 @@ impl Run<'_> {
             for c in created {
                 edits.push(c.edit(value, target.options.as_ref()));
             }
-            let (new, styles) = splice_tracked(doc, edits, styles)?;
-            self.docs[i] = Arc::new(new);
+            let styles = splice_tracked(&mut self.docs[i], edits, styles)?;
             self.ids[i] = None;
             self.styles[i] = styles;
             self.changed[i] = true;
@@ -1518,6 +1531,7 @@ impl Creation {
             text: s,
             written,
             value: new_value,
+            scalar: None,
         }
     }
 }
@@ -1843,6 +1857,7 @@ fn set_field_value(
         text,
         written: Some((0, go)),
         value: Some(new.clone()),
+        scalar: Some(at.node.start),
     };
     // A comment after the value stays, one blank after it (on a block
     // scalar's header line).
@@ -1898,6 +1913,7 @@ fn replace_collection(t: &str, at: &At, value: &Replacing) -> Result<Edit, Stop>
         text: value.block_under(key_column, SeqIndent::of(t)),
         written: None,
         value: None,
+        scalar: None,
     })
 }
 

@@ -112,13 +112,15 @@ impl BuiltinEvaluator {
             }
             None => super::emitted_docs(&rl.items)?,
         };
-        let sent = texts.clone();
+        // The texts of the items as they came (the builtin owns the parsed
+        // items, so it can change them in place).
+        let sent: Vec<Arc<str>> = texts.iter().map(|d| d.shared_text()).collect();
         let (rl, item_texts) = self
             .runtime
             .run_with_texts(builtin, &image, rl, Some(texts))?;
         let text = rl
             .to_yaml_with(|i, _| match &item_texts[i] {
-                OutputItem::Same(j) => sent[*j].shared_text(),
+                OutputItem::Same(j) => sent[*j].clone(),
                 OutputItem::Text(doc) => doc.shared_text(),
             })
             .map_err(|e| EvalError::Internal(format!("writing the output ResourceList: {e}")))?;
