@@ -65,9 +65,15 @@ pub struct SimulateArgs {
     /// Draw pods and queued requests over time, per policy, into this SVG file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// Median pod start latency (log-normal, sigma 0.5).
+    /// Median pod start latency (log-normal, sigma 0.5): until the pod's
+    /// wrapper server answers.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     pub start_latency: Duration,
+    /// How much later than its wrapper answers the kubelet reports a pod
+    /// ready (the readiness probe's lag; Porch's template probes every
+    /// 10 s). A policy with `wrapperHealthCheck: true` does not wait for it.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    pub readiness_delay: Duration,
     /// Seed for pod start latencies, faults (and the generator).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -217,6 +223,7 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             median: args.start_latency,
             sigma: 0.5,
         },
+        readiness_delay: args.readiness_delay,
         seed: args.seed,
         replicas: args.replicas as usize,
         api_latency: args.api_latency,

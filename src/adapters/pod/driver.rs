@@ -706,8 +706,9 @@ impl Driver {
     }
 }
 
-/// How often a starting pod's wrapper server is asked for its health.
-const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// How often a starting pod's wrapper server is asked for its health
+/// (the one value the simulator models too).
+const PROBE_INTERVAL: Duration = crate::domain::pod_cache::WRAPPER_PROBE_INTERVAL;
 
 /// Asks the wrapper server at `endpoint` (`host:port`) for its health
 /// (`grpc.health.v1.Health/Check`, the whole server) every

@@ -84,8 +84,9 @@ pub struct HarnessConfig {
 }
 
 /// How often the harness tries the health check of a starting pod's
-/// wrapper again (the pod driver's interval).
-pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// wrapper again: the pod driver's interval,
+/// [`WRAPPER_PROBE_INTERVAL`](crate::domain::pod_cache::WRAPPER_PROBE_INTERVAL).
+pub const PROBE_INTERVAL: Duration = crate::domain::pod_cache::WRAPPER_PROBE_INTERVAL;
 
 impl Default for HarnessConfig {
     /// One replica, instant API, no faults.

@@ -27,8 +27,14 @@ const START: UnixTime = UnixTime::from_secs(1_800_000_000);
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ReplayOptions {
-    /// Pod start latency.
+    /// Pod start latency: until the function pod's wrapper server answers.
     pub start_latency: StartLatency,
+    /// How much later than its wrapper answers the kubelet reports a pod
+    /// ready (its readiness probe's lag: Porch's template probes every
+    /// 10 s). Zero (the default): ready the moment the wrapper answers.
+    /// A policy with `wrapperHealthCheck: true` takes calls at the wrapper's
+    /// answer instead of waiting for this.
+    pub readiness_delay: Duration,
     /// Random pod and API failures.
     pub failures: FailureRates,
     /// Seed of every random draw.
@@ -70,6 +76,7 @@ impl Default for ReplayOptions {
                 median: Duration::from_secs(3),
                 sigma: 0.5,
             },
+            readiness_delay: Duration::ZERO,
             failures: FailureRates::default(),
             seed: 1,
             samples: 600,
@@ -125,6 +132,7 @@ pub fn replay(
     cache_policy.scan_interval = policy.scan_interval;
     let cluster = SimCluster::new(NAMESPACE, START, options.seed)
         .with_latency(options.start_latency.clone())
+        .with_readiness_delay(options.readiness_delay)
         .with_failures(options.failures.clone());
     let replicas = options.replicas.max(1);
     let config = HarnessConfig {
@@ -256,6 +264,34 @@ mod tests {
         assert_eq!(r.wait_p99_s, 3.0);
         assert_eq!(r.wait_p50_s, 0.0);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+
+    /// With a kubelet that reports pods ready 10 s after their wrappers
+    /// answer, a cold start waits the start and that lag; a policy with
+    /// `wrapperHealthCheck: true` takes the call once the wrapper answers
+    /// (the pod-IP fast path, `ProbeWrapper`), as `serve` does.
+    #[test]
+    fn the_wrapper_health_check_skips_the_kubelets_readiness_lag() {
+        let trace = [entry(0, "a:v1", 100)];
+        let options = ReplayOptions {
+            readiness_delay: Duration::from_secs(10),
+            ..fixed(3)
+        };
+        let porch = replay(&trace, &policy("podTTL: 30m\n"), &options).unwrap();
+        let probed = replay(
+            &trace,
+            &policy("podTTL: 30m\nwrapperHealthCheck: true\n"),
+            &options,
+        )
+        .unwrap();
+        assert_eq!((porch.cold_starts, probed.cold_starts), (1, 1));
+        assert_eq!(porch.wait_p99_s, 13.0, "the start, then the kubelet's lag");
+        assert!(
+            probed.wait_p99_s >= 3.0 && probed.wait_p99_s < 3.5,
+            "the start and a probe: {}",
+            probed.wait_p99_s
+        );
+        assert!(porch.violations.is_empty() && probed.violations.is_empty());
     }
 
     #[test]

@@ -70,6 +70,12 @@ pub const CREATION_ANNOTATION: &str = "fn.kpt.dev/creation";
 /// Template version of the built-in (inline) pod template (Porch Gen A/B).
 pub const INLINE_TEMPLATE_VERSION: &str = "inline-v1";
 
+/// How often a starting pod's wrapper server is asked for its health
+/// after [`Command::ProbeWrapper`] until it answers (100 ms): the pod
+/// driver's probe and the simulator's model of it both use this one value.
+/// Not Porch's: Porch waits for the kubelet's readiness probe instead.
+pub const WRAPPER_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Port the wrapper server listens on inside every function pod, and the
 /// port of the pod's ClusterIP service.
 pub const WRAPPER_PORT: u16 = 9446;

@@ -14,6 +14,7 @@
 //! maxLoadPerPod: 64               # bound on queueing per pod
 //! scanInterval: 1m                # --scan-interval
 //! warmUpPodCache: true            # --warm-up-pod-cache (warms the listed images)
+//! wrapperHealthCheck: false       # --wrapper-health-check (pod-ip mode's fast path)
 //! podCacheConfig:                 # the --pod-cache-config list
 //! - name: ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5
 //!   timeToLive: 1h
@@ -41,6 +42,13 @@ pub struct SimPolicy {
     pub scan_interval: Duration,
     /// Whether the listed images are warmed at start.
     pub warm_up: bool,
+    /// Whether a starting pod takes calls as soon as its wrapper server
+    /// answers a health check, before the kubelet reports it ready
+    /// (`serve --wrapper-health-check`, the pod-IP fast path). False by
+    /// default here, as Porch: it waits for the kubelet. It only makes a
+    /// difference when the replay's kubelet reports pods ready later than
+    /// their wrappers answer (`simulate --readiness-delay`).
+    pub wrapper_health_check: bool,
     /// Per-function overrides and the warm-up list.
     pub config: PodCacheConfig,
 }
@@ -55,6 +63,7 @@ struct PolicyFile {
     max_load_per_pod: Option<u32>,
     scan_interval: Option<String>,
     warm_up_pod_cache: Option<bool>,
+    wrapper_health_check: Option<bool>,
     pod_cache_config: Option<Value>,
 }
 
@@ -69,6 +78,7 @@ const FORMAT: Shape = Shape::SeqOrMap(
         ("maxLoadPerPod", Shape::Any),
         ("scanInterval", Shape::Any),
         ("warmUpPodCache", Shape::Any),
+        ("wrapperHealthCheck", Shape::Any),
         ("podCacheConfig", Shape::Seq(&ENTRY_FORMAT)),
     ]),
 );
@@ -139,13 +149,14 @@ impl SimPolicy {
                 defaults,
                 scan_interval: Duration::from_secs(60),
                 warm_up: true,
+                wrapper_health_check: false,
                 config: config_from(&value)?,
             });
         }
         let file: PolicyFile = serde_json::from_value(value).map_err(|e| {
             err(format!(
                 "{e}; expected a pod-cache-config list or a mapping with podTTL, maxWaitlistLength, \
-                 maxParallelPodsPerFunction, maxLoadPerPod, scanInterval, warmUpPodCache, podCacheConfig"
+                 maxParallelPodsPerFunction, maxLoadPerPod, scanInterval, warmUpPodCache, wrapperHealthCheck, podCacheConfig"
             ))
         })?;
         // The runner's reading of its flags, so that 0 means what it means
@@ -166,6 +177,7 @@ impl SimPolicy {
                 Duration::from_secs(60),
             )?,
             warm_up: file.warm_up_pod_cache.unwrap_or(true),
+            wrapper_health_check: file.wrapper_health_check.unwrap_or(false),
             config: config_from(&file.pod_cache_config.unwrap_or(Value::Null))?,
         })
     }
@@ -177,6 +189,7 @@ impl SimPolicy {
     pub fn pod_cache_policy(&self) -> Result<PodCachePolicy, PolicyError> {
         let mut p = PodCachePolicy::new(self.defaults.clone(), "sim")?.with_config(&self.config);
         p.scan_interval = self.scan_interval;
+        p.probe_wrapper = self.wrapper_health_check;
         Ok(p)
     }
 }
@@ -250,7 +263,7 @@ mod tests {
             e.to_string(),
             "policy p.yaml: line 1 column 1: unknown key \"podTtl\" (did you mean \"podTTL\"?); valid keys: \
              podTTL, maxWaitlistLength, maxParallelPodsPerFunction, maxLoadPerPod, scanInterval, \
-             warmUpPodCache, podCacheConfig"
+             warmUpPodCache, wrapperHealthCheck, podCacheConfig"
         );
         let e = SimPolicy::parse(
             b"podTTL: 5m\npodCacheConfig:\n- name: a:v1\n  maxParallelPodsPerFunction: 2\n  timeTolive: 1h\n",
