@@ -478,3 +478,114 @@ fn common_scalar_replacements_are_taken_in_place() {
         );
     }
 }
+
+/// The start and key column of every block mapping with entries.
+fn block_maps(t: &str, node: &super::tree::Node, out: &mut Vec<(usize, usize)>) {
+    use super::tree::Kind;
+    match &node.kind {
+        Kind::Map {
+            flow: false,
+            entries,
+        } if !entries.is_empty() => {
+            let k = entries[0].key.start;
+            out.push((node.start, k - t[..k].rfind('\n').map_or(0, |i| i + 1)));
+            entries.iter().for_each(|e| block_maps(t, &e.value, out));
+        }
+        Kind::Map { entries, .. } => entries.iter().for_each(|e| block_maps(t, &e.value, out)),
+        Kind::Seq { items, .. } => items.iter().for_each(|it| block_maps(t, &it.node, out)),
+        _ => {}
+    }
+}
+
+/// Entries a creation inserts, at a column.
+fn inserted(column: usize, which: usize) -> String {
+    let pad = " ".repeat(column);
+    match which {
+        0 => format!("\n{pad}team: payments"),
+        1 => format!("\n{pad}new:\n{pad}  deeper: \"x y\""),
+        2 => format!("\n{pad}a: 1"),
+        3 => format!("\n{pad}n: 3 # a comment"),
+        4 => format!("\n{pad}list:\n{pad}- one\n{pad}- two"),
+        5 => format!("\n{pad} off: by one"),
+        6 => format!("\n{pad}x: &a y"),
+        _ => format!("\n{pad}b: [flow]"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Entries added in place to a block mapping are what reading the
+    /// changed text gives, or the insertion declines and nothing changes.
+    #[test]
+    fn entries_added_in_place_read_as_the_changed_text(
+        v in object(),
+        wide in any::<bool>(),
+        commented in any::<bool>(),
+        pick in any::<prop::sample::Index>(),
+        which in 0..8usize,
+    ) {
+        let seq = if wide { SeqIndent::Wide } else { SeqIndent::Compact };
+        let mut text = emit::document(&v, seq);
+        if commented {
+            text = with_comments(&text, "c");
+        }
+        let Ok(doc) = YamlDoc::parse(text.as_str()) else { return Ok(()) };
+        let mut maps = Vec::new();
+        if let Some(root) = doc.root() {
+            block_maps(&text, root, &mut maps);
+        }
+        if maps.is_empty() {
+            return Ok(());
+        }
+        let (start, column) = maps[pick.index(maps.len())];
+        let mut path = Vec::new();
+        let end = map_end(doc.root().unwrap(), start, &mut path).unwrap();
+        let at = text[end..].find('\n').map_or(text.len(), |i| end + i);
+        let new = inserted(column, which);
+        let changed = format!("{}{}{}", &text[..at], new, &text[at..]);
+        let mut edited = doc.clone();
+        if edited.insert_entries(start, at, &new) {
+            let read = YamlDoc::parse(changed.as_str());
+            prop_assert!(read.is_ok(), "{}\n---\n{}", text, changed);
+            prop_assert_eq!(&edited, &read.unwrap(), "{}\n---\n{}", text, changed);
+        } else {
+            prop_assert_eq!(&edited, &doc);
+        }
+    }
+}
+
+/// The end of the block mapping starting at `at`.
+fn map_end(node: &super::tree::Node, at: usize, _path: &mut Vec<usize>) -> Option<usize> {
+    use super::tree::Kind;
+    if node.start == at && matches!(node.kind, Kind::Map { .. }) {
+        return Some(node.end);
+    }
+    match &node.kind {
+        Kind::Map { entries, .. } => entries.iter().find_map(|e| map_end(&e.value, at, _path)),
+        Kind::Seq { items, .. } => items.iter().find_map(|it| map_end(&it.node, at, _path)),
+        _ => None,
+    }
+}
+
+/// A creation's entries are taken in place in the common case (a label
+/// added to a Deployment's labels, a nested field).
+#[test]
+fn common_creations_are_taken_in_place() {
+    let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app # app 1\n  labels:\n    app: app-1\nspec:\n  replicas: 1\n";
+    let doc = YamlDoc::parse(text).unwrap();
+    let labels = text.find("app: app-1").unwrap();
+    let at = labels + "app: app-1".len();
+    for new in ["\n    team: payments", "\n    a:\n      b: c"] {
+        let mut d = doc.clone();
+        assert!(d.insert_entries(labels, at, new), "{new:?}");
+        let changed = format!("{}{}{}", &text[..at], new, &text[at..]);
+        assert_eq!(d, YamlDoc::parse(changed.as_str()).unwrap(), "{new:?}");
+    }
+    // After a comment on the mapping's last line.
+    let metadata = text.find("name: app").unwrap();
+    let mut d = doc.clone();
+    let at = text.find(" # app 1").unwrap() + " # app 1".len();
+    // `name` is not the mapping's last entry: labels is, so this declines.
+    assert!(!d.insert_entries(metadata, at, "\n  x: y"));
+}

@@ -351,6 +351,253 @@ impl YamlDoc {
     }
 }
 
+impl YamlDoc {
+    /// Adds, in place, entries at the end of the block mapping that starts
+    /// at byte `map`: `text` — a line break, then the new entries at the
+    /// column of the mapping's keys, each on its own lines — is inserted at
+    /// `at`, the end of the line the mapping ends on (after a comment
+    /// there, if any). The document is then what [`YamlDoc::parse`] would
+    /// read from the new text, without reading it again: the new entries
+    /// are read alone, with their indentation, and every later position
+    /// moves by the length inserted.
+    ///
+    /// Returns false, changing nothing, when it cannot be sure of that: the
+    /// document uses anchors, aliases or tags; no block mapping with entries
+    /// starts at `map` (or it is inside a flow collection); anything but
+    /// blanks and a comment lies between the mapping's end and `at`, or `at`
+    /// does not end a line; `text` does not read alone as a block mapping at
+    /// the mapping's key column, uses anchors, aliases or tags, or repeats a
+    /// key of the mapping. The caller then splices the text and parses it.
+    pub fn insert_entries(&mut self, map: usize, at: usize, text: &str) -> bool {
+        if self.opaque || at > self.text.len() || !text.starts_with('\n') || text.contains('\r') {
+            return false;
+        }
+        let t = &self.text;
+        if !matches!(t.as_bytes().get(at), None | Some(b'\n')) {
+            return false;
+        }
+        let Some(root) = &self.root else {
+            return false;
+        };
+        let mut path = Vec::new();
+        let Some(target) = map_at(root, map, &mut path) else {
+            return false;
+        };
+        let Kind::Map { entries, .. } = &target.kind else {
+            return false;
+        };
+        let old_end = target.end;
+        if old_end > at || flow_ancestor(root, map) {
+            return false;
+        }
+        // Only blanks and one comment to the end of the line.
+        let rest = t[old_end..at].trim_start_matches(' ');
+        let comments_between: Vec<&Comment> = self
+            .comments
+            .iter()
+            .filter(|c| c.end > old_end && c.start < at)
+            .collect();
+        let ok = match comments_between.as_slice() {
+            [] => rest.is_empty(),
+            [c] => c.start == at - rest.len() && c.end == at,
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+        let column =
+            entries[0].key.start - t[..entries[0].key.start].rfind('\n').map_or(0, |i| i + 1);
+        let Ok(piece) = YamlDoc::parse(&text[1..]) else {
+            return false;
+        };
+        let Some(new) = &piece.root else {
+            return false;
+        };
+        let Kind::Map {
+            flow: false,
+            entries: added,
+        } = &new.kind
+        else {
+            return false;
+        };
+        if piece.opaque || new.props || added.is_empty() || new.start != column {
+            return false;
+        }
+        if added
+            .iter()
+            .any(|a| entries.iter().any(|e| e.name == a.name))
+        {
+            return false;
+        }
+        let base = at + 1;
+        let delta = text.len();
+        let new_end = base + new.end;
+        // Nothing starts at `at` (a line break or the end), and what ends
+        // there stays before the insertion.
+        let shift = |p: usize| -> usize { if p > at { p + delta } else { p } };
+        let moved = |n: &Node| -> Node {
+            let mut n = n.clone();
+            rebase(&mut n, usize::MAX, &Node::placeholder(), &|p| p + base);
+            n
+        };
+        let added: Vec<Entry> = added
+            .iter()
+            .map(|e| Entry {
+                key: moved(&e.key),
+                name: e.name.clone(),
+                colon: e.colon.map(|c| c + base),
+                value: moved(&e.value),
+            })
+            .collect();
+        let Value::Object(added_values) = &piece.value else {
+            return false;
+        };
+        let mut new_text = String::with_capacity(self.text.len() + text.len());
+        new_text.push_str(&self.text[..at]);
+        new_text.push_str(text);
+        new_text.push_str(&self.text[at..]);
+        let root = self.root.as_mut().expect("checked above");
+        grow(root, map, old_end, new_end, &shift);
+        let target = map_at_mut(root, map).expect("found above");
+        if let Kind::Map { entries, .. } = &mut target.kind {
+            entries.extend(added);
+        }
+        let mut comments: Vec<Comment> = self
+            .comments
+            .iter()
+            .map(|c| Comment {
+                start: shift(c.start),
+                end: shift(c.end),
+                trailing: c.trailing,
+            })
+            .collect();
+        comments.extend(piece.comments.iter().map(|c| Comment {
+            start: c.start + base,
+            end: c.end + base,
+            trailing: c.trailing,
+        }));
+        comments.sort_by_key(|c| c.start);
+        self.comments = comments;
+        let mut value = &mut self.value;
+        for step in &path {
+            value = match (step, value) {
+                (Step::Key(k), Value::Object(m)) => match m.get_mut(k.as_str()) {
+                    Some(v) => v,
+                    None => unreachable!("the tree and the value agree"),
+                },
+                (Step::Index(i), Value::Array(a)) => &mut a[*i],
+                _ => unreachable!("the tree and the value agree"),
+            };
+        }
+        let Value::Object(m) = value else {
+            unreachable!("the tree and the value agree")
+        };
+        for (k, v) in added_values {
+            m.insert(k.clone(), v.clone());
+        }
+        self.text = new_text.into();
+        true
+    }
+}
+
+impl Node {
+    /// A node that matches no position ([`rebase`] without a replacement).
+    fn placeholder() -> Node {
+        Node {
+            start: usize::MAX,
+            end: usize::MAX,
+            kind: Kind::Alias,
+            props: false,
+        }
+    }
+}
+
+/// The block mapping with entries starting at `at` below (or being)
+/// `node`, with the keys and indexes leading to it.
+fn map_at<'n>(node: &'n Node, at: usize, path: &mut Vec<Step>) -> Option<&'n Node> {
+    if node.start == at
+        && !node.props
+        && matches!(&node.kind, Kind::Map { flow: false, entries } if !entries.is_empty())
+    {
+        return Some(node);
+    }
+    match &node.kind {
+        Kind::Map { entries, .. } => {
+            let e = entries
+                .iter()
+                .find(|e| e.value.start <= at && at < e.value.end.max(e.value.start + 1))?;
+            path.push(Step::Key(e.name.clone()));
+            map_at(&e.value, at, path)
+        }
+        Kind::Seq { items, .. } => {
+            let (i, item) = items
+                .iter()
+                .enumerate()
+                .find(|(_, it)| it.node.start <= at && at < it.node.end.max(it.node.start + 1))?;
+            path.push(Step::Index(i));
+            map_at(&item.node, at, path)
+        }
+        _ => None,
+    }
+}
+
+/// Moves every position of `node`'s subtree with `shift`, except that the
+/// mapping starting at `map` and the nodes holding it (those starting at
+/// or before it and ending where it ends, `old_end`) end at `new_end`.
+fn grow(
+    node: &mut Node,
+    map: usize,
+    old_end: usize,
+    new_end: usize,
+    shift: &impl Fn(usize) -> usize,
+) {
+    node.end = if node.end == old_end && node.start <= map {
+        new_end
+    } else {
+        shift(node.end)
+    };
+    node.start = shift(node.start);
+    match &mut node.kind {
+        Kind::Map { entries, .. } => {
+            for e in entries {
+                e.key.start = shift(e.key.start);
+                e.key.end = shift(e.key.end);
+                e.colon = e.colon.map(shift);
+                grow(&mut e.value, map, old_end, new_end, shift);
+            }
+        }
+        Kind::Seq { items, .. } => {
+            for it in items {
+                it.dash = shift(it.dash);
+                grow(&mut it.node, map, old_end, new_end, shift);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// [`map_at`], for changing the mapping (positions already moved).
+fn map_at_mut(node: &mut Node, at: usize) -> Option<&mut Node> {
+    if node.start == at && matches!(&node.kind, Kind::Map { flow: false, .. }) {
+        return Some(node);
+    }
+    match &mut node.kind {
+        Kind::Map { entries, .. } => {
+            let e = entries
+                .iter_mut()
+                .find(|e| e.value.start <= at && at < e.value.end.max(e.value.start + 1))?;
+            map_at_mut(&mut e.value, at)
+        }
+        Kind::Seq { items, .. } => {
+            let it = items
+                .iter_mut()
+                .find(|it| it.node.start <= at && at < it.node.end.max(it.node.start + 1))?;
+            map_at_mut(&mut it.node, at)
+        }
+        _ => None,
+    }
+}
+
 /// A step from a collection to one of its values.
 enum Step {
     Key(String),

@@ -1045,15 +1045,27 @@ fn go_style(styles: &Styles, t: &str, at: &At) -> GoStyle {
 
 /// One change to an item's text: `start..end` replaced by `text`; a
 /// scalar written at `start + offset` with the Go style it keeps; the
-/// scalar's new `Node.Value`; the start of the scalar node it replaces,
-/// when it replaces one.
+/// scalar's new `Node.Value`; what it changes in the item's tree, when the
+/// tree can be changed in place.
 struct Edit {
     start: usize,
     end: usize,
     text: String,
     written: Option<(usize, GoStyle)>,
     value: Option<String>,
-    scalar: Option<usize>,
+    in_place: InPlace,
+}
+
+/// What an [`Edit`] changes in the item's tree, for changing it in place.
+#[derive(Clone, Copy)]
+enum InPlace {
+    /// Nothing known: the item is read again.
+    No,
+    /// The scalar node starting here is replaced ([`YamlDoc::replace_scalar`]).
+    Scalar(usize),
+    /// Entries are added to the block mapping starting here
+    /// ([`YamlDoc::insert_entries`]).
+    Entries(usize),
 }
 
 /// Makes `edits` in `doc` — one scalar replaced in place when it can be
@@ -1074,7 +1086,7 @@ fn splice_tracked(
     let mut regions = Vec::with_capacity(edits.len());
     let mut new_styles = Styles::new();
     let in_place = match edits.as_slice() {
-        [e] => e.scalar.map(|node| (node, e.start..e.end, e.text.clone())),
+        [e] => Some((e.in_place, e.start..e.end, e.text.clone())),
         _ => None,
     };
     for e in edits {
@@ -1104,9 +1116,16 @@ fn splice_tracked(
             .entry((p as isize + shift) as usize)
             .or_insert(*style);
     }
-    if let Some((node, region, text)) = in_place
-        && Arc::make_mut(doc).replace_scalar(node, region, &text)
-    {
+    let done = match in_place {
+        Some((InPlace::Scalar(node), region, text)) => {
+            Arc::make_mut(doc).replace_scalar(node, region, &text)
+        }
+        Some((InPlace::Entries(map), region, text)) if region.is_empty() => {
+            Arc::make_mut(doc).insert_entries(map, region.start, &text)
+        }
+        _ => false,
+    };
+    if done {
         return Ok(new_styles);
     }
     let new = YamlDoc::parse(s)
@@ -1481,6 +1500,8 @@ fn lookup<'a>(doc: &'a YamlDoc, path: &[String]) -> Result<Option<At<'a>>, Stop>
 /// start at `column`, the field names `chain`, the last one set.
 struct Creation {
     at: usize,
+    /// Where the block mapping starts.
+    map: usize,
     column: usize,
     chain: Vec<String>,
     seq_indent: SeqIndent,
@@ -1531,7 +1552,7 @@ impl Creation {
             text: s,
             written,
             value: new_value,
-            scalar: None,
+            in_place: InPlace::Entries(self.map),
         }
     }
 }
@@ -1661,6 +1682,7 @@ impl<'a> Matcher<'a, '_> {
         }
         self.created.push(Creation {
             at: end,
+            map: at.node.start,
             column,
             chain: path.to_vec(),
             seq_indent: SeqIndent::of(self.t),
@@ -1857,7 +1879,7 @@ fn set_field_value(
         text,
         written: Some((0, go)),
         value: Some(new.clone()),
-        scalar: Some(at.node.start),
+        in_place: InPlace::Scalar(at.node.start),
     };
     // A comment after the value stays, one blank after it (on a block
     // scalar's header line).
@@ -1913,7 +1935,7 @@ fn replace_collection(t: &str, at: &At, value: &Replacing) -> Result<Edit, Stop>
         text: value.block_under(key_column, SeqIndent::of(t)),
         written: None,
         value: None,
-        scalar: None,
+        in_place: InPlace::No,
     })
 }
 
