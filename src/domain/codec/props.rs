@@ -348,15 +348,51 @@ proptest! {
     }
 }
 
-/// The start of every non-empty scalar value node of `node` (not keys).
-fn scalar_starts(node: &super::tree::Node, out: &mut Vec<usize>) {
+/// Every value node below (and being) `node`, in document order: mapping
+/// values and sequence items, not keys.
+fn value_nodes<'n>(node: &'n super::tree::Node, out: &mut Vec<&'n super::tree::Node>) {
     use super::tree::Kind;
+    out.push(node);
     match &node.kind {
-        Kind::Scalar { empty: false, .. } => out.push(node.start),
-        Kind::Map { entries, .. } => entries.iter().for_each(|e| scalar_starts(&e.value, out)),
-        Kind::Seq { items, .. } => items.iter().for_each(|it| scalar_starts(&it.node, out)),
+        Kind::Map { entries, .. } => entries.iter().for_each(|e| value_nodes(&e.value, out)),
+        Kind::Seq { items, .. } => items.iter().for_each(|it| value_nodes(&it.node, out)),
         _ => {}
     }
+}
+
+/// The text of `v` as the codec writes it (with comments when
+/// `commented`), and its tree; `None` when it does not read back.
+fn sample(v: &Value, wide: bool, commented: bool) -> Option<(String, YamlDoc)> {
+    let seq = if wide {
+        SeqIndent::Wide
+    } else {
+        SeqIndent::Compact
+    };
+    let mut text = emit::document(v, seq);
+    if commented {
+        text = with_comments(&text, "c");
+    }
+    let doc = YamlDoc::parse(text.as_str()).ok()?;
+    Some((text, doc))
+}
+
+/// An in-place change of `doc` (`edited`, `took` when it was made) is
+/// what reading `changed` gives; a declined one changed nothing.
+fn in_place_reads_as(
+    text: &str,
+    doc: &YamlDoc,
+    edited: &YamlDoc,
+    took: bool,
+    changed: &str,
+) -> Result<(), TestCaseError> {
+    if took {
+        let read = YamlDoc::parse(changed);
+        prop_assert!(read.is_ok(), "{}\n---\n{}", text, changed);
+        prop_assert_eq!(edited, &read.unwrap(), "{}\n---\n{}", text, changed);
+    } else {
+        prop_assert_eq!(edited, doc);
+    }
+    Ok(())
 }
 
 /// One-line tokens a replacement writes, some with a comment.
@@ -383,120 +419,6 @@ const TOKENS: &[&str] = &[
     "",
 ];
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
-
-    /// A scalar replaced in place is what reading the changed text gives:
-    /// the same nodes, ranges, comments and value — or the replacement
-    /// declines and nothing changes.
-    #[test]
-    fn a_scalar_replaced_in_place_reads_as_the_changed_text(
-        v in object(),
-        wide in any::<bool>(),
-        commented in any::<bool>(),
-        pick in any::<prop::sample::Index>(),
-        token in 0..TOKENS.len(),
-        keep_comment in any::<bool>(),
-    ) {
-        let seq = if wide { SeqIndent::Wide } else { SeqIndent::Compact };
-        let mut text = emit::document(&v, seq);
-        if commented {
-            text = with_comments(&text, "c");
-        }
-        let Ok(doc) = YamlDoc::parse(text.as_str()) else { return Ok(()) };
-        let mut starts = Vec::new();
-        if let Some(root) = doc.root() {
-            scalar_starts(root, &mut starts);
-        }
-        if starts.is_empty() {
-            return Ok(());
-        }
-        let start = starts[pick.index(starts.len())];
-        let mut path = Vec::new();
-        let node = doc.root().and_then(|r| find(r, start, &mut path)).unwrap().clone();
-        let line_end = text[node.end..].find('\n').map_or(text.len(), |i| node.end + i);
-        let after = text[node.end..line_end].trim();
-        let (region, new) = if after.starts_with('#') && keep_comment {
-            (start..line_end, format!("{} {after}", TOKENS[token]))
-        } else {
-            (start..node.end, TOKENS[token].to_string())
-        };
-        let changed = format!("{}{}{}", &text[..region.start], new, &text[region.end..]);
-        let mut edited = doc.clone();
-        if edited.replace_scalar(start, region.clone(), &new) {
-            let read = YamlDoc::parse(changed.as_str());
-            prop_assert!(read.is_ok(), "{}\n---\n{}", text, changed);
-            prop_assert_eq!(&edited, &read.unwrap(), "{}\n---\n{}", text, changed);
-        } else {
-            prop_assert_eq!(&edited, &doc);
-        }
-    }
-}
-
-/// The node starting at `at`.
-fn find<'n>(
-    node: &'n super::tree::Node,
-    at: usize,
-    _path: &mut Vec<usize>,
-) -> Option<&'n super::tree::Node> {
-    use super::tree::Kind;
-    if node.start == at && matches!(node.kind, Kind::Scalar { .. }) {
-        return Some(node);
-    }
-    match &node.kind {
-        Kind::Map { entries, .. } => entries.iter().find_map(|e| find(&e.value, at, _path)),
-        Kind::Seq { items, .. } => items.iter().find_map(|it| find(&it.node, at, _path)),
-        _ => None,
-    }
-}
-
-/// The in-place replacement takes the common cases (a plain block
-/// document, a plain or quoted token, with or without a comment after it)
-/// instead of declining them.
-#[test]
-fn common_scalar_replacements_are_taken_in_place() {
-    let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app # app 1\nspec:\n  containers:\n  - name: app\n    image: \"nginx:1.14\" # replaced\n  - name: side\n    image: busybox\n";
-    let doc = YamlDoc::parse(text).unwrap();
-    let cases = [
-        ("\"nginx:1.14\" # replaced", "\"nginx:1.27\" # replaced"),
-        ("\"nginx:1.14\"", "nginx:1.27"),
-        ("busybox", "'busybox:1'"),
-        ("app # app 1", "3 # app 1"),
-    ];
-    for (old, new) in cases {
-        let start = text.find(old).unwrap();
-        let mut d = doc.clone();
-        assert!(
-            d.replace_scalar(start, start..start + old.len(), new),
-            "{old} -> {new}"
-        );
-        let changed = text.replacen(old, new, 1);
-        assert_eq!(
-            d,
-            YamlDoc::parse(changed.as_str()).unwrap(),
-            "{old} -> {new}"
-        );
-    }
-}
-
-/// The start and key column of every block mapping with entries.
-fn block_maps(t: &str, node: &super::tree::Node, out: &mut Vec<(usize, usize)>) {
-    use super::tree::Kind;
-    match &node.kind {
-        Kind::Map {
-            flow: false,
-            entries,
-        } if !entries.is_empty() => {
-            let k = entries[0].key.start;
-            out.push((node.start, k - t[..k].rfind('\n').map_or(0, |i| i + 1)));
-            entries.iter().for_each(|e| block_maps(t, &e.value, out));
-        }
-        Kind::Map { entries, .. } => entries.iter().for_each(|e| block_maps(t, &e.value, out)),
-        Kind::Seq { items, .. } => items.iter().for_each(|it| block_maps(t, &it.node, out)),
-        _ => {}
-    }
-}
-
 /// Entries a creation inserts, at a column.
 fn inserted(column: usize, which: usize) -> String {
     let pad = " ".repeat(column);
@@ -515,6 +437,42 @@ fn inserted(column: usize, which: usize) -> String {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
+    /// A scalar replaced in place is what reading the changed text gives:
+    /// the same nodes, ranges, comments and value — or the replacement
+    /// declines and nothing changes.
+    #[test]
+    fn a_scalar_replaced_in_place_reads_as_the_changed_text(
+        v in object(),
+        wide in any::<bool>(),
+        commented in any::<bool>(),
+        pick in any::<prop::sample::Index>(),
+        token in 0..TOKENS.len(),
+        keep_comment in any::<bool>(),
+    ) {
+        use super::tree::Kind;
+        let Some((text, doc)) = sample(&v, wide, commented) else { return Ok(()) };
+        let mut nodes = Vec::new();
+        if let Some(root) = doc.root() {
+            value_nodes(root, &mut nodes);
+        }
+        nodes.retain(|n| matches!(n.kind, Kind::Scalar { empty: false, .. }));
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let node = nodes[pick.index(nodes.len())];
+        let line_end = text[node.end..].find('\n').map_or(text.len(), |i| node.end + i);
+        let after = text[node.end..line_end].trim();
+        let (region, new) = if after.starts_with('#') && keep_comment {
+            (node.start..line_end, format!("{} {after}", TOKENS[token]))
+        } else {
+            (node.start..node.end, TOKENS[token].to_string())
+        };
+        let changed = format!("{}{}{}", &text[..region.start], new, &text[region.end..]);
+        let mut edited = doc.clone();
+        let took = edited.replace_scalar(node.start, region, &new);
+        in_place_reads_as(&text, &doc, &edited, took, &changed)?;
+    }
+
     /// Entries added in place to a block mapping are what reading the
     /// changed text gives, or the insertion declines and nothing changes.
     #[test]
@@ -525,55 +483,56 @@ proptest! {
         pick in any::<prop::sample::Index>(),
         which in 0..8usize,
     ) {
-        let seq = if wide { SeqIndent::Wide } else { SeqIndent::Compact };
-        let mut text = emit::document(&v, seq);
-        if commented {
-            text = with_comments(&text, "c");
-        }
-        let Ok(doc) = YamlDoc::parse(text.as_str()) else { return Ok(()) };
-        let mut maps = Vec::new();
+        use super::tree::Kind;
+        let Some((text, doc)) = sample(&v, wide, commented) else { return Ok(()) };
+        let mut nodes = Vec::new();
         if let Some(root) = doc.root() {
-            block_maps(&text, root, &mut maps);
+            value_nodes(root, &mut nodes);
         }
-        if maps.is_empty() {
+        nodes.retain(|n| matches!(&n.kind, Kind::Map { flow: false, entries } if !entries.is_empty()));
+        if nodes.is_empty() {
             return Ok(());
         }
-        let (start, column) = maps[pick.index(maps.len())];
-        let mut path = Vec::new();
-        let end = map_end(doc.root().unwrap(), start, &mut path).unwrap();
-        let at = text[end..].find('\n').map_or(text.len(), |i| end + i);
+        let map = nodes[pick.index(nodes.len())];
+        let Kind::Map { entries, .. } = &map.kind else { unreachable!() };
+        let key = entries[0].key.start;
+        let column = key - text[..key].rfind('\n').map_or(0, |i| i + 1);
+        let at = text[map.end..].find('\n').map_or(text.len(), |i| map.end + i);
         let new = inserted(column, which);
         let changed = format!("{}{}{}", &text[..at], new, &text[at..]);
         let mut edited = doc.clone();
-        if edited.insert_entries(start, at, &new) {
-            let read = YamlDoc::parse(changed.as_str());
-            prop_assert!(read.is_ok(), "{}\n---\n{}", text, changed);
-            prop_assert_eq!(&edited, &read.unwrap(), "{}\n---\n{}", text, changed);
-        } else {
-            prop_assert_eq!(&edited, &doc);
-        }
+        let took = edited.insert_entries(map.start, at, &new);
+        in_place_reads_as(&text, &doc, &edited, took, &changed)?;
     }
 }
 
-/// The end of the block mapping starting at `at`.
-fn map_end(node: &super::tree::Node, at: usize, _path: &mut Vec<usize>) -> Option<usize> {
-    use super::tree::Kind;
-    if node.start == at && matches!(node.kind, Kind::Map { .. }) {
-        return Some(node.end);
-    }
-    match &node.kind {
-        Kind::Map { entries, .. } => entries.iter().find_map(|e| map_end(&e.value, at, _path)),
-        Kind::Seq { items, .. } => items.iter().find_map(|it| map_end(&it.node, at, _path)),
-        _ => None,
-    }
-}
-
-/// A creation's entries are taken in place in the common case (a label
-/// added to a Deployment's labels, a nested field).
+/// The in-place changes take the common cases instead of declining them:
+/// a plain or quoted token with or without a comment after it, and a
+/// label or a nested field added (what apply-replacements writes).
 #[test]
-fn common_creations_are_taken_in_place() {
-    let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app # app 1\n  labels:\n    app: app-1\nspec:\n  replicas: 1\n";
+fn common_changes_are_taken_in_place() {
+    let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app # app 1\n  labels:\n    app: app-1\nspec:\n  containers:\n  - name: app\n    image: \"nginx:1.14\" # replaced\n  - name: side\n    image: busybox\n";
     let doc = YamlDoc::parse(text).unwrap();
+    let scalars = [
+        ("\"nginx:1.14\" # replaced", "\"nginx:1.27\" # replaced"),
+        ("\"nginx:1.14\"", "nginx:1.27"),
+        ("busybox", "'busybox:1'"),
+        ("app # app 1", "3 # app 1"),
+    ];
+    for (old, new) in scalars {
+        let start = text.find(old).unwrap();
+        let mut d = doc.clone();
+        assert!(
+            d.replace_scalar(start, start..start + old.len(), new),
+            "{old} -> {new}"
+        );
+        let changed = text.replacen(old, new, 1);
+        assert_eq!(
+            d,
+            YamlDoc::parse(changed.as_str()).unwrap(),
+            "{old} -> {new}"
+        );
+    }
     let labels = text.find("app: app-1").unwrap();
     let at = labels + "app: app-1".len();
     for new in ["\n    team: payments", "\n    a:\n      b: c"] {
@@ -582,10 +541,8 @@ fn common_creations_are_taken_in_place() {
         let changed = format!("{}{}{}", &text[..at], new, &text[at..]);
         assert_eq!(d, YamlDoc::parse(changed.as_str()).unwrap(), "{new:?}");
     }
-    // After a comment on the mapping's last line.
+    // `name` is not the mapping's last entry (labels is): declined.
     let metadata = text.find("name: app").unwrap();
-    let mut d = doc.clone();
     let at = text.find(" # app 1").unwrap() + " # app 1".len();
-    // `name` is not the mapping's last entry: labels is, so this declines.
-    assert!(!d.insert_entries(metadata, at, "\n  x: y"));
+    assert!(!doc.clone().insert_entries(metadata, at, "\n  x: y"));
 }

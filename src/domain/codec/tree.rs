@@ -241,11 +241,7 @@ impl YamlDoc {
         if old.contains(['\n', '\r']) || text.contains(['\n', '\r']) {
             return false;
         }
-        let Some(root) = &self.root else {
-            return false;
-        };
-        let mut path = Vec::new();
-        let Some(target) = scalar_at(root, node, &mut path) else {
+        let Some((target, path)) = self.block_node_at(node, plain_scalar) else {
             return false;
         };
         let (old_start, old_end) = (target.start, target.end);
@@ -258,18 +254,7 @@ impl YamlDoc {
         }
         // After the node: blanks, then nothing or one comment that ends
         // the region.
-        let inside: Vec<&Comment> = self
-            .comments
-            .iter()
-            .filter(|c| c.end > region.start && c.start < region.end)
-            .collect();
-        let after = t[old_end..region.end].trim_start_matches(' ');
-        let ok = match inside.as_slice() {
-            [] => after.is_empty(),
-            [c] => c.start == region.end - after.len() && c.end == region.end,
-            _ => false,
-        };
-        if !ok {
+        if !self.blanks_and_a_comment(region.start, old_end, region.end) {
             return false;
         }
         // The new token and comments, read alone.
@@ -289,9 +274,6 @@ impl YamlDoc {
         // A comment written ends the line: nothing may follow the region.
         let at_line_end = matches!(t.as_bytes().get(region.end), None | Some(b'\n'));
         if !piece.comments.is_empty() && !at_line_end {
-            return false;
-        }
-        if flow_ancestor(root, node) {
             return false;
         }
         let delta = text.len() as isize - region.len() as isize;
@@ -317,34 +299,8 @@ impl YamlDoc {
         new_text.push_str(&self.text[region.end..]);
         let root = self.root.as_mut().expect("checked above");
         rebase(root, old_start, &replacement, &shift);
-        let mut comments: Vec<Comment> = self
-            .comments
-            .iter()
-            .filter(|c| !(c.end > region.start && c.start < region.end))
-            .map(|c| Comment {
-                start: shift(c.start),
-                end: shift(c.end),
-                trailing: c.trailing,
-            })
-            .collect();
-        comments.extend(piece.comments.iter().map(|c| Comment {
-            start: c.start + region.start,
-            end: c.end + region.start,
-            trailing: true,
-        }));
-        comments.sort_by_key(|c| c.start);
-        self.comments = comments;
-        let mut value = &mut self.value;
-        for step in &path {
-            value = match (step, value) {
-                (Step::Key(k), Value::Object(m)) => match m.get_mut(k.as_str()) {
-                    Some(v) => v,
-                    None => unreachable!("the tree and the value agree"),
-                },
-                (Step::Index(i), Value::Array(a)) => &mut a[*i],
-                _ => unreachable!("the tree and the value agree"),
-            };
-        }
+        self.comments = self.comments_moved(region.clone(), shift, &piece.comments, region.start);
+        let value = value_at_mut(&mut self.value, &path);
         *value = piece.value;
         self.text = new_text.into();
         true
@@ -376,33 +332,18 @@ impl YamlDoc {
         if !matches!(t.as_bytes().get(at), None | Some(b'\n')) {
             return false;
         }
-        let Some(root) = &self.root else {
-            return false;
-        };
-        let mut path = Vec::new();
-        let Some(target) = map_at(root, map, &mut path) else {
+        let Some((target, path)) = self.block_node_at(map, block_map) else {
             return false;
         };
         let Kind::Map { entries, .. } = &target.kind else {
             return false;
         };
         let old_end = target.end;
-        if old_end > at || flow_ancestor(root, map) {
+        if old_end > at {
             return false;
         }
         // Only blanks and one comment to the end of the line.
-        let rest = t[old_end..at].trim_start_matches(' ');
-        let comments_between: Vec<&Comment> = self
-            .comments
-            .iter()
-            .filter(|c| c.end > old_end && c.start < at)
-            .collect();
-        let ok = match comments_between.as_slice() {
-            [] => rest.is_empty(),
-            [c] => c.start == at - rest.len() && c.end == at,
-            _ => false,
-        };
-        if !ok {
+        if !self.blanks_and_a_comment(old_end, old_end, at) {
             return false;
         }
         let column =
@@ -458,37 +399,12 @@ impl YamlDoc {
         new_text.push_str(&self.text[at..]);
         let root = self.root.as_mut().expect("checked above");
         grow(root, map, old_end, new_end, &shift);
-        let target = map_at_mut(root, map).expect("found above");
+        let target = node_at_mut(root, &path).expect("found above");
         if let Kind::Map { entries, .. } = &mut target.kind {
             entries.extend(added);
         }
-        let mut comments: Vec<Comment> = self
-            .comments
-            .iter()
-            .map(|c| Comment {
-                start: shift(c.start),
-                end: shift(c.end),
-                trailing: c.trailing,
-            })
-            .collect();
-        comments.extend(piece.comments.iter().map(|c| Comment {
-            start: c.start + base,
-            end: c.end + base,
-            trailing: c.trailing,
-        }));
-        comments.sort_by_key(|c| c.start);
-        self.comments = comments;
-        let mut value = &mut self.value;
-        for step in &path {
-            value = match (step, value) {
-                (Step::Key(k), Value::Object(m)) => match m.get_mut(k.as_str()) {
-                    Some(v) => v,
-                    None => unreachable!("the tree and the value agree"),
-                },
-                (Step::Index(i), Value::Array(a)) => &mut a[*i],
-                _ => unreachable!("the tree and the value agree"),
-            };
-        }
+        self.comments = self.comments_moved(at..at, shift, &piece.comments, base);
+        let value = value_at_mut(&mut self.value, &path);
         let Value::Object(m) = value else {
             unreachable!("the tree and the value agree")
         };
@@ -497,6 +413,67 @@ impl YamlDoc {
         }
         self.text = new_text.into();
         true
+    }
+}
+
+impl YamlDoc {
+    /// The node starting at `at` that `wanted` accepts, outside any flow
+    /// collection, with the steps from the root to it.
+    fn block_node_at(
+        &self,
+        at: usize,
+        wanted: impl Fn(&Node) -> bool,
+    ) -> Option<(&Node, Vec<Step>)> {
+        let mut path = Vec::new();
+        match node_at(self.root.as_ref()?, at, wanted, &mut path)? {
+            (node, false) => Some((node, path)),
+            (_, true) => None,
+        }
+    }
+
+    /// True when the comments within `from..to` are at most one, and
+    /// after `after` there are only blanks and then nothing or that one
+    /// comment, ending at `to`.
+    fn blanks_and_a_comment(&self, from: usize, after: usize, to: usize) -> bool {
+        let rest = self.text[after..to].trim_start_matches(' ');
+        let mut within = self
+            .comments
+            .iter()
+            .filter(|c| c.end > from && c.start < to);
+        match (within.next(), within.next()) {
+            (None, _) => rest.is_empty(),
+            (Some(c), None) => c.start == to - rest.len() && c.end == to,
+            _ => false,
+        }
+    }
+
+    /// The comments once `dropped` is rewritten: those within it gone, the
+    /// others moved with `shift`, and `added` (read from the new text,
+    /// which starts at `base`) in their place, in text order.
+    fn comments_moved(
+        &self,
+        dropped: Range<usize>,
+        shift: impl Fn(usize) -> usize,
+        added: &[Comment],
+        base: usize,
+    ) -> Vec<Comment> {
+        let mut comments: Vec<Comment> = self
+            .comments
+            .iter()
+            .filter(|c| !(c.end > dropped.start && c.start < dropped.end))
+            .map(|c| Comment {
+                start: shift(c.start),
+                end: shift(c.end),
+                trailing: c.trailing,
+            })
+            .collect();
+        comments.extend(added.iter().map(|c| Comment {
+            start: c.start + base,
+            end: c.end + base,
+            trailing: c.trailing,
+        }));
+        comments.sort_by_key(|c| c.start);
+        comments
     }
 }
 
@@ -512,33 +489,43 @@ impl Node {
     }
 }
 
-/// The block mapping with entries starting at `at` below (or being)
-/// `node`, with the keys and indexes leading to it.
-fn map_at<'n>(node: &'n Node, at: usize, path: &mut Vec<Step>) -> Option<&'n Node> {
-    if node.start == at
-        && !node.props
-        && matches!(&node.kind, Kind::Map { flow: false, entries } if !entries.is_empty())
-    {
-        return Some(node);
+/// Visits every node of `node`'s subtree (keys too) with `visit`, which
+/// moves the node's own range and answers whether to go into it, and
+/// moves the colons and dashes in between with `shift`.
+fn walk(node: &mut Node, shift: &impl Fn(usize) -> usize, visit: &impl Fn(&mut Node) -> bool) {
+    if !visit(node) {
+        return;
     }
-    match &node.kind {
+    match &mut node.kind {
         Kind::Map { entries, .. } => {
-            let e = entries
-                .iter()
-                .find(|e| e.value.start <= at && at < e.value.end.max(e.value.start + 1))?;
-            path.push(Step::Key(e.name.clone()));
-            map_at(&e.value, at, path)
+            for e in entries {
+                walk(&mut e.key, shift, visit);
+                e.colon = e.colon.map(shift);
+                walk(&mut e.value, shift, visit);
+            }
         }
         Kind::Seq { items, .. } => {
-            let (i, item) = items
-                .iter()
-                .enumerate()
-                .find(|(_, it)| it.node.start <= at && at < it.node.end.max(it.node.start + 1))?;
-            path.push(Step::Index(i));
-            map_at(&item.node, at, path)
+            for it in items {
+                it.dash = shift(it.dash);
+                walk(&mut it.node, shift, visit);
+            }
         }
-        _ => None,
+        _ => {}
     }
+}
+
+/// Moves every position of `node`'s subtree with `shift`, and puts
+/// `replacement` in place of the scalar that starts at `target`.
+fn rebase(node: &mut Node, target: usize, replacement: &Node, shift: &impl Fn(usize) -> usize) {
+    walk(node, shift, &|n: &mut Node| {
+        if n.start == target && matches!(n.kind, Kind::Scalar { .. }) {
+            *n = replacement.clone();
+            return false;
+        }
+        n.start = shift(n.start);
+        n.end = shift(n.end);
+        true
+    });
 }
 
 /// Moves every position of `node`'s subtree with `shift`, except that the
@@ -551,51 +538,15 @@ fn grow(
     new_end: usize,
     shift: &impl Fn(usize) -> usize,
 ) {
-    node.end = if node.end == old_end && node.start <= map {
-        new_end
-    } else {
-        shift(node.end)
-    };
-    node.start = shift(node.start);
-    match &mut node.kind {
-        Kind::Map { entries, .. } => {
-            for e in entries {
-                e.key.start = shift(e.key.start);
-                e.key.end = shift(e.key.end);
-                e.colon = e.colon.map(shift);
-                grow(&mut e.value, map, old_end, new_end, shift);
-            }
-        }
-        Kind::Seq { items, .. } => {
-            for it in items {
-                it.dash = shift(it.dash);
-                grow(&mut it.node, map, old_end, new_end, shift);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// [`map_at`], for changing the mapping (positions already moved).
-fn map_at_mut(node: &mut Node, at: usize) -> Option<&mut Node> {
-    if node.start == at && matches!(&node.kind, Kind::Map { flow: false, .. }) {
-        return Some(node);
-    }
-    match &mut node.kind {
-        Kind::Map { entries, .. } => {
-            let e = entries
-                .iter_mut()
-                .find(|e| e.value.start <= at && at < e.value.end.max(e.value.start + 1))?;
-            map_at_mut(&mut e.value, at)
-        }
-        Kind::Seq { items, .. } => {
-            let it = items
-                .iter_mut()
-                .find(|it| it.node.start <= at && at < it.node.end.max(it.node.start + 1))?;
-            map_at_mut(&mut it.node, at)
-        }
-        _ => None,
-    }
+    walk(node, shift, &|n: &mut Node| {
+        n.end = if n.end == old_end && n.start <= map {
+            new_end
+        } else {
+            shift(n.end)
+        };
+        n.start = shift(n.start);
+        true
+    });
 }
 
 /// A step from a collection to one of its values.
@@ -604,84 +555,91 @@ enum Step {
     Index(usize),
 }
 
-/// The scalar value node starting at `at` below (or being) `node`, with
-/// the keys and indexes leading to it; `None` when what starts there is
-/// a key, a collection, or nothing.
-fn scalar_at<'n>(node: &'n Node, at: usize, path: &mut Vec<Step>) -> Option<&'n Node> {
-    if node.start == at && matches!(node.kind, Kind::Scalar { empty: false, .. }) && !node.props {
-        return Some(node);
-    }
+/// The child of `node` (a mapping entry's value or a sequence item) whose
+/// range holds `at`, with the step to it; `None` for a scalar or when no
+/// child holds it.
+fn child_at(node: &Node, at: usize) -> Option<(Step, &Node)> {
+    let holds = |n: &Node| n.start <= at && at < n.end.max(n.start + 1);
     match &node.kind {
-        Kind::Map { entries, .. } => {
-            let e = entries
-                .iter()
-                .find(|e| e.value.start <= at && at < e.value.end.max(e.value.start + 1))?;
-            if e.key.start == at {
-                return None;
-            }
-            path.push(Step::Key(e.name.clone()));
-            scalar_at(&e.value, at, path)
-        }
-        Kind::Seq { items, .. } => {
-            let (i, item) = items
-                .iter()
-                .enumerate()
-                .find(|(_, it)| it.node.start <= at && at < it.node.end.max(it.node.start + 1))?;
-            path.push(Step::Index(i));
-            scalar_at(&item.node, at, path)
-        }
+        Kind::Map { entries, .. } => entries
+            .iter()
+            .find(|e| holds(&e.value))
+            .map(|e| (Step::Key(e.name.clone()), &e.value)),
+        Kind::Seq { items, .. } => items
+            .iter()
+            .enumerate()
+            .find(|(_, it)| holds(&it.node))
+            .map(|(i, it)| (Step::Index(i), &it.node)),
         _ => None,
     }
 }
 
-/// True when the node starting at `at` is inside a flow collection.
-fn flow_ancestor(node: &Node, at: usize) -> bool {
-    match &node.kind {
-        Kind::Map { flow, entries } => {
-            *flow
-                || entries
-                    .iter()
-                    .find(|e| e.value.start <= at && at < e.value.end.max(e.value.start + 1))
-                    .is_some_and(|e| flow_ancestor(&e.value, at))
+/// The node starting at `at` below (or being) `node` that `wanted`
+/// accepts, found by descending through the children holding `at`; the
+/// steps to it in `path`; and whether a flow collection lies on the way
+/// (or is the node).
+fn node_at<'n>(
+    node: &'n Node,
+    at: usize,
+    wanted: impl Fn(&Node) -> bool,
+    path: &mut Vec<Step>,
+) -> Option<(&'n Node, bool)> {
+    let mut node = node;
+    let mut flow = false;
+    loop {
+        flow |= matches!(
+            node.kind,
+            Kind::Map { flow: true, .. } | Kind::Seq { flow: true, .. }
+        );
+        if node.start == at && wanted(node) {
+            return Some((node, flow));
         }
-        Kind::Seq { flow, items } => {
-            *flow
-                || items
-                    .iter()
-                    .find(|it| it.node.start <= at && at < it.node.end.max(it.node.start + 1))
-                    .is_some_and(|it| flow_ancestor(&it.node, at))
-        }
-        _ => false,
+        let (step, child) = child_at(node, at)?;
+        path.push(step);
+        node = child;
     }
 }
 
-/// Moves every position of `node`'s subtree with `shift`, and puts
-/// `replacement` in place of the node that starts at `target`.
-fn rebase(node: &mut Node, target: usize, replacement: &Node, shift: &impl Fn(usize) -> usize) {
-    if node.start == target && matches!(node.kind, Kind::Scalar { .. }) {
-        *node = replacement.clone();
-        return;
-    }
-    node.start = shift(node.start);
-    node.end = shift(node.end);
-    match &mut node.kind {
-        Kind::Map { entries, .. } => {
-            for e in entries {
-                // A key never starts at the target (checked by the caller).
-                e.key.start = shift(e.key.start);
-                e.key.end = shift(e.key.end);
-                e.colon = e.colon.map(shift);
-                rebase(&mut e.value, target, replacement, shift);
+/// The node `path` leads to from `node`, to change it.
+fn node_at_mut<'n>(mut node: &'n mut Node, path: &[Step]) -> Option<&'n mut Node> {
+    for step in path {
+        node = match (step, &mut node.kind) {
+            (Step::Key(k), Kind::Map { entries, .. }) => {
+                &mut entries.iter_mut().find(|e| &e.name == k)?.value
             }
-        }
-        Kind::Seq { items, .. } => {
-            for it in items {
-                it.dash = shift(it.dash);
-                rebase(&mut it.node, target, replacement, shift);
-            }
-        }
-        _ => {}
+            (Step::Index(i), Kind::Seq { items, .. }) => &mut items.get_mut(*i)?.node,
+            _ => return None,
+        };
     }
+    Some(node)
+}
+
+/// The value `path` leads to in `value` (the parsed value of the tree the
+/// path was found in).
+fn value_at_mut<'v>(mut value: &'v mut Value, path: &[Step]) -> &'v mut Value {
+    for step in path {
+        value = match (step, value) {
+            (Step::Key(k), Value::Object(m)) => match m.get_mut(k.as_str()) {
+                Some(v) => v,
+                None => unreachable!("the tree and the value agree"),
+            },
+            (Step::Index(i), Value::Array(a)) => &mut a[*i],
+            _ => unreachable!("the tree and the value agree"),
+        };
+    }
+    value
+}
+
+/// A non-empty scalar without properties (what [`YamlDoc::replace_scalar`]
+/// replaces).
+fn plain_scalar(n: &Node) -> bool {
+    matches!(n.kind, Kind::Scalar { empty: false, .. }) && !n.props
+}
+
+/// A block mapping with entries, without properties (what
+/// [`YamlDoc::insert_entries`] adds to).
+fn block_map(n: &Node) -> bool {
+    !n.props && matches!(&n.kind, Kind::Map { flow: false, entries } if !entries.is_empty())
 }
 
 /// Parses the value of one YAML document with the tree builder (faster than
