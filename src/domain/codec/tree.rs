@@ -16,6 +16,14 @@
 //! string. A document using anchors, aliases, tags or merge keys gets its
 //! value from the codec instead (its tree is still built; the editor leaves
 //! such nodes alone).
+//!
+//! Two edits change a parsed document in place instead of reading its new
+//! text again — a one-line scalar replaced ([`YamlDoc::replace_scalar`])
+//! and entries added at the end of a block mapping
+//! ([`YamlDoc::insert_entries`]): the new bytes are read alone and every
+//! later position moves by the change in length, so the document is what
+//! reading the changed text would give (property tests in `props.rs` hold
+//! them to that); anything they are not sure of, they decline.
 
 use std::ops::Range;
 use std::sync::Arc;
