@@ -22,7 +22,7 @@ use crate::domain::function_config::{GROUP, PLURAL};
 
 use super::cluster::{KubeClientError, kube_client};
 use super::pod::PodSettings;
-use super::serve::{DEFAULT_CONFIG, RuntimeSettings};
+use super::settings::{DEFAULT_CONFIG, RuntimeSettings};
 
 /// Which of Porch's configuration surfaces the runner serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,6 +30,7 @@ pub mod generation;
 pub mod pod;
 pub mod render;
 pub mod serve;
+pub mod settings;
 
 use std::sync::Arc;
 
@@ -43,7 +44,8 @@ pub use render::{
     EvalSetupError, RenderRuntime, RenderRuntimeSettings, build_eval_evaluator,
     build_render_runtime,
 };
-pub use serve::{RuntimeSettings, StartupError, start_runtimes};
+pub use serve::{StartupError, start_runtimes};
+pub use settings::RuntimeSettings;
 
 /// `evaluator` behind the admission policy `admission`; without a policy
 /// the evaluator serves directly (nothing to check).

@@ -18,7 +18,6 @@ use crate::domain::pod_cache::{FunctionSettings, PodCacheConfig, PodCachePolicy,
 use crate::ports::{ImageInspector, PodPlatform, SystemClock};
 
 use super::cluster::{KubeClientError, kube_client};
-use super::serve::StartupError;
 
 /// Porch's error when the pod runtime is enabled without its init image.
 pub(super) const WRAPPER_IMAGE_MISSING: &str =
@@ -132,6 +131,9 @@ pub enum PodStartError {
     /// `--replica-token` cannot be part of a pod name.
     #[error("--replica-token: {0}")]
     ReplicaToken(#[source] PolicyError),
+    /// The pod runtime's own start-up failed (its templates, its pod watch).
+    #[error(transparent)]
+    Runtime(#[from] PodRuntimeError),
 }
 
 /// Where Kubernetes mounts the pod's namespace.
@@ -200,7 +202,7 @@ async fn config_yaml_templates(
     s: &PodSettings,
     platform: &Arc<dyn PodPlatform>,
     wrapper_image: &str,
-) -> Result<TemplateFeed, StartupError> {
+) -> Result<TemplateFeed, PodStartError> {
     if s.function_pod_template.is_empty() {
         return Ok(TemplateFeed::fixed(inline_templates(wrapper_image)));
     }
@@ -263,14 +265,14 @@ fn base36_token(mut n: u64, len: usize) -> String {
 /// templates).
 ///
 /// Errors: `WRAPPER_SERVER_IMAGE` unset (Porch's message), no usable
-/// Kubernetes configuration, an invalid replica token or registry CA
-/// ([`StartupError::Pod`]), or the pod runtime failing to start
-/// (templates, watch: [`StartupError::PodRuntime`]).
+/// Kubernetes configuration, an invalid replica token or registry CA, or
+/// the pod runtime failing to start (templates, watch:
+/// [`PodStartError::Runtime`]).
 pub async fn start_pod_runtime(
     s: &PodSettings,
     client: Option<kube::Client>,
     function_configs: Option<Arc<FunctionConfigStore>>,
-) -> Result<(PodEvaluator, Vec<String>), StartupError> {
+) -> Result<(PodEvaluator, Vec<String>), PodStartError> {
     let mut warnings = Vec::new();
     let wrapper_image = s
         .wrapper_image

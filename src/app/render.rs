@@ -15,7 +15,8 @@ use crate::adapters::runtime::{
 use crate::domain::evaluation::EvalError;
 use crate::ports::FunctionEvaluator;
 
-use super::serve::{RuntimeSettings, StartupError, build_runtime};
+use super::serve::{StartupError, build_runtime};
+use super::settings::RuntimeSettings;
 
 /// How `render` runs functions: its flags.
 #[derive(Debug, Clone)]

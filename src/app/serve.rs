@@ -14,80 +14,7 @@ use crate::domain::function_config::FunctionConfigStore;
 
 use super::generation::{Generation, GenerationError, choose_generation};
 use super::pod::{PodSettings, PodStartError, start_pod_runtime};
-
-/// The default `--config` of the config.yaml generation.
-pub const DEFAULT_CONFIG: &str = "./config.yaml";
-
-/// The Porch runtime names accepted by `--disable-runtimes`.
-pub const RUNTIMES: [&str; 2] = ["exec", "pod"];
-
-/// What the runner needs to build its evaluators.
-#[derive(Debug, Clone)]
-pub struct RuntimeSettings {
-    /// `--config`: the exec runtime's `config.yaml`; `None` means "the
-    /// default `./config.yaml` if it exists".
-    pub config: Option<PathBuf>,
-    /// `--functions`: the directory holding function binaries.
-    pub functions: PathBuf,
-    /// Runtimes named in `--disable-runtimes`.
-    pub disabled: Vec<String>,
-    /// `--max-request-body-size`, bytes.
-    pub max_message_bytes: usize,
-    /// `--default-image-prefix`.
-    pub default_image_prefix: String,
-    /// `--exec-env`: extra environment for function processes.
-    pub exec_env: Vec<(String, String)>,
-    /// `--max-concurrent-functions`, `--max-queued-functions`.
-    pub slots: crate::adapters::exec::FunctionSlots,
-    /// `--sandbox-allow`, `--sandbox-read`, `--sandbox-write`: what every
-    /// exec function is granted beyond the sandbox's rules.
-    pub sandbox: crate::adapters::exec::SandboxGrant,
-    /// Whether functions get `render`'s read rules (everything but the
-    /// credential stores, [`crate::adapters::exec::Sandbox::render`])
-    /// rather than the exec runtime's.
-    pub render_read_rules: bool,
-    /// `--builtin-functions`: the builtin tier
-    /// ([`crate::adapters::runtime::builtin::evaluator::BuiltinEvaluator`])
-    /// goes first in the chain.
-    pub builtins: bool,
-}
-
-impl RuntimeSettings {
-    /// The exec functions' sandbox: `render`'s rules or the exec
-    /// runtime's, with [`RuntimeSettings::sandbox`] granted.
-    fn sandbox_rules(&self) -> crate::adapters::exec::Sandbox {
-        use crate::adapters::exec::Sandbox;
-        if self.render_read_rules {
-            Sandbox::render(&self.sandbox)
-        } else {
-            Sandbox::exec(&self.sandbox)
-        }
-    }
-
-    /// An empty chain, or one holding the builtin tier when
-    /// [`RuntimeSettings::builtins`] is set (it goes before every runtime).
-    fn chain_start(&self) -> EvaluatorChain {
-        use crate::adapters::runtime::BuiltinRuntime;
-        use crate::adapters::runtime::builtin::evaluator::BuiltinEvaluator;
-        let chain = EvaluatorChain::new();
-        if !self.builtins {
-            return chain;
-        }
-        tracing::info!("builtin tier on: apply-setters runs in process");
-        chain.with(
-            "builtin",
-            Arc::new(BuiltinEvaluator::new(BuiltinRuntime::new(
-                &self.default_image_prefix,
-            ))),
-        )
-    }
-
-    /// Whether the runtime named `runtime` (`exec`, `pod`) is not in
-    /// `--disable-runtimes`.
-    fn enabled(&self, runtime: &str) -> bool {
-        !self.disabled.iter().any(|d| d == runtime)
-    }
-}
+use super::settings::{DEFAULT_CONFIG, RUNTIMES, RuntimeSettings};
 
 /// The wired evaluator chain plus start-up warnings to log.
 pub struct Runtime {
@@ -120,7 +47,7 @@ pub enum StartupError {
     /// The pod runtime could not start (no `WRAPPER_SERVER_IMAGE`, no
     /// cluster, a bad registry CA or replica token).
     #[error(transparent)]
-    Pod(#[from] PodStartError),
+    Pod(PodStartError),
     /// The pod runtime's own start-up failed (its templates, its pod watch).
     #[error(transparent)]
     PodRuntime(#[from] PodRuntimeError),
@@ -131,6 +58,17 @@ pub enum StartupError {
     /// The FunctionConfigs could not be read (FunctionConfig generation).
     #[error("failed to read the FunctionConfigs: {0}")]
     FunctionConfigs(#[source] FunctionConfigWatchError),
+}
+
+impl From<PodStartError> for StartupError {
+    /// The pod runtime's own start-up failures ([`PodStartError::Runtime`])
+    /// are [`StartupError::PodRuntime`]; the rest [`StartupError::Pod`].
+    fn from(e: PodStartError) -> Self {
+        match e {
+            PodStartError::Runtime(e) => StartupError::PodRuntime(e),
+            other => StartupError::Pod(other),
+        }
+    }
 }
 
 /// Everything `serve` runs: the chain and what keeps it configured.

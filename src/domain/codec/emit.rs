@@ -28,10 +28,10 @@ pub enum SeqIndent {
 
 impl SeqIndent {
     /// The style of a document's own lists, which what this runner writes
-    /// into it takes ([`super::preserve::own_sequence_indent`]: kyaml's
+    /// into it takes ([`super::seq_style::own_sequence_indent`]: kyaml's
     /// rule, block scalars' lines passed over).
     pub fn of(text: &str) -> Self {
-        if super::preserve::own_sequence_indent(text) == "wide" {
+        if super::seq_style::own_sequence_indent(text) == "wide" {
             SeqIndent::Wide
         } else {
             SeqIndent::Compact

@@ -33,6 +33,7 @@
 pub mod emit;
 pub mod keys;
 pub mod preserve;
+pub mod seq_style;
 pub mod terminate;
 pub mod top_level;
 pub mod tree;
