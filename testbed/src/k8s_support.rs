@@ -252,12 +252,13 @@ impl ControlPlane {
         plane
     }
 
-    /// Waits (up to 60 s) until the API server is ready: `/readyz` answers
+    /// Waits (up to 120 s: with the other beds starting theirs beside it on
+    /// two cores, one start took over 60 s) until the API server is ready: `/readyz` answers
     /// `ok` (its post-start hooks done, the bootstrap RBAC roles among them,
     /// which `kubectl auth can-i` needs) and the `default` namespace exists.
     async fn wait_ready(&self) {
         let plane = self;
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Ok(client) = plane.client().await {
                 let readyz = http::Request::get("/readyz").body(Vec::new()).unwrap();
