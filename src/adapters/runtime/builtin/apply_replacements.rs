@@ -1068,41 +1068,30 @@ enum InPlace {
     Entries(usize),
 }
 
-/// Makes `edits` in `doc` — one scalar replaced in place when it can be
-/// ([`YamlDoc::replace_scalar`]: the same document without reading the
-/// text again), else the text spliced and read back — and returns
-/// `styles` moved to where their scalars now are (those inside a replaced
-/// region dropped), with the styles of the scalars written.
+/// Makes `edits` in `doc` — one scalar replaced or fields added in place
+/// when it can be ([`YamlDoc::replace_scalar`], [`YamlDoc::insert_entries`]:
+/// the same document without reading the text again), else the text
+/// spliced and read back — and returns `styles` moved to where their
+/// scalars now are (those inside a replaced region dropped), with the
+/// styles of the scalars written.
 fn splice_tracked(
     doc: &mut Arc<YamlDoc>,
     mut edits: Vec<Edit>,
     styles: &Styles,
 ) -> Result<Styles, Stop> {
     edits.sort_by_key(|e| e.start);
-    let t = doc.text();
-    let mut s = String::with_capacity(t.len() + 64);
-    let mut at = 0;
     // (old start, old end, length change) per edit.
     let mut regions = Vec::with_capacity(edits.len());
     let mut new_styles = Styles::new();
-    let in_place = match edits.as_slice() {
-        [e] => Some((e.in_place, e.start..e.end, e.text.clone())),
-        _ => None,
-    };
-    for e in edits {
-        s.push_str(&t[at..e.start]);
+    let mut moved: isize = 0;
+    for e in &edits {
+        let delta = e.text.len() as isize - (e.end - e.start) as isize;
         if let Some((offset, style)) = e.written {
-            new_styles.insert(s.len() + offset, style);
+            new_styles.insert((e.start as isize + moved) as usize + offset, style);
         }
-        regions.push((
-            e.start,
-            e.end,
-            e.text.len() as isize - (e.end - e.start) as isize,
-        ));
-        s.push_str(&e.text);
-        at = e.end;
+        regions.push((e.start, e.end, delta));
+        moved += delta;
     }
-    s.push_str(&t[at..]);
     for (&p, style) in styles {
         if regions.iter().any(|&(a, b, _)| a <= p && p < b.max(a + 1)) {
             continue;
@@ -1116,18 +1105,30 @@ fn splice_tracked(
             .entry((p as isize + shift) as usize)
             .or_insert(*style);
     }
-    let done = match in_place {
-        Some((InPlace::Scalar(node), region, text)) => {
-            Arc::make_mut(doc).replace_scalar(node, region, &text)
-        }
-        Some((InPlace::Entries(map), region, text)) if region.is_empty() => {
-            Arc::make_mut(doc).insert_entries(map, region.start, &text)
-        }
+    let done = match edits.as_slice() {
+        [e] => match e.in_place {
+            InPlace::Scalar(node) => {
+                Arc::make_mut(doc).replace_scalar(node, e.start..e.end, &e.text)
+            }
+            InPlace::Entries(map) if e.start == e.end => {
+                Arc::make_mut(doc).insert_entries(map, e.start, &e.text)
+            }
+            _ => false,
+        },
         _ => false,
     };
     if done {
         return Ok(new_styles);
     }
+    let t = doc.text();
+    let mut s = String::with_capacity(t.len() + moved.max(0) as usize);
+    let mut at = 0;
+    for e in &edits {
+        s.push_str(&t[at..e.start]);
+        s.push_str(&e.text);
+        at = e.end;
+    }
+    s.push_str(&t[at..]);
     let new = YamlDoc::parse(s)
         .map_err(|e| Stop::Refuse(format!("the changed item does not read back: {e}")))?;
     *doc = Arc::new(new);
@@ -1197,7 +1198,7 @@ struct Run<'a> {
     /// Per item, its ids ([`res_ids`]) once read, until the item changes.
     ids: Vec<Option<Arc<Vec<ResId>>>>,
     /// The `[name=value]` patterns of the field paths, compiled once.
-    patterns: HashMap<String, regex::Regex>,
+    patterns: HashMap<String, Arc<regex::Regex>>,
 }
 
 /// Where a replacement's value lives while its targets are set: kyaml
@@ -1565,7 +1566,7 @@ struct Matcher<'a, 'o> {
     out: &'o mut Vec<At<'a>>,
     created: Vec<Creation>,
     /// The compiled `[name=value]` patterns ([`Run::patterns`]).
-    patterns: &'o mut HashMap<String, regex::Regex>,
+    patterns: &'o mut HashMap<String, Arc<regex::Regex>>,
 }
 
 impl<'a> Matcher<'a, '_> {
@@ -1606,13 +1607,18 @@ impl<'a> Matcher<'a, '_> {
                     "the pattern {pattern:?} may read differently in Go's regular expressions"
                 ));
             }
-            if !self.patterns.contains_key(pattern) {
-                let re = regex::Regex::new(pattern).map_err(|e| {
-                    Stop::Refuse(format!("the pattern {pattern:?} does not compile: {e}"))
-                })?;
-                self.patterns.insert(pattern.to_string(), re);
-            }
-            let re = self.patterns[pattern].clone();
+            // Shared, not cloned: a cloned `Regex` starts with an empty
+            // search cache of its own.
+            let re = match self.patterns.get(pattern) {
+                Some(re) => re.clone(),
+                None => {
+                    let re = Arc::new(regex::Regex::new(pattern).map_err(|e| {
+                        Stop::Refuse(format!("the pattern {pattern:?} does not compile: {e}"))
+                    })?);
+                    self.patterns.insert(pattern.to_string(), re.clone());
+                    re
+                }
+            };
             let before = (self.out.len(), self.created.len());
             for e in at.elements(t)? {
                 if name.is_empty() {
