@@ -29,7 +29,7 @@ use serde_json::{Map, Value};
 use super::CodecError;
 use super::emit::{self, SeqIndent};
 pub use super::seq_style::{own_sequence_indent, sequence_indent};
-use super::tree::{Entry, Item, Kind, Node, Style, YamlDoc};
+use super::tree::{Entry, Item, Kind, Node, Style, YamlDoc, column, line_end, line_start};
 use super::value::{get, has, same, same_in_order, same_opt};
 
 /// Splits a multi-document YAML stream into its documents and the text
@@ -1462,27 +1462,12 @@ fn one_line_entry(d: &YamlDoc, e: &Entry) -> bool {
         || line_start(t, e.value.end) == line_start(t, e.key.start)
 }
 
-/// Start of the line holding `pos`.
-fn line_start(t: &str, pos: usize) -> usize {
-    t[..pos].rfind('\n').map_or(0, |i| i + 1)
-}
-
-/// End of the line holding `pos` (its line break, or the end of the text).
-fn line_end(t: &str, pos: usize) -> usize {
-    t[pos..].find('\n').map_or(t.len(), |i| pos + i)
-}
-
 /// Start of the line after the one holding `pos` (or the end of the text).
 fn after_line(t: &str, pos: usize) -> usize {
     match t[pos..].find('\n') {
         Some(i) => pos + i + 1,
         None => t.len(),
     }
-}
-
-/// Byte column of `pos` in its line.
-fn column(t: &str, pos: usize) -> usize {
-    pos - line_start(t, pos)
 }
 
 /// Only blanks before `pos` on its line.

@@ -460,7 +460,7 @@ proptest! {
             return Ok(());
         }
         let node = nodes[pick.index(nodes.len())];
-        let line_end = text[node.end..].find('\n').map_or(text.len(), |i| node.end + i);
+        let line_end = super::tree::line_end(&text, node.end);
         let after = text[node.end..line_end].trim();
         let (region, new) = if after.starts_with('#') && keep_comment {
             (node.start..line_end, format!("{} {after}", TOKENS[token]))
@@ -496,8 +496,8 @@ proptest! {
         let map = nodes[pick.index(nodes.len())];
         let Kind::Map { entries, .. } = &map.kind else { unreachable!() };
         let key = entries[0].key.start;
-        let column = key - text[..key].rfind('\n').map_or(0, |i| i + 1);
-        let at = text[map.end..].find('\n').map_or(text.len(), |i| map.end + i);
+        let column = super::tree::column(&text, key);
+        let at = super::tree::line_end(&text, map.end);
         let new = inserted(column, which);
         let changed = format!("{}{}{}", &text[..at], new, &text[at..]);
         let mut edited = doc.clone();

@@ -227,6 +227,31 @@ impl YamlDoc {
     }
 }
 
+/// Start of the line holding byte `pos` of `text`.
+pub fn line_start(text: &str, pos: usize) -> usize {
+    text[..pos].rfind('\n').map_or(0, |i| i + 1)
+}
+
+/// End of the line holding byte `pos` of `text`: its line break, or the
+/// end of the text.
+pub fn line_end(text: &str, pos: usize) -> usize {
+    text[pos..].find('\n').map_or(text.len(), |i| pos + i)
+}
+
+/// The column (bytes from its line's start) of byte `pos` of `text`.
+pub fn column(text: &str, pos: usize) -> usize {
+    pos - line_start(text, pos)
+}
+
+/// `text` with the bytes `range` replaced by `with`.
+pub fn spliced(text: &str, range: Range<usize>, with: &str) -> String {
+    let mut out = String::with_capacity(text.len() - range.len() + with.len());
+    out.push_str(&text[..range.start]);
+    out.push_str(with);
+    out.push_str(&text[range.end..]);
+    out
+}
+
 /// Parses the value of one YAML document with the tree builder (faster than
 /// the codec's general path; same values).
 ///

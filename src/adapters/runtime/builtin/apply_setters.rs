@@ -220,17 +220,7 @@ struct Walk<'a> {
     found: &'a mut Vec<(String, String, String)>,
 }
 
-pub(super) fn line_start(t: &str, pos: usize) -> usize {
-    t[..pos].rfind('\n').map_or(0, |i| i + 1)
-}
-
-pub(super) fn line_end(t: &str, pos: usize) -> usize {
-    t[pos..].find('\n').map_or(t.len(), |i| pos + i)
-}
-
-pub(super) fn column(t: &str, pos: usize) -> usize {
-    pos - line_start(t, pos)
-}
+pub(super) use crate::domain::codec::tree::{column, line_end, line_start};
 
 impl Walk<'_> {
     /// The trailing comment starting in `from..line end`: (start, end, text).

@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use serde_json::Value;
 
-use super::{Comment, Entry, Kind, Node, YamlDoc};
+use super::{Comment, Entry, Kind, Node, YamlDoc, column, line_end, spliced};
 
 impl YamlDoc {
     /// Replaces, in place, the scalar value node that starts at byte
@@ -66,8 +66,7 @@ impl YamlDoc {
             return false;
         }
         // A comment written ends the line: nothing may follow the region.
-        let at_line_end = matches!(t.as_bytes().get(region.end), None | Some(b'\n'));
-        if !piece.comments.is_empty() && !at_line_end {
+        if !piece.comments.is_empty() && line_end(t, region.end) != region.end {
             return false;
         }
         let delta = text.len() as isize - region.len() as isize;
@@ -87,10 +86,7 @@ impl YamlDoc {
             kind: new.kind.clone(),
             props: false,
         };
-        let mut new_text = String::with_capacity(self.text.len() + text.len());
-        new_text.push_str(&self.text[..region.start]);
-        new_text.push_str(text);
-        new_text.push_str(&self.text[region.end..]);
+        let new_text = spliced(&self.text, region.clone(), text);
         let root = self.root.as_mut().expect("checked above");
         rebase(root, old_start, &replacement, &shift);
         self.comments = self.comments_moved(region.clone(), shift, &piece.comments, region.start);
@@ -123,7 +119,7 @@ impl YamlDoc {
             return false;
         }
         let t = &self.text;
-        if !matches!(t.as_bytes().get(at), None | Some(b'\n')) {
+        if line_end(t, at) != at {
             return false;
         }
         let Some((target, path)) = self.block_node_at(map, block_map) else {
@@ -140,8 +136,7 @@ impl YamlDoc {
         if !self.blanks_and_a_comment(old_end, old_end, at) {
             return false;
         }
-        let column =
-            entries[0].key.start - t[..entries[0].key.start].rfind('\n').map_or(0, |i| i + 1);
+        let column = column(t, entries[0].key.start);
         let Ok(piece) = YamlDoc::parse(&text[1..]) else {
             return false;
         };
@@ -187,10 +182,7 @@ impl YamlDoc {
         let Value::Object(added_values) = &piece.value else {
             return false;
         };
-        let mut new_text = String::with_capacity(self.text.len() + text.len());
-        new_text.push_str(&self.text[..at]);
-        new_text.push_str(text);
-        new_text.push_str(&self.text[at..]);
+        let new_text = spliced(&self.text, at..at, text);
         let root = self.root.as_mut().expect("checked above");
         grow(root, map, old_end, new_end, &shift);
         let target = node_at_mut(root, &path).expect("found above");
